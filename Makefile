@@ -1,0 +1,33 @@
+# One-command set-up: `make demo` and `make test` each create the virtualenv
+# (.venv) on first use and reuse it after; re-running is a no-op once installed.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-requirements
+
+.PHONY: install demo test clean
+
+$(STAMP): requirements.txt
+	@command -v $(PYTHON) >/dev/null 2>&1 || { \
+	  echo "error: $(PYTHON) not found; tff-hdp needs Python 3.11 (TensorFlow 2.14 / TFF 0.87). Set PYTHON=/path/to/python3.11." >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "error: tff-hdp needs Python 3.11 (TensorFlow 2.14 / TFF 0.87), but $(PYTHON) is %d.%d." % v)'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements.txt
+	$(BIN)/python -c 'import tensorflow_federated, tensorflow_privacy, dp_accounting'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# A short comparison on the embedded digits task (no download): non-private
+# FedAvg, DP-FedAvg and FedHDP at two ratios r; prints the results table.
+demo: install
+	$(BIN)/python run_experiment.py --task=digits \
+	  --algorithms=nonprivate,dp_fedavg,fedhdp --r=0.1,1 \
+	  --rounds=40 --clients_per_round=20 --clip_count_stddev=2 \
+	  --output_dir=results/demo
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) results
