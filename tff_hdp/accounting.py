@@ -1,0 +1,223 @@
+"""Per-group privacy accounting with dp_accounting's RDP accountant.
+
+Every private group j is protected by a sampled Gaussian mechanism per round.
+Its noise multiplier is the effective one of Andrew et al. (2019, Thm. 1),
+`z_eff = (z_j^-2 + (2 z_b)^-2)^-1/2`, because the clip-count query that drives
+adaptive clipping also touches the group's clients. All RDP arithmetic is
+dp_accounting's; this module only builds the events and searches over them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import dp_accounting
+from dp_accounting import rdp
+
+
+class InfeasiblePrivacyTargetError(ValueError):
+  """No noise multiplier meets a group's (epsilon, delta) target."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PoissonSampling:
+  """Each client joins a round independently with probability q."""
+
+  q: float
+
+  def __post_init__(self):
+    if not 0 < self.q <= 1:
+      raise ValueError(f'sampling rate q must be in (0, 1], got {self.q}.')
+
+  @property
+  def rate(self) -> float:
+    return self.q
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedSizeSampling:
+  """Exactly `clients_per_round` of `population` clients, without replacement."""
+
+  population: int
+  clients_per_round: int
+
+  def __post_init__(self):
+    if self.population < 1:
+      raise ValueError(f'population must be >= 1, got {self.population}.')
+    if not 1 <= self.clients_per_round <= self.population:
+      raise ValueError(
+          f'clients per round must be in [1, {self.population}] (the '
+          f'population), got {self.clients_per_round}.')
+
+  @property
+  def rate(self) -> float:
+    return self.clients_per_round / self.population
+
+
+Sampling = PoissonSampling | FixedSizeSampling
+
+
+def effective_noise_multiplier(noise_multiplier: float,
+                               clip_count_stddev: float | None) -> float:
+  """z_eff of a group whose clients also answer the noisy clip-count query.
+
+  `clip_count_stddev` is the std of the Gaussian noise added to the count of
+  unclipped clients (bits centred at 1/2, so its sensitivity is 1/2); `None` or
+  0 noise on the count would be a non-private count and is refused unless
+  adaptive clipping is off (pass None).
+  """
+  if noise_multiplier <= 0:
+    raise ValueError(f'noise multiplier must be > 0, got {noise_multiplier}.')
+  if clip_count_stddev is None:
+    return noise_multiplier
+  if clip_count_stddev <= 0:
+    raise ValueError(
+        'a private group with adaptive clipping needs clip-count noise > 0 '
+        f'(got clip_count_stddev={clip_count_stddev}).')
+  return (noise_multiplier**-2 + (2.0 * clip_count_stddev)**-2)**-0.5
+
+
+def value_noise_multiplier(effective: float,
+                           clip_count_stddev: float | None) -> float:
+  """Inverse of `effective_noise_multiplier`: the z_j that gives `effective`."""
+  if clip_count_stddev is None:
+    return effective
+  limit = 2.0 * clip_count_stddev
+  if effective >= limit:
+    raise InfeasiblePrivacyTargetError(
+        f'the target needs an effective noise multiplier of {effective:.4g}, '
+        f'but the clip-count noise (std {clip_count_stddev:.4g}) caps it below '
+        f'2*z_b = {limit:.4g} however much noise is added to the updates; '
+        'raise the clip-count noise, use fewer rounds, or loosen the target.')
+  return (effective**-2 - limit**-2)**-0.5
+
+
+def _round_event(effective: float, sampling: Sampling) -> dp_accounting.DpEvent:
+  gaussian = dp_accounting.GaussianDpEvent(effective)
+  if isinstance(sampling, PoissonSampling):
+    return dp_accounting.PoissonSampledDpEvent(sampling.q, gaussian)
+  return dp_accounting.SampledWithoutReplacementDpEvent(
+      sampling.population, sampling.clients_per_round, gaussian)
+
+
+def _new_accountant(sampling: Sampling) -> rdp.RdpAccountant:
+  # Poisson subsampling is analysed under add/remove-one neighbours; sampling
+  # a fixed number without replacement only has a replace-one analysis.
+  relation = (dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+              if isinstance(sampling, PoissonSampling) else
+              dp_accounting.NeighboringRelation.REPLACE_ONE)
+  return rdp.RdpAccountant(neighboring_relation=relation)
+
+
+def dp_event(effective: float, sampling: Sampling,
+             rounds: int) -> dp_accounting.DpEvent:
+  """The whole run of one group as a single dp_accounting event."""
+  return dp_accounting.SelfComposedDpEvent(
+      _round_event(effective, sampling), rounds)
+
+
+def epsilon_spent(noise_multiplier: float, clip_count_stddev: float | None,
+                  sampling: Sampling, rounds: int, delta: float) -> float:
+  """epsilon at `delta` after `rounds` rounds; 0 before the first round."""
+  if rounds < 0:
+    raise ValueError(f'rounds must be >= 0, got {rounds}.')
+  if rounds == 0:
+    return 0.0
+  effective = effective_noise_multiplier(noise_multiplier, clip_count_stddev)
+  accountant = _new_accountant(sampling)
+  accountant.compose(dp_event(effective, sampling, rounds))
+  return accountant.get_epsilon(delta)
+
+
+def calibrate_noise_multiplier(target_epsilon: float, target_delta: float,
+                               sampling: Sampling, rounds: int,
+                               clip_count_stddev: float | None) -> float:
+  """Smallest z_j whose run of `rounds` rounds spends at most the target."""
+  if not (math.isfinite(target_epsilon) and target_epsilon > 0):
+    raise InfeasiblePrivacyTargetError(
+        f'target epsilon must be a finite number > 0, got {target_epsilon}.')
+  if not 0 < target_delta < 1:
+    raise InfeasiblePrivacyTargetError(
+        f'target delta must be in (0, 1), got {target_delta}.')
+  if rounds < 1:
+    raise ValueError(f'rounds must be >= 1, got {rounds}.')
+  if clip_count_stddev is not None:
+    # The best any z_j can do is z_eff -> 2 z_b; check that limit first so the
+    # error says why instead of failing inside the search.
+    best = _new_accountant(sampling)
+    best.compose(dp_event(2.0 * clip_count_stddev, sampling, rounds))
+    best_eps = best.get_epsilon(target_delta)
+    if best_eps > target_epsilon:
+      raise InfeasiblePrivacyTargetError(
+          f'(epsilon={target_epsilon}, delta={target_delta}) over {rounds} '
+          f'rounds at sampling rate {sampling.rate:.4g} cannot be met: even '
+          f'infinite update noise spends epsilon={best_eps:.4g} because the '
+          f'clip-count noise is only {clip_count_stddev:.4g}. Raise '
+          'clip_count_stddev, use fewer rounds, or loosen the target.')
+  effective = dp_accounting.calibrate_dp_mechanism(
+      lambda: _new_accountant(sampling),
+      lambda z: dp_event(z, sampling, rounds),
+      target_epsilon,
+      target_delta,
+      dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),
+      tol=1e-6)
+  # calibrate_dp_mechanism returns a value that meets the target (it keeps the
+  # feasible end of its bracket).
+  if clip_count_stddev is not None and effective >= 2.0 * clip_count_stddev:
+    effective = 2.0 * clip_count_stddev * (1 - 1e-9)
+  return value_noise_multiplier(effective, clip_count_stddev)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupBudget:
+  """What one private group spends per round, and its target."""
+
+  name: str
+  noise_multiplier: float
+  target_epsilon: float
+  delta: float
+
+
+class PrivacyLedger:
+  """Tracks each private group's epsilon as rounds are run.
+
+  The ledger is what the driver consults before a round (to refuse one that
+  would exceed a target) and after it (to report the spend).
+  """
+
+  def __init__(self, budgets: list[GroupBudget | None], sampling: Sampling,
+               clip_count_stddev: float | None):
+    self._budgets = list(budgets)
+    self._sampling = sampling
+    self._clip_count_stddev = clip_count_stddev
+    self._cache: dict[tuple[int, int], float] = {}
+
+  @property
+  def budgets(self) -> list[GroupBudget | None]:
+    return list(self._budgets)
+
+  def epsilon(self, group_index: int, rounds: int) -> float:
+    """eps spent by group `group_index` after `rounds` rounds (inf if opt-out)."""
+    b = self._budgets[group_index]
+    if b is None:
+      return math.inf
+    key = (group_index, rounds)
+    if key not in self._cache:
+      self._cache[key] = epsilon_spent(b.noise_multiplier,
+                                       self._clip_count_stddev, self._sampling,
+                                       rounds, b.delta)
+    return self._cache[key]
+
+  def epsilons(self, rounds: int) -> list[float]:
+    return [self.epsilon(j, rounds) for j in range(len(self._budgets))]
+
+  def first_exceeded(self, rounds: int,
+                     slack: float = 1e-6) -> tuple[GroupBudget, float] | None:
+    """The first group whose spend after `rounds` exceeds its target."""
+    for j, b in enumerate(self._budgets):
+      if b is not None:
+        eps = self.epsilon(j, rounds)
+        if eps > b.target_epsilon * (1 + slack):
+          return b, eps
+    return None

@@ -1,0 +1,195 @@
+"""Privacy groups: which clients chose which (epsilon, delta), or opted out.
+
+FedHDP lets every client pick one of `l` privacy levels. A group with no
+epsilon is the opt-out (non-private) group of FeO2. The assignment of clients to
+groups is fixed for a run and seeded, so every algorithm compared in one table
+sees the same private and opt-out clients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Hashable, Mapping, Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyGroup:
+  """One privacy level. `epsilon=None` means the group opted out of DP.
+
+  `ratio` is r_j of SPEC.md §1 step 4: the weight multiplier of this group's
+  mean when the groups' means are combined.
+  """
+
+  name: str
+  epsilon: float | None = None
+  delta: float | None = None
+  ratio: float = 1.0
+
+  def __post_init__(self):
+    if self.epsilon is None:
+      if self.delta is not None:
+        raise ValueError(
+            f'privacy group {self.name!r}: delta={self.delta} given without an '
+            'epsilon; a non-private group has neither.')
+    else:
+      if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+        raise ValueError(
+            f'privacy group {self.name!r}: epsilon must be a finite number > 0, '
+            f'got {self.epsilon}.')
+      if self.delta is None or not 0 < self.delta < 1:
+        raise ValueError(
+            f'privacy group {self.name!r}: delta must be in (0, 1), got '
+            f'{self.delta}.')
+    if not (math.isfinite(self.ratio) and self.ratio >= 0):
+      raise ValueError(
+          f'privacy group {self.name!r}: ratio r must be >= 0, got {self.ratio}.')
+
+  @property
+  def is_private(self) -> bool:
+    return self.epsilon is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupAssignment:
+  """Maps every client id to the index of its privacy group."""
+
+  groups: tuple[PrivacyGroup, ...]
+  client_groups: Mapping[Hashable, int]
+
+  def __post_init__(self):
+    if not self.groups:
+      raise ValueError('at least one privacy group is needed.')
+    names = [g.name for g in self.groups]
+    if len(set(names)) != len(names):
+      raise ValueError(f'privacy group names must be unique, got {names}.')
+    for cid, g in self.client_groups.items():
+      if not 0 <= g < len(self.groups):
+        raise ValueError(
+            f'client {cid!r} is assigned to group index {g}, but only '
+            f'{len(self.groups)} groups exist.')
+
+  @property
+  def num_groups(self) -> int:
+    return len(self.groups)
+
+  def group_of(self, client_id: Hashable) -> int:
+    try:
+      return self.client_groups[client_id]
+    except KeyError:
+      raise KeyError(
+          f'client {client_id!r} belongs to no privacy group.') from None
+
+  def group_sizes(self) -> np.ndarray:
+    """N_j: number of clients in each group."""
+    counts = np.zeros(self.num_groups, dtype=np.int64)
+    for g in self.client_groups.values():
+      counts[g] += 1
+    return counts
+
+  def members(self, group_index: int) -> list[Hashable]:
+    return [c for c, g in self.client_groups.items() if g == group_index]
+
+  def one_hot(self, client_id: Hashable) -> np.ndarray:
+    v = np.zeros(self.num_groups, dtype=np.float32)
+    v[self.group_of(client_id)] = 1.0
+    return v
+
+
+def assign_by_fractions(client_ids: Sequence[Hashable],
+                        groups: Sequence[PrivacyGroup],
+                        fractions: Sequence[float],
+                        seed: int) -> GroupAssignment:
+  """Random assignment with the given fraction of clients in each group.
+
+  Group sizes are rounded so that they add up to the population exactly; the
+  draw depends only on `seed` and the order of `client_ids`.
+  """
+  groups = tuple(groups)
+  fractions = np.asarray(fractions, dtype=np.float64)
+  if len(fractions) != len(groups):
+    raise ValueError(
+        f'{len(fractions)} fractions given for {len(groups)} privacy groups.')
+  if np.any(fractions < 0) or np.any(fractions > 1) or not np.isclose(
+      fractions.sum(), 1.0):
+    raise ValueError(
+        f'group fractions must be in [0, 1] and sum to 1, got {list(fractions)}.')
+  n = len(client_ids)
+  if n == 0:
+    raise ValueError('no clients to assign to privacy groups.')
+  sizes = np.floor(fractions * n).astype(np.int64)
+  # Largest-remainder rounding so that the sizes sum to n.
+  remainder = fractions * n - sizes
+  for i in np.argsort(-remainder, kind='stable')[:n - sizes.sum()]:
+    sizes[i] += 1
+  order = np.random.default_rng(seed).permutation(n)
+  labels = np.repeat(np.arange(len(groups)), sizes)
+  mapping = {client_ids[i]: int(labels[k]) for k, i in enumerate(order)}
+  return GroupAssignment(groups, mapping)
+
+
+def assign_opt_out(client_ids: Sequence[Hashable],
+                   private_groups: Sequence[PrivacyGroup],
+                   opt_out_fraction: float,
+                   seed: int,
+                   private_fractions: Sequence[float] | None = None,
+                   opt_out_ratio: float = 1.0,
+                   opt_out_pool: Sequence[Hashable] | None = None
+                   ) -> GroupAssignment:
+  """FeO2-style assignment: a fraction of clients opts out, the rest is private.
+
+  The opt-out group is appended last and named 'opt_out'. `opt_out_pool`
+  restricts which clients may opt out (the skewed non-IID MNIST setting draws
+  them from the clients holding digit 7).
+  """
+  if not 0.0 <= opt_out_fraction <= 1.0:
+    raise ValueError(
+        f'opt-out fraction must be in [0, 1], got {opt_out_fraction}.')
+  private_groups = tuple(private_groups)
+  if private_fractions is None:
+    private_fractions = [1.0 / len(private_groups)] * len(private_groups)
+  if len(private_fractions) != len(private_groups):
+    raise ValueError(
+        f'{len(private_fractions)} fractions given for {len(private_groups)} '
+        'private groups.')
+  groups = private_groups + (PrivacyGroup('opt_out', ratio=opt_out_ratio),)
+  n = len(client_ids)
+  rng = np.random.default_rng(seed)
+  n_out = int(round(opt_out_fraction * n))
+  pool = list(client_ids if opt_out_pool is None else opt_out_pool)
+  if n_out > len(pool):
+    raise ValueError(
+        f'{n_out} opt-out clients requested but only {len(pool)} are eligible.')
+  opted = {pool[i] for i in rng.permutation(len(pool))[:n_out]}
+  rest = [c for c in client_ids if c not in opted]
+  private = assign_by_fractions(rest, private_groups, private_fractions,
+                                seed=int(rng.integers(2**31))) if rest else None
+  mapping = {c: len(private_groups) for c in opted}
+  if private is not None:
+    mapping.update(private.client_groups)
+  return GroupAssignment(groups, mapping)
+
+
+def assign_explicit(client_ids: Sequence[Hashable],
+                    groups: Sequence[PrivacyGroup],
+                    client_to_group: Mapping[Hashable, str | int]
+                    ) -> GroupAssignment:
+  """Assignment from an explicit map; every client must be covered."""
+  groups = tuple(groups)
+  index = {g.name: i for i, g in enumerate(groups)}
+  missing = [c for c in client_ids if c not in client_to_group]
+  if missing:
+    raise ValueError(
+        f'{len(missing)} clients are in no privacy group, e.g. {missing[:3]}.')
+  mapping = {}
+  for c in client_ids:
+    g = client_to_group[c]
+    if isinstance(g, str):
+      if g not in index:
+        raise ValueError(f'client {c!r}: unknown privacy group {g!r}; '
+                         f'known groups: {sorted(index)}.')
+      g = index[g]
+    mapping[c] = int(g)
+  return GroupAssignment(groups, mapping)

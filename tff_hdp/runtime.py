@@ -1,0 +1,53 @@
+"""The TFF execution context this project runs in, and its clean shutdown.
+
+TFF 0.87 executes computations in a C++ worker subprocess that inherits the
+parent's stdout and is not reliably stopped when Python exits; a leftover
+worker keeps pipes open (a CI log never closes) and holds memory. Every entry
+point calls `init()` once; it installs TFF's local C++ context and stops the
+worker when the interpreter exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+
+import psutil
+
+_initialized = False
+
+
+def stop_workers() -> None:
+  """Terminates the TFF worker processes this process started."""
+  children = psutil.Process().children(recursive=True)
+  workers = [c for c in children if 'worker_binary' in ' '.join(_cmdline(c))]
+  for w in workers:
+    try:
+      w.terminate()
+    except psutil.NoSuchProcess:
+      pass
+  psutil.wait_procs(workers, timeout=5)
+  for w in workers:
+    if w.is_running():
+      w.kill()
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+  try:
+    return proc.cmdline()
+  except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    return []
+
+
+def init() -> None:
+  """Sets TFF's local C++ context (once) and quiets TF/absl logging."""
+  global _initialized
+  if _initialized:
+    return
+  import absl.logging  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel('ERROR')
+  absl.logging.set_verbosity(absl.logging.ERROR)
+  tff.backends.native.set_sync_local_cpp_execution_context()
+  atexit.register(stop_workers)
+  _initialized = True
