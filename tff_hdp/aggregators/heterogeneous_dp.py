@@ -1,0 +1,224 @@
+"""Group-wise DP mean with adaptive clipping: the FedHDP server rule.
+
+SPEC.md §1 steps 3-5. Each client's weight is its privacy-group membership as a
+one-hot vector, so one `tff.aggregators.WeightedAggregationFactory` serves any
+number of groups: the weights give the per-group sums and realized counts, and
+the update itself stays a plain model delta.
+
+TFF's `DifferentiallyPrivateFactory` cannot be reused per group: it is
+unweighted, has a single query, and its noise comes from unseeded
+`tf.random.normal`. Here the noise is drawn with stateless RNG from a seed kept
+in the aggregator state, so a resumed run reproduces an uninterrupted one bit
+for bit. The clip-norm update follows TF Privacy's `QuantileEstimatorQuery`
+exactly (centred bits, clamped fraction, geometric step).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+
+def _validate(noise_multipliers, ratios, expected_group_sizes,
+              initial_clip_norm, target_unclipped_quantile, clip_learning_rate,
+              clip_count_stddev, expected_clients_per_round):
+  l = len(noise_multipliers)
+  if l < 1:
+    raise ValueError('at least one privacy group is needed.')
+  if len(ratios) != l or len(expected_group_sizes) != l:
+    raise ValueError(
+        f'{l} noise multipliers, {len(ratios)} ratios and '
+        f'{len(expected_group_sizes)} expected group sizes: one each per '
+        'privacy group is needed.')
+  for j, z in enumerate(noise_multipliers):
+    if not np.isfinite(z) or z < 0:
+      raise ValueError(f'group {j}: noise multiplier must be >= 0, got {z}.')
+  for j, r in enumerate(ratios):
+    if not np.isfinite(r) or r < 0:
+      raise ValueError(f'group {j}: ratio r must be >= 0, got {r}.')
+  for j, d in enumerate(expected_group_sizes):
+    if d is not None and not d > 0:
+      raise ValueError(
+          f'group {j}: expected group size (fixed denominator) must be > 0, '
+          f'got {d}.')
+  if not initial_clip_norm > 0:
+    raise ValueError(f'initial clip norm must be > 0, got {initial_clip_norm}.')
+  if not 0 <= target_unclipped_quantile <= 1:
+    raise ValueError('target unclipped quantile must be in [0, 1], got '
+                     f'{target_unclipped_quantile}.')
+  if clip_learning_rate < 0:
+    raise ValueError(
+        f'clip learning rate must be >= 0, got {clip_learning_rate}.')
+  if clip_count_stddev < 0:
+    raise ValueError(
+        f'clip-count noise stddev must be >= 0, got {clip_count_stddev}.')
+  if (clip_learning_rate > 0 and clip_count_stddev == 0 and
+      any(z > 0 for z in noise_multipliers)):
+    raise ValueError(
+        'adaptive clipping (clip learning rate > 0) with private groups needs '
+        'clip-count noise > 0; without it the clip norm leaks private '
+        "clients' update norms.")
+  if expected_clients_per_round is not None and not expected_clients_per_round > 0:
+    raise ValueError('expected clients per round must be > 0, got '
+                     f'{expected_clients_per_round}.')
+
+
+class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
+  """Per-group noisy means combined with weights r_j, one shared clip norm.
+
+  The `weight` of each client is a float32 one-hot vector of length l naming
+  its privacy group (a zero vector excludes the client, e.g. after a
+  non-finite update). Per round, with current clip norm S:
+
+  * every client update is clipped to S and its bit `b = ||Delta|| <= S` kept;
+  * group j's mean is `(sum of its clipped updates + N(0, (z_j S)^2 I)) / D_j`,
+    with `D_j` the expected group size when given (fixed denominator) or the
+    realized count otherwise;
+  * the group means are combined with `w_j = r_j n_j / sum_k r_k n_k`, where
+    `n_j` is the same count as `D_j`; a realized-count group that is empty gets
+    weight 0;
+  * `S <- S exp(-eta_b (clamp(b_bar) - kappa))` with `b_bar` the noisy fraction
+    of unclipped clients (noise std z_b on the centred count).
+
+  With all noise multipliers 0 and realized denominators this is clipped
+  FedAvg; with one group and a fixed denominator it is TFF's DP-FedAvg with
+  adaptive clipping.
+  """
+
+  def __init__(self,
+               noise_multipliers: Sequence[float],
+               ratios: Sequence[float],
+               expected_group_sizes: Sequence[float | None],
+               initial_clip_norm: float,
+               target_unclipped_quantile: float = 0.5,
+               clip_learning_rate: float = 0.2,
+               clip_count_stddev: float = 0.0,
+               expected_clients_per_round: float | None = None,
+               seed: int = 0):
+    _validate(noise_multipliers, ratios, expected_group_sizes,
+              initial_clip_norm, target_unclipped_quantile,
+              clip_learning_rate, clip_count_stddev,
+              expected_clients_per_round)
+    self._z = np.asarray(noise_multipliers, np.float32)
+    self._r = np.asarray(ratios, np.float32)
+    self._fixed = np.array([d is not None for d in expected_group_sizes])
+    self._d = np.array([d if d is not None else 0.0
+                        for d in expected_group_sizes], np.float32)
+    self._initial_clip_norm = float(initial_clip_norm)
+    self._kappa = float(target_unclipped_quantile)
+    self._eta_b = float(clip_learning_rate)
+    self._z_b = float(clip_count_stddev)
+    self._clip_denominator = expected_clients_per_round
+    self._seed = int(seed)
+
+  @property
+  def num_groups(self) -> int:
+    return len(self._z)
+
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    value_type = tff.types.to_type(value_type)
+    weight_type = tff.types.to_type(weight_type)
+    expected_weight = tff.TensorType(np.float32, [self.num_groups])
+    if not weight_type.is_equivalent_to(expected_weight):
+      raise TypeError(
+          f'the weight must be the one-hot privacy-group vector '
+          f'{expected_weight}, got {weight_type}.')
+    template = tff.types.structure_from_tensor_type_tree(lambda t: None,
+                                                         value_type)
+    l = self.num_groups
+
+    @tff.tensorflow.computation
+    def initial_state():
+      return collections.OrderedDict(
+          clip_norm=tf.constant(self._initial_clip_norm, tf.float32),
+          round_num=tf.constant(0, tf.int64),
+          seed=tf.constant(self._seed, tf.int64))
+
+    state_type = initial_state.type_signature.result
+    clip_type = state_type['clip_norm']
+
+    @tff.tensorflow.computation(value_type, weight_type, clip_type)
+    def client_contribution(value, one_hot, clip_norm):
+      leaves = tf.nest.flatten(value)
+      norm = tf.linalg.global_norm(leaves)
+      clipped, _ = tf.clip_by_global_norm(leaves, clip_norm, use_norm=norm)
+      counted = tf.reduce_sum(one_hot)
+      stacked = [
+          tf.reshape(one_hot, [l] + [1] * x.shape.rank) * x[tf.newaxis]
+          for x in clipped
+      ]
+      centred_bit = (tf.cast(norm <= clip_norm, tf.float32) - 0.5) * counted
+      return collections.OrderedDict(
+          group_sums=stacked, counts=one_hot, centred_bits=centred_bit)
+
+    contribution_type = client_contribution.type_signature.result
+
+    @tff.tensorflow.computation(state_type, contribution_type)
+    def server_update(state, totals):
+      clip_norm = state['clip_norm']
+      seed = tf.stack([state['seed'], state['round_num']])
+      counts = totals['counts']
+      fixed = tf.constant(self._fixed)
+      denominators = tf.where(fixed, tf.constant(self._d), counts)
+      group_weights = tf.constant(self._r) * denominators
+      group_weights = tf.math.divide_no_nan(group_weights,
+                                            tf.reduce_sum(group_weights))
+      noise_std = tf.constant(self._z) * clip_norm
+      combined = []
+      for i, group_sum in enumerate(totals['group_sums']):
+        shape = tf.shape(group_sum)
+        noise = tf.random.stateless_normal(
+            shape, tf.random.experimental.stateless_fold_in(seed, i))
+        scale = tf.reshape(noise_std, [l] + [1] * (group_sum.shape.rank - 1))
+        denom = tf.reshape(denominators, scale.shape)
+        means = tf.math.divide_no_nan(group_sum + scale * noise, denom)
+        w = tf.reshape(group_weights, scale.shape)
+        combined.append(tf.reduce_sum(w * means, axis=0))
+      result = tf.nest.pack_sequence_as(template, combined)
+
+      num_clients = tf.reduce_sum(counts)
+      clip_denominator = (tf.constant(self._clip_denominator, tf.float32)
+                          if self._clip_denominator is not None else
+                          num_clients)
+      count_noise = self._z_b * tf.random.stateless_normal(
+          [], tf.random.experimental.stateless_fold_in(seed, -1))
+      unclipped = tf.math.divide_no_nan(totals['centred_bits'] + count_noise,
+                                        clip_denominator) + 0.5
+      unclipped = tf.clip_by_value(unclipped, 0.0, 1.0)
+      new_clip = clip_norm * tf.exp(-self._eta_b * (unclipped - self._kappa))
+      new_state = collections.OrderedDict(
+          clip_norm=new_clip, round_num=state['round_num'] + 1, seed=state['seed'])
+      group_noise_std = tf.math.divide_no_nan(noise_std, denominators)
+      measurements = collections.OrderedDict(
+          clip_norm=clip_norm,
+          num_clients=num_clients,
+          group_client_counts=counts,
+          group_weights=group_weights,
+          group_noise_stddev=group_noise_std,
+          unclipped_fraction_estimate=unclipped,
+          fraction_clipped_estimate=1.0 - unclipped)
+      return new_state, result, measurements
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_eval(initial_state, tff.SERVER)
+
+    @tff.federated_computation(
+        init_fn.type_signature.result,
+        tff.FederatedType(value_type, tff.CLIENTS),
+        tff.FederatedType(weight_type, tff.CLIENTS))
+    def next_fn(state, value, weight):
+      clip_at_clients = tff.federated_broadcast(state['clip_norm'])
+      contributions = tff.federated_map(client_contribution,
+                                        (value, weight, clip_at_clients))
+      totals = tff.federated_sum(contributions)
+      new_state, result, measurements = tff.federated_map(
+          server_update, (state, totals))
+      return tff.templates.MeasuredProcessOutput(new_state, result,
+                                                 measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
