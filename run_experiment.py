@@ -1,0 +1,244 @@
+"""Runs FedHDP / FeO2 experiments from the command line.
+
+Examples:
+  python run_experiment.py --task=digits --algorithms=nonprivate,dp_fedavg,fedhdp \
+      --r=0.1,1 --rounds=60 --output_dir=results/demo
+  python run_experiment.py --task=point_estimation --r=0.2,1
+
+Each configuration writes `<output_dir>/<config>/rounds.csv` (one row per
+round: clip norm, per-group counts, noise and epsilon spent, metrics) and
+`summary.json`; the comparison table is printed and saved as `results.md` and
+`results.csv` in `--output_dir`.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+import tff_hdp  # noqa: F401  (quiets TF before it is imported)
+# TF (and its lazily loaded Keras) must be imported before absl's app.run:
+# imported first inside main, Keras 2.14 cannot build functional models.
+import tensorflow  # noqa: F401  pylint: disable=unused-import
+
+_TASKS = ('digits', 'point_estimation')
+
+_TASK = flags.DEFINE_enum('task', 'digits', _TASKS, 'Task to run.')
+_ALGORITHMS = flags.DEFINE_list(
+    'algorithms', ['fedhdp'],
+    'Comma-separated algorithms: fedhdp, dp_fedavg, nonprivate.')
+_R = flags.DEFINE_list(
+    'r', ['1.0'], 'FedHDP ratio(s) r of the private groups\' weight (the '
+    'opt-out group has r=1); each value is one configuration.')
+_EPSILONS = flags.DEFINE_list(
+    'epsilons', ['3.6'], 'Target epsilon of each private level.')
+_DELTAS = flags.DEFINE_list(
+    'deltas', ['1e-4'], 'Target delta of each private level (one value, or '
+    'one per level).')
+_LEVEL_FRACTIONS = flags.DEFINE_list(
+    'level_fractions', None, 'Fraction of the private clients at each '
+    'private level (default: equal).')
+_OPT_OUT = flags.DEFINE_float('opt_out_fraction', 0.05,
+                              'Fraction of clients that opt out of DP.')
+_ROUNDS = flags.DEFINE_integer('rounds', 60, 'Training rounds.')
+_CLIENTS_PER_ROUND = flags.DEFINE_integer(
+    'clients_per_round', 10, 'Expected (poisson) or exact (fixed) number of '
+    'clients per round.')
+_SAMPLING = flags.DEFINE_enum(
+    'sampling', 'poisson', ['poisson', 'fixed'],
+    'Client sampling; the accountant uses the matching event.')
+_LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 1, 'Local epochs E.')
+_CLIENT_LR = flags.DEFINE_float('client_lr', 0.1, 'Client SGD learning rate.')
+_SERVER_LR = flags.DEFINE_float('server_lr', 1.0, 'Server SGD learning rate.')
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', 10, 'Client batch size.')
+_CLIP_NORM = flags.DEFINE_float('clip_norm', 0.5, 'Initial clip norm S.')
+_TARGET_QUANTILE = flags.DEFINE_float(
+    'target_quantile', 0.5, 'Target fraction kappa of unclipped updates.')
+_CLIP_LR = flags.DEFINE_float(
+    'clip_lr', 0.2, 'Adaptive clipping learning rate eta_b (0: fixed norm).')
+_CLIP_COUNT_STDDEV = flags.DEFINE_float(
+    'clip_count_stddev', None, 'Noise std z_b of the unclipped count '
+    '(default: 5% of the expected clients per round).')
+_DENOMINATOR = flags.DEFINE_enum(
+    'denominator', 'expected', ['expected', 'realized'],
+    'Private groups\' mean denominator: expected size (privacy-sound) or the '
+    'realized count.')
+_SEED = flags.DEFINE_integer('seed', 0, 'Seed of everything random.')
+_EVAL_EVERY = flags.DEFINE_integer('eval_every', 10, 'Evaluate every k rounds.')
+_OUTPUT_DIR = flags.DEFINE_string('output_dir', 'results/latest',
+                                  'Where files are written.')
+_CLIENTS_PER_DIGIT = flags.DEFINE_integer(
+    'clients_per_digit', 10, 'digits task: clients holding each digit.')
+_TRIALS = flags.DEFINE_integer(
+    'trials', 20000, 'point_estimation: Monte Carlo trials.')
+_PE_CLIENTS = flags.DEFINE_integer('pe_clients', 20,
+                                   'point_estimation: clients N.')
+_PE_PRIVATE = flags.DEFINE_integer('pe_private', 19,
+                                   'point_estimation: private clients N_p.')
+_PE_SAMPLES = flags.DEFINE_integer('pe_samples', 10,
+                                   'point_estimation: samples per client.')
+_PE_TAU2 = flags.DEFINE_float('pe_tau2', 0.1, 'point_estimation: tau^2.')
+_PE_BETA2 = flags.DEFINE_float('pe_beta2', 1.0, 'point_estimation: beta^2.')
+_PE_GAMMA2 = flags.DEFINE_float('pe_gamma2', 0.05,
+                                'point_estimation: gamma^2.')
+
+
+class InputError(ValueError):
+  """Bad flags or data: reported as one line, without a traceback."""
+
+
+def _floats(flag) -> list[float]:
+  try:
+    return [float(v) for v in flag.value]
+  except ValueError:
+    raise InputError(
+        f'--{flag.name} must be comma-separated numbers, got '
+        f'{",".join(flag.value)!r}.') from None
+
+
+def _check(condition: bool, message: str) -> None:
+  if not condition:
+    raise InputError(message)
+
+
+def _validate_common() -> None:
+  _check(_ROUNDS.value >= 1, f'--rounds must be >= 1, got {_ROUNDS.value}.')
+  _check(_CLIENTS_PER_ROUND.value >= 1,
+         f'--clients_per_round must be >= 1, got {_CLIENTS_PER_ROUND.value}.')
+  _check(0.0 <= _OPT_OUT.value <= 1.0,
+         f'--opt_out_fraction must be in [0, 1], got {_OPT_OUT.value}.')
+  for r in _floats(_R):
+    _check(r >= 0, f'--r must be >= 0, got {r}.')
+  for e in _floats(_EPSILONS):
+    _check(e > 0, f'--epsilons must be > 0, got {e}.')
+  for d in _floats(_DELTAS):
+    _check(0 < d < 1, f'--deltas must be in (0, 1), got {d}.')
+  _check(_EVAL_EVERY.value >= 1,
+         f'--eval_every must be >= 1, got {_EVAL_EVERY.value}.')
+  for a in _ALGORITHMS.value:
+    _check(a in ('fedhdp', 'dp_fedavg', 'nonprivate'),
+           f'--algorithms: unknown algorithm {a!r}; choose from fedhdp, '
+           'dp_fedavg, nonprivate.')
+
+
+def _private_levels():
+  from tff_hdp.privacy_groups import PrivacyGroup  # pylint: disable=g-import-not-at-top
+  eps = _floats(_EPSILONS)
+  deltas = _floats(_DELTAS)
+  if len(deltas) == 1:
+    deltas = deltas * len(eps)
+  _check(len(deltas) == len(eps),
+         f'--deltas has {len(deltas)} values for {len(eps)} --epsilons.')
+  return [PrivacyGroup(f'private_eps{e:g}', e, d) for e, d in zip(eps, deltas)]
+
+
+def _run_point_estimation() -> None:
+  from tasks import point_estimation  # pylint: disable=g-import-not-at-top
+  from tff_hdp import point_estimation_theory as theory  # pylint: disable=g-import-not-at-top
+  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
+  try:
+    setting = theory.PointEstimationSetting(
+        _PE_CLIENTS.value, _PE_PRIVATE.value, _PE_SAMPLES.value,
+        _PE_TAU2.value, _PE_BETA2.value, _PE_GAMMA2.value)
+  except ValueError as e:
+    raise InputError(f'point_estimation flags: {e}') from None
+  r_star = theory.optimal_ratio(setting)
+  ratios = [r_star] + [r for r in _floats(_R) if r != r_star]
+  results = point_estimation.monte_carlo(setting, ratios, _TRIALS.value,
+                                         _SEED.value)
+  header = ['r', 'empirical server MSE', 'theory sigma_s^2', 'rel. error']
+  rows = [[f'{res.ratio:.4g}' + (' (r*)' if res.ratio == r_star else ''),
+           f'{res.empirical_mse:.6g}', f'{res.theoretical_variance:.6g}',
+           f'{100 * res.relative_error:.2f}%'] for res in results]
+  table = reporting.markdown_table(header, rows)
+  print(f'\nFederated point estimation, {_TRIALS.value} trials '
+        f'(N={setting.num_clients}, N_p={setting.num_private}):\n')
+  print(table)
+  print(f"\nsigma_s,opt^2 = {theory.server_variance_optimal(setting):.6g}, "
+        f"sigma_s,fedavg^2 = {theory.server_variance_fedavg(setting):.6g}, "
+        f"lambda_p* = {theory.optimal_lambda_private(setting):.4g}, "
+        f"lambda_np* = {theory.optimal_lambda_non_private(setting):.4g}")
+  os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
+  reporting.write_table(_OUTPUT_DIR.value, header, rows)
+
+
+def _run_learning() -> None:
+  from tasks import digits  # pylint: disable=g-import-not-at-top
+  from tff_hdp import accounting  # pylint: disable=g-import-not-at-top
+  from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
+  from tff_hdp.fedhdp import ClipSettings  # pylint: disable=g-import-not-at-top
+  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
+  try:
+    task = digits.load(clients_per_digit=_CLIENTS_PER_DIGIT.value,
+                       batch_size=_BATCH_SIZE.value, seed=_SEED.value)
+  except ValueError as e:
+    raise InputError(f'--task={_TASK.value}: {e}') from None
+  n = len(task.client_ids)
+  _check(_CLIENTS_PER_ROUND.value <= n,
+         f'--clients_per_round={_CLIENTS_PER_ROUND.value} exceeds the '
+         f'{n} clients of task {task.name!r}.')
+  if _SAMPLING.value == 'poisson':
+    sampling = accounting.PoissonSampling(_CLIENTS_PER_ROUND.value / n)
+  else:
+    sampling = accounting.FixedSizeSampling(n, _CLIENTS_PER_ROUND.value)
+  levels = _private_levels()
+  fractions = (_floats(_LEVEL_FRACTIONS) if _LEVEL_FRACTIONS.value else None)
+  settings = experiment.Settings(
+      rounds=_ROUNDS.value,
+      sampling=sampling,
+      local_epochs=_LOCAL_EPOCHS.value,
+      client_lr=_CLIENT_LR.value,
+      server_lr=_SERVER_LR.value,
+      clip=ClipSettings(
+          initial_norm=_CLIP_NORM.value,
+          target_quantile=_TARGET_QUANTILE.value,
+          learning_rate=_CLIP_LR.value,
+          count_stddev=_CLIP_COUNT_STDDEV.value),
+      denominator=_DENOMINATOR.value,
+      seed=_SEED.value,
+      eval_every=_EVAL_EVERY.value)
+  try:
+    choices = experiment.client_choices(task, levels, _OPT_OUT.value,
+                                        _SEED.value, fractions)
+    configs = experiment.configurations(_ALGORITHMS.value, _floats(_R),
+                                        choices)
+    summaries = []
+    for config in configs:
+      summaries.append(
+          experiment.run_configuration(task, config, choices, settings,
+                                       _OUTPUT_DIR.value))
+  except (ValueError, accounting.InfeasiblePrivacyTargetError) as e:
+    raise InputError(str(e)) from None
+  header, rows = reporting.results_table(summaries)
+  print(f'\n{task.name}: {n} clients, {_ROUNDS.value} rounds, '
+        f'{_CLIENTS_PER_ROUND.value} clients per round ({_SAMPLING.value}), '
+        f'{_OPT_OUT.value:.0%} opt out\n')
+  print(reporting.markdown_table(header, rows))
+  reporting.write_table(_OUTPUT_DIR.value, header, rows)
+  print(f'\nPer-round metrics and summaries: {_OUTPUT_DIR.value}/')
+
+
+def main(argv: list[str]) -> None:
+  try:
+    if len(argv) > 1:
+      raise InputError(f'unexpected arguments: {argv[1:]}')
+    _validate_common()
+    from tff_hdp import runtime  # pylint: disable=g-import-not-at-top
+    runtime.init()
+    if _TASK.value == 'point_estimation':
+      _run_point_estimation()
+    else:
+      _run_learning()
+  except InputError as e:
+    sys.exit(f'run_experiment.py: error: {e}')
+
+
+if __name__ == '__main__':
+  if sys.version_info[:2] != (3, 11):
+    sys.exit(f'tff-hdp needs Python 3.11 (TensorFlow 2.14 / TFF 0.87); this '
+             f'is Python {sys.version.split()[0]}.')
+  app.run(main)

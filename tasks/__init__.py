@@ -1,0 +1,1 @@
+"""Datasets and models, one module per task, behind `tasks.base.FederatedTask`."""

@@ -1,0 +1,75 @@
+"""The one interface every task implements, so any algorithm runs on any task.
+
+A task owns its clients' data as numpy arrays (small enough to hold in memory
+on one machine), the server test set, and a Keras model builder; this module
+turns them into the `tf.data` pipelines and `tff.learning` models the library
+consumes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Hashable, Mapping
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+Arrays = tuple[np.ndarray, np.ndarray]
+
+
+@dataclasses.dataclass
+class FederatedTask:
+  """Clients' train/test arrays, a server test set and a model.
+
+  `client_train[c]` and `client_test[c]` are `(x, y)`; `keras_model_fn`
+  builds a fresh, uncompiled Keras model; `metric` names what the tables
+  report ('accuracy' for classification).
+  """
+
+  name: str
+  client_train: Mapping[Hashable, Arrays]
+  client_test: Mapping[Hashable, Arrays]
+  server_test: Arrays
+  keras_model_fn: Callable[[], tf.keras.Model]
+  loss_fn: Callable[[], tf.keras.losses.Loss]
+  batch_size: int
+  metric: str = 'accuracy'
+
+  def __post_init__(self):
+    empty = [c for c, (x, _) in self.client_train.items() if len(x) == 0]
+    if empty:
+      raise ValueError(
+          f'task {self.name!r}: {len(empty)} clients have no training '
+          f'examples, e.g. {empty[:3]}; drop them when building the task.')
+    if self.batch_size < 1:
+      raise ValueError(f'batch size must be >= 1, got {self.batch_size}.')
+
+  @property
+  def client_ids(self) -> list[Hashable]:
+    return list(self.client_train)
+
+  @property
+  def input_spec(self):
+    x, y = next(iter(self.client_train.values()))
+    return (tf.TensorSpec([None] + list(x.shape[1:]), tf.float32),
+            tf.TensorSpec([None] + list(y.shape[1:]), tf.as_dtype(y.dtype)))
+
+  def train_dataset(self, client_id: Hashable, seed: int) -> tf.data.Dataset:
+    """Batches of a client's training data, shuffled by `seed`."""
+    x, y = self.client_train[client_id]
+    order = np.random.default_rng(seed).permutation(len(x))
+    return tf.data.Dataset.from_tensor_slices(
+        (x[order], y[order])).batch(self.batch_size)
+
+  def tff_model_fn(self) -> Callable[[], tff.learning.models.VariableModel]:
+    spec = self.input_spec
+    metrics = ([tf.keras.metrics.SparseCategoricalAccuracy()]
+               if self.metric == 'accuracy' else [])
+
+    def model_fn():
+      return tff.learning.models.from_keras_model(
+          self.keras_model_fn(), loss=self.loss_fn(), input_spec=spec,
+          metrics=[type(m)() for m in metrics])
+
+    return model_fn

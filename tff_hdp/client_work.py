@@ -1,0 +1,154 @@
+"""Client work of FedHDP: E local epochs of SGD, weight = privacy-group one-hot.
+
+A client's data is a structure of two sequences, `data` (its batches) and
+`group` (a single element: its one-hot privacy-group vector), because a TFF
+learning process takes only sequences at CLIENTS. The update is the
+pseudo-gradient `theta - theta_local` (TFF's convention; the finalizer applies
+it with the server optimizer), and the update weight is the group vector, which
+`HeterogeneousDPFactory` turns into per-group sums and counts. A client whose
+update is not finite is dropped (weight zero vector) and counted.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+DATA_KEY = 'data'
+GROUP_KEY = 'group'
+
+
+def client_data_type(model_input_spec, num_groups: int) -> tff.Type:
+  """TFF type of one client's input: its batches and its group vector."""
+  return tff.types.to_type(
+      collections.OrderedDict([
+          (DATA_KEY, tff.SequenceType(tff.types.tensorflow_to_type(
+              model_input_spec))),
+          (GROUP_KEY, tff.SequenceType(tff.TensorType(np.float32,
+                                                      [num_groups]))),
+      ]))
+
+
+def make_client_data(dataset: tf.data.Dataset,
+                     group_one_hot: np.ndarray) -> collections.OrderedDict:
+  """Packs a client's batched dataset and its group into the client input."""
+  return collections.OrderedDict([
+      (DATA_KEY, dataset),
+      (GROUP_KEY, tf.data.Dataset.from_tensors(
+          np.asarray(group_one_hot, np.float32))),
+  ])
+
+
+def all_finite(structure) -> tf.Tensor:
+  return tf.reduce_all(
+      [tf.reduce_all(tf.math.is_finite(x)) for x in tf.nest.flatten(structure)])
+
+
+def _build_local_training(model_fn, epochs: int, num_groups: int):
+  """The tf.function that trains one client and returns its result."""
+  model = model_fn()
+
+  @tf.function
+  def train(optimizer, optimizer_hparams, initial_weights, data, group):
+    weights = tff.learning.models.ModelWeights.from_model(model)
+    tf.nest.map_structure(lambda v, t: v.assign(t), weights, initial_weights)
+    trainable_specs = tuple(
+        tf.TensorSpec(v.shape, v.dtype)
+        for v in tf.nest.flatten(weights.trainable))
+    opt_state = optimizer.set_hparams(
+        optimizer.initialize(trainable_specs), optimizer_hparams)
+
+    def step(state, batch):
+      num_examples, opt_state = state
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(batch, training=True)
+      grads = tape.gradient(output.loss, weights.trainable)
+      opt_state, updated = optimizer.next(
+          opt_state, tuple(tf.nest.flatten(weights.trainable)),
+          tuple(tf.nest.flatten(grads)))
+      for v, u in zip(tf.nest.flatten(weights.trainable), updated):
+        v.assign(u)
+      return num_examples + tf.cast(output.num_examples, tf.int64), opt_state
+
+    num_examples, _ = data.repeat(epochs).reduce(
+        (tf.constant(0, tf.int64), opt_state), step)
+    one_hot = group.reduce(tf.zeros([num_groups], tf.float32),
+                           lambda acc, g: acc + g)
+    update = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
+                                   weights.trainable)
+    finite = all_finite(update)
+    update = tf.nest.map_structure(
+        lambda u: tf.where(finite, u, tf.zeros_like(u)), update)
+    weight = tf.where(finite, one_hot, tf.zeros_like(one_hot))
+    non_finite = 1 - tf.cast(finite, tf.int32)
+    if non_finite > 0:
+      model.reset_metrics()
+    return (tff.learning.templates.ClientResult(update=update,
+                                                update_weight=weight),
+            model.report_local_unfinalized_metrics(),
+            collections.OrderedDict(num_examples=num_examples,
+                                    num_non_finite_updates=non_finite))
+
+  return train
+
+
+def build_group_client_work(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    num_groups: int,
+    epochs: int = 1) -> tff.learning.templates.ClientWorkProcess:
+  """`ClientWorkProcess` of E local epochs whose weight is the group vector."""
+  if epochs < 1:
+    raise ValueError(f'local epochs must be >= 1, got {epochs}.')
+  with tf.Graph().as_default():
+    model = model_fn()
+    metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
+        model.metric_finalizers())
+  weights_type = tff.learning.models.weights_type_from_model(model)
+  data_type = client_data_type(model.input_spec, num_groups)
+  initial_hparams = client_optimizer.get_hparams(
+      client_optimizer.initialize(tf.TensorSpec([], tf.float32)))
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_value(initial_hparams, tff.SERVER)
+
+  hparams_type = init_fn.type_signature.result.member
+
+  @tff.tensorflow.computation(hparams_type)
+  def get_hparams_fn(state):
+    return state
+
+  @tff.tensorflow.computation(hparams_type, hparams_type)
+  def set_hparams_fn(state, hparams):
+    del state
+    return hparams
+
+  @tff.tensorflow.computation(hparams_type, weights_type, data_type)
+  def client_update(hparams, initial_weights, client_data):
+    train = _build_local_training(model_fn, epochs, num_groups)
+    return train(client_optimizer, hparams, initial_weights,
+                 client_data[DATA_KEY], client_data[GROUP_KEY])
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(weights_type, tff.CLIENTS),
+                             tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, weights, client_data):
+    hparams_at_clients = tff.federated_broadcast(state)
+    result, model_outputs, counts = tff.federated_map(
+        client_update, (hparams_at_clients, weights, client_data))
+    measurements = tff.federated_zip(
+        collections.OrderedDict(
+            train=metrics_aggregation_fn(model_outputs),
+            **{k: tff.federated_sum(v) for k, v in
+               [('num_examples', counts.num_examples),
+                ('num_non_finite_updates', counts.num_non_finite_updates)]}))
+    return tff.templates.MeasuredProcessOutput(state, result, measurements)
+
+  return tff.learning.templates.ClientWorkProcess(
+      init_fn, next_fn, get_hparams_fn=get_hparams_fn,
+      set_hparams_fn=set_hparams_fn)

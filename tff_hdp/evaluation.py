@@ -1,0 +1,77 @@
+"""The papers' metrics for a global model (SPEC.md §1, FedHDP Table 1).
+
+Evaluation is read-only post-processing of the released model, so it runs in
+plain Keras outside TFF: one forward pass over all clients' test sets at once.
+Accuracies are in percent; "variance" is the variance across clients of their
+local accuracies, as the papers print it in parentheses.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Hashable, Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks.base import FederatedTask
+
+
+def _predict(model: tf.keras.Model, x: np.ndarray) -> np.ndarray:
+  return model(x, training=False).numpy()
+
+
+def _score(task: FederatedTask, outputs: np.ndarray, y: np.ndarray) -> np.ndarray:
+  """Per-example score: 1/0 correctness, or squared error for regression."""
+  if task.metric == 'accuracy':
+    return (outputs.argmax(axis=-1) == y).astype(np.float64) * 100.0
+  return np.square(outputs.reshape(y.shape) - y).astype(np.float64)
+
+
+def client_scores(task: FederatedTask, model: tf.keras.Model,
+                  client_ids: Sequence[Hashable]) -> dict[Hashable, float]:
+  """Each client's mean score on its own test set."""
+  xs = [task.client_test[c][0] for c in client_ids]
+  ys = [task.client_test[c][1] for c in client_ids]
+  if not xs:
+    return {}
+  scores = _score(task, _predict(model, np.concatenate(xs)), np.concatenate(ys))
+  bounds = np.cumsum([0] + [len(y) for y in ys])
+  return {c: float(scores[bounds[i]:bounds[i + 1]].mean())
+          for i, c in enumerate(client_ids)}
+
+
+def keras_model_with(task: FederatedTask,
+                     weights: tff.learning.models.ModelWeights
+                     ) -> tf.keras.Model:
+  model = task.keras_model_fn()
+  weights.assign_weights_to(model)
+  return model
+
+
+def global_model_metrics(task: FederatedTask,
+                         weights: tff.learning.models.ModelWeights,
+                         private_clients: Mapping[Hashable, bool]
+                         ) -> collections.OrderedDict:
+  """Acc_g, Acc_g,p, Acc_g,np (with variance across clients) and Delta_g.
+
+  `private_clients[c]` says whether client c chose a private level; it is the
+  clients' own choice, not the algorithm's grouping, so DP-FedAvg and FedHDP
+  are scored on the same two sets of clients.
+  """
+  model = keras_model_with(task, weights)
+  x, y = task.server_test
+  metrics = collections.OrderedDict()
+  metrics['acc_g'] = float(_score(task, _predict(model, x), y).mean())
+  per_client = client_scores(task, model, list(private_clients))
+  for label, flag in (('p', True), ('np', False)):
+    values = np.array([s for c, s in per_client.items()
+                       if private_clients[c] == flag])
+    metrics[f'acc_g_{label}'] = float(values.mean()) if len(values) else None
+    metrics[f'var_g_{label}'] = float(values.var()) if len(values) else None
+  if metrics['acc_g_p'] is not None and metrics['acc_g_np'] is not None:
+    metrics['delta_g'] = metrics['acc_g_np'] - metrics['acc_g_p']
+  else:
+    metrics['delta_g'] = None
+  return metrics

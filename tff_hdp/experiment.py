@@ -1,0 +1,126 @@
+"""One comparison of algorithms on one task, as the papers' tables run it.
+
+The clients' privacy choices are drawn once (seeded) and shared by every
+configuration; each configuration (algorithm, r) gets its own process, privacy
+plan and output folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Sequence
+
+import tensorflow_federated as tff
+
+from tasks.base import FederatedTask
+from tff_hdp import accounting
+from tff_hdp import fedhdp
+from tff_hdp import training_loop
+from tff_hdp.privacy_groups import GroupAssignment
+from tff_hdp.privacy_groups import PrivacyGroup
+from tff_hdp.privacy_groups import assign_opt_out
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Training settings shared by all configurations of a comparison."""
+
+  rounds: int
+  sampling: accounting.Sampling
+  local_epochs: int = 1
+  client_lr: float = 0.1
+  server_lr: float = 1.0
+  clip: fedhdp.ClipSettings = fedhdp.ClipSettings()
+  denominator: str = 'expected'
+  seed: int = 0
+  eval_every: int = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Configuration:
+  algorithm: str
+  ratio: float | None = None
+
+  @property
+  def name(self) -> str:
+    return (f'{self.algorithm}_r{self.ratio:g}' if self.ratio is not None else
+            self.algorithm)
+
+
+def client_choices(task: FederatedTask, levels: Sequence[PrivacyGroup],
+                   opt_out_fraction: float, seed: int,
+                   level_fractions: Sequence[float] | None = None
+                   ) -> GroupAssignment:
+  """The clients' own privacy choices: private levels plus an opt-out group."""
+  return assign_opt_out(task.client_ids, levels, opt_out_fraction, seed,
+                        private_fractions=level_fractions)
+
+
+def configurations(algorithms: Sequence[str], ratios: Sequence[float],
+                   choices: GroupAssignment) -> list[Configuration]:
+  """fedhdp once per r; the baselines once each."""
+  del choices  # Every algorithm is defined for any set of choices.
+  configs = []
+  for algorithm in algorithms:
+    if algorithm not in fedhdp.ALGORITHMS:
+      raise ValueError(f'unknown algorithm {algorithm!r}; choose one of '
+                       f'{fedhdp.ALGORITHMS}.')
+    if algorithm == 'fedhdp':
+      configs += [Configuration('fedhdp', float(r)) for r in ratios]
+    else:
+      configs.append(Configuration(algorithm))
+  return configs
+
+
+def _training_groups(config: Configuration,
+                     choices: GroupAssignment) -> GroupAssignment:
+  ratios = None
+  if config.ratio is not None:
+    ratios = [config.ratio if g.is_private else 1.0 for g in choices.groups]
+  return fedhdp.groups_for_algorithm(config.algorithm, choices, ratios)
+
+
+def run_configuration(task: FederatedTask, config: Configuration,
+                      choices: GroupAssignment, settings: Settings,
+                      output_dir: str | None,
+                      progress: bool = True) -> dict:
+  """Trains one configuration; returns (and writes) its summary."""
+  assignment = _training_groups(config, choices)
+  plan = fedhdp.plan_privacy(assignment, settings.sampling, settings.rounds,
+                             settings.clip, settings.denominator)
+  process = fedhdp.build_fedhdp(
+      task.tff_model_fn(),
+      fedhdp.build_aggregator(plan, settings.clip, settings.seed),
+      assignment.num_groups,
+      client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
+      server_optimizer=tff.learning.optimizers.build_sgdm(settings.server_lr),
+      local_epochs=settings.local_epochs)
+  run_dir = os.path.join(output_dir, config.name) if output_dir else None
+  result = training_loop.run(
+      task, process, plan, choices, seed=settings.seed, output_dir=run_dir,
+      eval_every=settings.eval_every, progress=progress)
+  summary = {
+      'configuration': config.name,
+      'algorithm': config.algorithm,
+      'ratio': config.ratio,
+      'task': task.name,
+      'rounds': settings.rounds,
+      'sampling_rate': settings.sampling.rate,
+      'groups': [{
+          'name': g.name,
+          'clients': int(n),
+          'target_epsilon': g.epsilon,
+          'delta': g.delta,
+          'ratio': g.ratio,
+          'noise_multiplier': z,
+          'epsilon_spent': result.epsilons[g.name],
+      } for g, n, z in zip(assignment.groups, assignment.group_sizes(),
+                           plan.noise_multipliers)],
+      'clip_count_stddev': plan.clip_count_stddev,
+      'metrics': result.final_metrics,
+      'seconds': result.seconds,
+  }
+  if run_dir:
+    training_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+  return summary

@@ -1,0 +1,183 @@
+"""Runs a learning process round by round: sampling, budget, metrics, files.
+
+Client sampling is drawn from `(seed, round)` alone, so every algorithm of a
+comparison sees the same clients in the same rounds and a round can be
+re-drawn without replaying the ones before it. Before each round the ledger is
+asked whether it would push any private group past its target; such a round is
+refused. Every round appends one CSV row (flushed), so the file a person reads
+is complete up to the last finished round.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Hashable, Sequence
+
+import numpy as np
+import tensorflow_federated as tff
+import tqdm
+
+from tasks.base import FederatedTask
+from tff_hdp import accounting
+from tff_hdp import client_work
+from tff_hdp import evaluation
+from tff_hdp.fedhdp import PrivacyPlan
+from tff_hdp.privacy_groups import GroupAssignment
+
+
+class BudgetExhaustedError(RuntimeError):
+  """A round would spend more privacy than a group's target allows."""
+
+
+def sample_clients(client_ids: Sequence[Hashable],
+                   sampling: accounting.Sampling, seed: int,
+                   round_num: int) -> list[Hashable]:
+  """The clients of round `round_num`, as the accountant assumes them drawn."""
+  rng = np.random.default_rng([seed, round_num, 0x5A])
+  n = len(client_ids)
+  if isinstance(sampling, accounting.PoissonSampling):
+    chosen = np.flatnonzero(rng.random(n) < sampling.q)
+  else:
+    chosen = np.sort(rng.choice(n, sampling.clients_per_round, replace=False))
+  return [client_ids[i] for i in chosen]
+
+
+def _client_seed(seed: int, round_num: int, position: int) -> int:
+  return int(np.random.default_rng([seed, round_num, position]).integers(2**31))
+
+
+@dataclasses.dataclass
+class RunResult:
+  state: object
+  rows: list[dict]
+  final_metrics: dict
+  epsilons: dict[str, float]
+  seconds: float
+
+
+def _columns(groups) -> list[str]:
+  cols = ['round', 'num_clients', 'clip_norm', 'fraction_clipped_estimate',
+          'train_loss', 'train_accuracy', 'num_non_finite_updates']
+  for g in groups:
+    cols += [f'count_{g.name}', f'weight_{g.name}', f'noise_std_{g.name}',
+             f'epsilon_{g.name}']
+  cols += ['acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np', 'delta_g']
+  return cols
+
+
+def _fmt(value):
+  if value is None:
+    return ''
+  if isinstance(value, float):
+    return f'{value:.6g}'
+  return value
+
+
+def run(task: FederatedTask,
+        process: tff.learning.templates.LearningProcess,
+        plan: PrivacyPlan,
+        client_choices: GroupAssignment,
+        *,
+        seed: int,
+        output_dir: str | None = None,
+        eval_every: int = 10,
+        progress: bool = True) -> RunResult:
+  """Trains for `plan.rounds` rounds and evaluates every `eval_every`.
+
+  `plan.assignment` holds the groups the algorithm trains with;
+  `client_choices` holds the clients' own choices, used for the private /
+  non-private metrics so that all algorithms are scored alike.
+  """
+  groups = plan.assignment.groups
+  client_ids = task.client_ids
+  private_flags = {
+      c: client_choices.groups[client_choices.group_of(c)].is_private
+      for c in client_ids
+  }
+  columns = _columns(groups)
+  writer = csv_file = None
+  if output_dir:
+    os.makedirs(output_dir, exist_ok=True)
+    csv_file = open(os.path.join(output_dir, 'rounds.csv'), 'w', newline='')
+    writer = csv.DictWriter(csv_file, fieldnames=columns)
+    writer.writeheader()
+  state = process.initialize()
+  rows = []
+  metrics = {}
+  start = time.time()
+  bar = tqdm.trange(plan.rounds, desc=f'{task.name} rounds', unit='round',
+                    disable=not progress, dynamic_ncols=True)
+  try:
+    for round_index in bar:
+      round_num = round_index + 1
+      exceeded = plan.ledger.first_exceeded(round_num)
+      if exceeded is not None:
+        budget, eps = exceeded
+        raise BudgetExhaustedError(
+            f'round {round_num} refused: privacy group {budget.name!r} would '
+            f'spend epsilon={eps:.4g}, above its target '
+            f'{budget.target_epsilon:.4g}.')
+      sampled = sample_clients(client_ids, plan.sampling, seed, round_num)
+      row = dict.fromkeys(columns, None)
+      row['round'] = round_num
+      row['num_clients'] = len(sampled)
+      if sampled:
+        data = [
+            client_work.make_client_data(
+                task.train_dataset(c, _client_seed(seed, round_num, i)),
+                plan.assignment.one_hot(c)) for i, c in enumerate(sampled)
+        ]
+        output = process.next(state, data)
+        state = output.state
+        agg = output.metrics['aggregator']
+        work = output.metrics['client_work']
+        row['clip_norm'] = float(agg['clip_norm'])
+        row['fraction_clipped_estimate'] = float(
+            agg['fraction_clipped_estimate'])
+        row['train_loss'] = float(work['train']['loss'])
+        acc = work['train'].get('sparse_categorical_accuracy')
+        row['train_accuracy'] = None if acc is None else 100.0 * float(acc)
+        row['num_non_finite_updates'] = int(work['num_non_finite_updates'])
+        for j, g in enumerate(groups):
+          row[f'count_{g.name}'] = int(agg['group_client_counts'][j])
+          row[f'weight_{g.name}'] = float(agg['group_weights'][j])
+          row[f'noise_std_{g.name}'] = float(agg['group_noise_stddev'][j])
+      for j, g in enumerate(groups):
+        row[f'epsilon_{g.name}'] = plan.ledger.epsilon(j, round_num)
+      if round_num % eval_every == 0 or round_num == plan.rounds:
+        metrics = evaluation.global_model_metrics(
+            task, process.get_model_weights(state), private_flags)
+        row.update(metrics)
+        bar.set_postfix(acc_g=f"{metrics['acc_g']:.2f}")
+      rows.append(row)
+      if writer:
+        writer.writerow({k: _fmt(v) for k, v in row.items()})
+        csv_file.flush()
+  finally:
+    if csv_file:
+      csv_file.close()
+  seconds = time.time() - start
+  epsilons = {g.name: plan.ledger.epsilon(j, plan.rounds)
+              for j, g in enumerate(groups)}
+  return RunResult(state, rows, metrics, epsilons, seconds)
+
+
+def write_summary(path: str, summary: dict) -> None:
+  """JSON summary; infinite epsilons (opt-out groups) are written as null."""
+
+  def clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+      return None
+    if isinstance(v, dict):
+      return {k: clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+      return [clean(x) for x in v]
+    return v
+
+  with open(path, 'w') as f:
+    json.dump(clean(summary), f, indent=2)
