@@ -1,0 +1,102 @@
+"""Accounting against dp_accounting called directly, and calibration."""
+
+import math
+
+import dp_accounting
+import pytest
+from dp_accounting import rdp
+
+from tff_hdp import accounting
+
+
+def _direct_epsilon(z, z_b, q, rounds, delta):
+  # Independent of the module: Andrew et al.'s z_eff written out here.
+  z_eff = 1.0 / math.sqrt(z**-2 + (2 * z_b)**-2)
+  acc = rdp.RdpAccountant()
+  acc.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(
+          q, dp_accounting.GaussianDpEvent(z_eff)), rounds))
+  return acc.get_epsilon(delta)
+
+
+@pytest.mark.parametrize('z,z_b,q,rounds,delta', [
+    (1.1, 0.5, 0.05, 500, 1e-4),
+    (0.8, 2.0, 0.01, 200, 1e-5),
+    (3.0, 10.0, 0.3, 50, 1e-3),
+])
+def test_epsilon_matches_dp_accounting(z, z_b, q, rounds, delta):
+  ours = accounting.epsilon_spent(z, z_b, accounting.PoissonSampling(q),
+                                  rounds, delta)
+  assert ours == pytest.approx(_direct_epsilon(z, z_b, q, rounds, delta),
+                               abs=1e-6)
+
+
+def test_fixed_size_sampling_uses_sampling_without_replacement():
+  acc = rdp.RdpAccountant(
+      neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+  acc.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.SampledWithoutReplacementDpEvent(
+          2000, 100, dp_accounting.GaussianDpEvent(1.2)), 100))
+  ours = accounting.epsilon_spent(1.2, None,
+                                  accounting.FixedSizeSampling(2000, 100), 100,
+                                  1e-4)
+  assert ours == pytest.approx(acc.get_epsilon(1e-4), abs=1e-6)
+
+
+def test_effective_multiplier_closed_form():
+  assert accounting.effective_noise_multiplier(1.0, 0.5) == pytest.approx(
+      1 / math.sqrt(2))
+  assert accounting.effective_noise_multiplier(1.3, None) == 1.3
+  z = accounting.value_noise_multiplier(0.9, 2.0)
+  assert accounting.effective_noise_multiplier(z, 2.0) == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize('eps,delta,q,rounds,z_b', [
+    (3.6, 1e-4, 0.05, 500, 5.0),
+    (0.6, 1e-4, 0.03, 100, 20.0),
+    (8.0, 1e-5, 0.1, 300, None),
+])
+def test_calibration_round_trips(eps, delta, q, rounds, z_b):
+  sampling = accounting.PoissonSampling(q)
+  z = accounting.calibrate_noise_multiplier(eps, delta, sampling, rounds, z_b)
+  spent = accounting.epsilon_spent(z, z_b, sampling, rounds, delta)
+  assert spent <= eps * (1 + 1e-6)
+  assert spent == pytest.approx(eps, rel=0.01)
+  # Slightly less noise must overspend: z is the smallest that meets it.
+  assert accounting.epsilon_spent(0.97 * z, z_b, sampling, rounds,
+                                  delta) > eps
+
+
+def test_infeasible_target_is_a_clear_error():
+  with pytest.raises(accounting.InfeasiblePrivacyTargetError,
+                     match='clip-count noise'):
+    accounting.calibrate_noise_multiplier(
+        1.0, 1e-5, accounting.PoissonSampling(0.5), 1000, 0.5)
+
+
+@pytest.mark.parametrize('eps,delta', [(0.0, 1e-5), (-1.0, 1e-5),
+                                       (1.0, 0.0), (1.0, 1.0)])
+def test_bad_targets_rejected(eps, delta):
+  with pytest.raises(accounting.InfeasiblePrivacyTargetError):
+    accounting.calibrate_noise_multiplier(
+        eps, delta, accounting.PoissonSampling(0.1), 10, None)
+
+
+def test_ledger_reports_spend_and_flags_overspend():
+  sampling = accounting.PoissonSampling(0.1)
+  z = accounting.calibrate_noise_multiplier(2.0, 1e-5, sampling, 20, 1.0)
+  ledger = accounting.PrivacyLedger(
+      [accounting.GroupBudget('p', z, 2.0, 1e-5), None], sampling, 1.0)
+  assert ledger.epsilon(0, 0) == 0.0
+  assert ledger.epsilon(1, 20) == math.inf
+  assert ledger.epsilons(10)[0] < ledger.epsilons(20)[0] <= 2.0 * (1 + 1e-6)
+  assert ledger.first_exceeded(20) is None
+  budget, eps = ledger.first_exceeded(21)
+  assert budget.name == 'p' and eps > 2.0
+
+
+def test_sampling_validation():
+  with pytest.raises(ValueError, match='sampling rate'):
+    accounting.PoissonSampling(0.0)
+  with pytest.raises(ValueError, match='population'):
+    accounting.FixedSizeSampling(10, 11)

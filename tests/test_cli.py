@@ -1,0 +1,67 @@
+"""run_experiment.py end to end, and its one-line errors for bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(*flags, cwd=ROOT):
+  return subprocess.run(
+      [sys.executable, os.path.join(ROOT, 'run_experiment.py'), *flags],
+      cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--epsilons=0'], '--epsilons must be > 0, got 0.0.'),
+    (['--deltas=1.5'], '--deltas must be in (0, 1), got 1.5.'),
+    (['--r=-0.5'], '--r must be >= 0, got -0.5.'),
+    (['--opt_out_fraction=1.5'], '--opt_out_fraction must be in [0, 1], got 1.5.'),
+    (['--clients_per_round=5000', '--rounds=1'],
+     '--clients_per_round=5000 exceeds the 100 clients of task'),
+    (['--algorithms=fedprox'], "--algorithms: unknown algorithm 'fedprox'"),
+    (['--epsilons=1,2', '--deltas=1e-5,1e-5,1e-5'],
+     '--deltas has 3 values for 2 --epsilons.'),
+    (['--rounds=500', '--clients_per_round=10', '--epsilons=0.5'],
+     'cannot be met'),
+])
+def test_bad_input_is_one_clear_line(flags, message, tmp_path):
+  result = _run(*flags, f'--output_dir={tmp_path}')
+  assert result.returncode != 0
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith('run_experiment.py: error: ')
+  assert message in last
+  assert 'Traceback' not in result.stderr
+
+
+def test_unknown_task_is_refused_by_the_flag_parser(tmp_path):
+  result = _run('--task=cifar', f'--output_dir={tmp_path}')
+  assert result.returncode != 0
+  assert "--task" in result.stderr and 'digits' in result.stderr
+
+
+def test_short_comparison_prints_the_table_and_writes_files(tmp_path):
+  result = _run('--algorithms=dp_fedavg,fedhdp', '--r=0.5', '--rounds=2',
+                '--clients_per_round=20', '--clip_count_stddev=3',
+                '--eval_every=1', f'--output_dir={tmp_path}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert '| Algorithm' in result.stdout
+  assert 'dp_fedavg' in result.stdout and 'fedhdp_r0.5' in result.stdout
+  for name in ('results.md', 'results.csv', 'dp_fedavg/rounds.csv',
+               'fedhdp_r0.5/summary.json'):
+    assert os.path.exists(os.path.join(tmp_path, name)), name
+  with open(os.path.join(tmp_path, 'fedhdp_r0.5', 'summary.json')) as f:
+    summary = json.load(f)
+  assert summary['groups'][-1]['name'] == 'opt_out'
+  assert summary['groups'][-1]['epsilon_spent'] is None  # no guarantee
+
+
+def test_point_estimation_table(tmp_path):
+  result = _run('--task=point_estimation', '--trials=4000', '--r=1',
+                f'--output_dir={tmp_path}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert '(r*)' in result.stdout and 'sigma_s,opt^2' in result.stdout

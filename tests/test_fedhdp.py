@@ -1,0 +1,126 @@
+"""Privacy plans, algorithm groupings and a short end-to-end training run."""
+
+import csv
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tasks import digits
+from tff_hdp import accounting
+from tff_hdp import experiment
+from tff_hdp import fedhdp
+from tff_hdp import privacy_groups as pg
+from tff_hdp import training_loop
+
+
+@pytest.fixture(scope='module')
+def task():
+  return digits.load(clients_per_digit=3, seed=0)
+
+
+def _choices(ids):
+  return pg.assign_opt_out(
+      ids, [pg.PrivacyGroup('strict', 2.0, 1e-5),
+            pg.PrivacyGroup('loose', 6.0, 1e-5)], 0.2, seed=0)
+
+
+def test_plan_calibrates_every_private_group_to_its_target():
+  ids = list(range(1000))
+  choices = _choices(ids)
+  sampling = accounting.PoissonSampling(0.05)
+  plan = fedhdp.plan_privacy(choices, sampling, 100, fedhdp.ClipSettings())
+  z_b = plan.clip_count_stddev
+  assert z_b == pytest.approx(0.05 * 0.05 * 1000)
+  for j, g in enumerate(choices.groups):
+    if g.is_private:
+      eps = accounting.epsilon_spent(plan.noise_multipliers[j], z_b, sampling,
+                                     100, g.delta)
+      assert eps == pytest.approx(g.epsilon, rel=0.01)
+      assert plan.expected_group_sizes[j] == pytest.approx(
+          0.05 * choices.group_sizes()[j])
+    else:
+      assert plan.noise_multipliers[j] == 0.0
+      assert plan.expected_group_sizes[j] is None
+      assert math.isinf(plan.ledger.epsilon(j, 100))
+  # The stricter group needs more noise.
+  assert plan.noise_multipliers[0] > plan.noise_multipliers[1]
+
+
+def test_algorithm_groupings():
+  choices = _choices(list(range(50)))
+  dp = fedhdp.groups_for_algorithm('dp_fedavg', choices)
+  assert dp.num_groups == 1 and dp.groups[0].epsilon == 2.0
+  assert fedhdp.groups_for_algorithm('nonprivate',
+                                     choices).groups[0].is_private is False
+  ours = fedhdp.groups_for_algorithm('fedhdp', choices, [0.1, 0.1, 1.0])
+  assert [g.ratio for g in ours.groups] == [0.1, 0.1, 1.0]
+  with pytest.raises(ValueError, match='unknown algorithm'):
+    fedhdp.groups_for_algorithm('fedprox', choices)
+
+
+def test_learning_process_is_a_tff_learning_process(task):
+  factory = fedhdp.build_aggregator(
+      fedhdp.plan_privacy(
+          _choices(task.client_ids), accounting.PoissonSampling(0.5), 2,
+          fedhdp.ClipSettings(count_stddev=5.0)),
+      fedhdp.ClipSettings(count_stddev=5.0), seed=0)
+  process = fedhdp.build_fedhdp(
+      task.tff_model_fn(), factory, 3,
+      tff.learning.optimizers.build_sgdm(0.1))
+  assert isinstance(process, tff.learning.templates.LearningProcess)
+
+
+def test_short_run_writes_every_round_and_reports_epsilon(task, tmp_path):
+  choices = experiment.client_choices(
+      task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.2, seed=0)
+  settings = experiment.Settings(
+      rounds=3, sampling=accounting.PoissonSampling(0.5),
+      clip=fedhdp.ClipSettings(initial_norm=0.5, count_stddev=5.0),
+      eval_every=2)
+  summary = experiment.run_configuration(
+      task, experiment.Configuration('fedhdp', 0.5), choices, settings,
+      str(tmp_path), progress=False)
+  with open(os.path.join(tmp_path, 'fedhdp_r0.5', 'rounds.csv')) as f:
+    rows = list(csv.DictReader(f))
+  assert [int(r['round']) for r in rows] == [1, 2, 3]
+  eps = [float(r['epsilon_p']) for r in rows]
+  assert eps[0] < eps[1] < eps[2] <= 8.0 * (1 + 1e-6)
+  assert rows[1]['acc_g'] and rows[2]['acc_g'] and not rows[0]['acc_g']
+  assert os.path.exists(os.path.join(tmp_path, 'fedhdp_r0.5', 'summary.json'))
+  private = summary['groups'][0]
+  assert private['epsilon_spent'] == pytest.approx(8.0, rel=0.01)
+  assert summary['groups'][1]['epsilon_spent'] == math.inf
+  assert 0.0 <= summary['metrics']['acc_g'] <= 100.0
+
+
+def test_sampling_is_seeded_per_round_and_matches_its_event():
+  ids = list(range(400))
+  a = training_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 3)
+  b = training_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 3)
+  c = training_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 4)
+  assert a == b and a != c
+  sizes = [len(training_loop.sample_clients(
+      ids, accounting.PoissonSampling(0.1), 0, t)) for t in range(200)]
+  assert np.mean(sizes) == pytest.approx(40, rel=0.05)
+  assert len(set(sizes)) > 5  # Poisson: the count varies
+  fixed = training_loop.sample_clients(
+      ids, accounting.FixedSizeSampling(400, 25), 0, 1)
+  assert len(fixed) == 25 == len(set(fixed))
+
+
+def test_budget_guard_refuses_rounds_beyond_the_target(task):
+  choices = experiment.client_choices(
+      task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.0, seed=0)
+  clip = fedhdp.ClipSettings(count_stddev=5.0)
+  sampling = accounting.PoissonSampling(0.5)
+  plan = fedhdp.plan_privacy(choices, sampling, 2, clip)
+  longer = plan.__class__(**{**plan.__dict__, 'rounds': 3})
+  process = fedhdp.build_fedhdp(task.tff_model_fn(),
+                                fedhdp.build_aggregator(plan, clip, 0), 2,
+                                tff.learning.optimizers.build_sgdm(0.1))
+  with pytest.raises(training_loop.BudgetExhaustedError,
+                     match=r"round 3 refused: privacy group 'p'"):
+    training_loop.run(task, process, longer, choices, seed=0, progress=False)
