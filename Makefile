@@ -13,7 +13,7 @@ $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "error: tff-hdp needs Python 3.11 (TensorFlow 2.14 / TFF 0.87), but $(PYTHON) is %d.%d." % v)'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements.txt
-	$(BIN)/python -c 'import tensorflow_federated, tensorflow_privacy, dp_accounting'
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -c 'import tensorflow_federated, tensorflow_privacy, dp_accounting'
 	touch $(STAMP)
 
 install: $(STAMP)

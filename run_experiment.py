@@ -25,9 +25,15 @@ import tff_hdp  # noqa: F401  (quiets TF before it is imported)
 # imported first inside main, Keras 2.14 cannot build functional models.
 import tensorflow  # noqa: F401  pylint: disable=unused-import
 
-_TASKS = ('digits', 'point_estimation')
+import tasks
 
-_TASK = flags.DEFINE_enum('task', 'digits', _TASKS, 'Task to run.')
+_TASK = flags.DEFINE_enum('task', 'digits',
+                          sorted(tasks.REGISTRY) + ['point_estimation'],
+                          'Task to run.')
+_DATA_DIR = flags.DEFINE_string(
+    'data_dir', None, 'Directory with the task\'s data files (real datasets).')
+_NUM_CLIENTS = flags.DEFINE_integer(
+    'num_clients', None, 'Number of clients, for tasks that allow choosing it.')
 _ALGORITHMS = flags.DEFINE_list(
     'algorithms', ['fedhdp'],
     'Comma-separated algorithms: fedhdp, dp_fedavg, nonprivate.')
@@ -71,8 +77,6 @@ _SEED = flags.DEFINE_integer('seed', 0, 'Seed of everything random.')
 _EVAL_EVERY = flags.DEFINE_integer('eval_every', 10, 'Evaluate every k rounds.')
 _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'results/latest',
                                   'Where files are written.')
-_CLIENTS_PER_DIGIT = flags.DEFINE_integer(
-    'clients_per_digit', 10, 'digits task: clients holding each digit.')
 _TRIALS = flags.DEFINE_integer(
     'trials', 20000, 'point_estimation: Monte Carlo trials.')
 _PE_CLIENTS = flags.DEFINE_integer('pe_clients', 20,
@@ -167,14 +171,16 @@ def _run_point_estimation() -> None:
 
 
 def _run_learning() -> None:
-  from tasks import digits  # pylint: disable=g-import-not-at-top
   from tff_hdp import accounting  # pylint: disable=g-import-not-at-top
   from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
   from tff_hdp.fedhdp import ClipSettings  # pylint: disable=g-import-not-at-top
   from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
   try:
-    task = digits.load(clients_per_digit=_CLIENTS_PER_DIGIT.value,
-                       batch_size=_BATCH_SIZE.value, seed=_SEED.value)
+    task = tasks.load(
+        _TASK.value,
+        tasks.TaskOptions(data_dir=_DATA_DIR.value,
+                          batch_size=_BATCH_SIZE.value, seed=_SEED.value,
+                          num_clients=_NUM_CLIENTS.value))
   except ValueError as e:
     raise InputError(f'--task={_TASK.value}: {e}') from None
   n = len(task.client_ids)

@@ -1,1 +1,24 @@
-"""Datasets and models, one module per task, behind `tasks.base.FederatedTask`."""
+"""Datasets and models, one module per task, behind `tasks.base.FederatedTask`.
+
+`REGISTRY` maps a task name (the CLI's `--task`) to a loader taking
+`TaskOptions`; adding a task is one module plus one entry here.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tasks import digits
+from tasks.base import FederatedTask
+from tasks.base import TaskOptions
+
+REGISTRY: dict[str, Callable[[TaskOptions], FederatedTask]] = {
+    'digits': digits.load_task,
+}
+
+
+def load(name: str, options: TaskOptions) -> FederatedTask:
+  """Loads task `name`; an unknown name is a ValueError listing the known."""
+  if name not in REGISTRY:
+    raise ValueError(f'unknown task {name!r}; known tasks: {sorted(REGISTRY)}.')
+  return REGISTRY[name](options)

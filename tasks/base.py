@@ -9,13 +9,28 @@ consumes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Hashable, Mapping
+from typing import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 Arrays = tuple[np.ndarray, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskOptions:
+  """What the command line can say to any task loader.
+
+  `data_dir` is where a real dataset's files are (None: the loader's default
+  or an error saying what to put where); `num_clients` overrides a task's
+  client count where the task allows it.
+  """
+
+  data_dir: str | None = None
+  batch_size: int = 10
+  seed: int = 0
+  num_clients: int | None = None
 
 
 @dataclasses.dataclass
@@ -35,6 +50,9 @@ class FederatedTask:
   loss_fn: Callable[[], tf.keras.losses.Loss]
   batch_size: int
   metric: str = 'accuracy'
+  # Clients allowed to opt out (e.g. skewed non-IID MNIST: the digit-7
+  # holders); None means any client.
+  opt_out_pool: Sequence[Hashable] | None = None
 
   def __post_init__(self):
     empty = [c for c, (x, _) in self.client_train.items() if len(x) == 0]

@@ -12,6 +12,7 @@ import tensorflow as tf
 from sklearn import datasets
 
 from tasks.base import FederatedTask
+from tasks.base import TaskOptions
 
 
 def one_layer_nn(num_features: int, num_classes: int) -> tf.keras.Model:
@@ -59,3 +60,13 @@ def load(clients_per_digit: int = 5, server_test_fraction: float = 0.2,
       loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
           from_logits=True),
       batch_size=batch_size)
+
+
+def load_task(options: TaskOptions) -> FederatedTask:
+  """CLI entry: `num_clients` (a multiple of 10) sets the clients per digit."""
+  num_clients = options.num_clients or 100
+  if num_clients % 10:
+    raise ValueError(
+        f'digits: --num_clients must be a multiple of 10, got {num_clients}.')
+  return load(clients_per_digit=num_clients // 10,
+              batch_size=options.batch_size, seed=options.seed)

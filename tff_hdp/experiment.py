@@ -54,7 +54,8 @@ def client_choices(task: FederatedTask, levels: Sequence[PrivacyGroup],
                    ) -> GroupAssignment:
   """The clients' own privacy choices: private levels plus an opt-out group."""
   return assign_opt_out(task.client_ids, levels, opt_out_fraction, seed,
-                        private_fractions=level_fractions)
+                        private_fractions=level_fractions,
+                        opt_out_pool=task.opt_out_pool)
 
 
 def configurations(algorithms: Sequence[str], ratios: Sequence[float],
