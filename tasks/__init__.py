@@ -1,4 +1,4 @@
-"""Datasets and models, one module per task, behind `tasks.base.FederatedTask`.
+"""Datasets and models, one module per task, behind `tff_hdp.federated_task.FederatedTask`.
 
 `REGISTRY` maps a task name (the CLI's `--task`) to a loader taking
 `TaskOptions`; adding a task is one module plus one entry here.
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Callable
 
 from tasks import digits
-from tasks.base import FederatedTask
-from tasks.base import TaskOptions
+from tff_hdp.federated_task import FederatedTask
+from tff_hdp.federated_task import TaskOptions
 
 REGISTRY: dict[str, Callable[[TaskOptions], FederatedTask]] = {
     'digits': digits.load_task,

@@ -11,8 +11,8 @@ import numpy as np
 import tensorflow as tf
 from sklearn import datasets
 
-from tasks.base import FederatedTask
-from tasks.base import TaskOptions
+from tff_hdp.federated_task import FederatedTask
+from tff_hdp.federated_task import TaskOptions
 
 
 def one_layer_nn(num_features: int, num_classes: int) -> tf.keras.Model:

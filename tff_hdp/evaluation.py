@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks.base import FederatedTask
+from tff_hdp.federated_task import FederatedTask
 
 
 def _predict(model: tf.keras.Model, x: np.ndarray) -> np.ndarray:

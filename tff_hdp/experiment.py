@@ -13,7 +13,7 @@ from typing import Sequence
 
 import tensorflow_federated as tff
 
-from tasks.base import FederatedTask
+from tff_hdp.federated_task import FederatedTask
 from tff_hdp import accounting
 from tff_hdp import fedhdp
 from tff_hdp import training_loop

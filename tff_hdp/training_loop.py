@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
-from tasks.base import FederatedTask
+from tff_hdp.federated_task import FederatedTask
 from tff_hdp import accounting
 from tff_hdp import client_work
 from tff_hdp import evaluation

@@ -1,4 +1,4 @@
-"""The one interface every task implements, so any algorithm runs on any task.
+"""The one interface every task in `tasks/` implements, so any algorithm runs on any task.
 
 A task owns its clients' data as numpy arrays (small enough to hold in memory
 on one machine), the server test set, and a Keras model builder; this module
