@@ -75,6 +75,9 @@ _DENOMINATOR = flags.DEFINE_enum(
     'realized count.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of everything random.')
 _EVAL_EVERY = flags.DEFINE_integer('eval_every', 10, 'Evaluate every k rounds.')
+_CHECKPOINT_EVERY = flags.DEFINE_integer(
+    'checkpoint_every', 10, 'Save the run state every k rounds (0: never); '
+    're-running the same command resumes from the last checkpoint.')
 _OUTPUT_DIR = flags.DEFINE_string('output_dir', 'results/latest',
                                   'Where files are written.')
 _TRIALS = flags.DEFINE_integer(
@@ -123,6 +126,8 @@ def _validate_common() -> None:
     _check(0 < d < 1, f'--deltas must be in (0, 1), got {d}.')
   _check(_EVAL_EVERY.value >= 1,
          f'--eval_every must be >= 1, got {_EVAL_EVERY.value}.')
+  _check(_CHECKPOINT_EVERY.value >= 0,
+         f'--checkpoint_every must be >= 0, got {_CHECKPOINT_EVERY.value}.')
   for a in _ALGORITHMS.value:
     _check(a in ('fedhdp', 'dp_fedavg', 'nonprivate'),
            f'--algorithms: unknown algorithm {a!r}; choose from fedhdp, '
@@ -173,7 +178,9 @@ def _run_point_estimation() -> None:
 def _run_learning() -> None:
   from tff_hdp import accounting  # pylint: disable=g-import-not-at-top
   from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
+  from tff_hdp.checkpointing import CheckpointError  # pylint: disable=g-import-not-at-top
   from tff_hdp.fedhdp import ClipSettings  # pylint: disable=g-import-not-at-top
+  from tff_hdp.training_loop import BudgetExhaustedError  # pylint: disable=g-import-not-at-top
   from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
   try:
     task = tasks.load(
@@ -206,7 +213,8 @@ def _run_learning() -> None:
           count_stddev=_CLIP_COUNT_STDDEV.value),
       denominator=_DENOMINATOR.value,
       seed=_SEED.value,
-      eval_every=_EVAL_EVERY.value)
+      eval_every=_EVAL_EVERY.value,
+      checkpoint_every=_CHECKPOINT_EVERY.value)
   try:
     choices = experiment.client_choices(task, levels, _OPT_OUT.value,
                                         _SEED.value, fractions)
@@ -217,7 +225,8 @@ def _run_learning() -> None:
       summaries.append(
           experiment.run_configuration(task, config, choices, settings,
                                        _OUTPUT_DIR.value))
-  except (ValueError, accounting.InfeasiblePrivacyTargetError) as e:
+  except (ValueError, accounting.InfeasiblePrivacyTargetError,
+          CheckpointError, BudgetExhaustedError) as e:
     raise InputError(str(e)) from None
   header, rows = reporting.results_table(summaries)
   print(f'\n{task.name}: {n} clients, {_ROUNDS.value} rounds, '

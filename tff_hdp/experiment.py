@@ -8,6 +8,7 @@ plan and output folder.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from typing import Sequence
 
@@ -15,6 +16,7 @@ import tensorflow_federated as tff
 
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp import accounting
+from tff_hdp import checkpointing
 from tff_hdp import fedhdp
 from tff_hdp import training_loop
 from tff_hdp.privacy_groups import GroupAssignment
@@ -35,6 +37,7 @@ class Settings:
   denominator: str = 'expected'
   seed: int = 0
   eval_every: int = 10
+  checkpoint_every: int = 10  # 0: no checkpoints
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +85,19 @@ def _training_groups(config: Configuration,
   return fedhdp.groups_for_algorithm(config.algorithm, choices, ratios)
 
 
+def _run_key(task: FederatedTask, config: Configuration,
+             choices: GroupAssignment, settings: Settings) -> dict:
+  """What makes two runs the same run (a checkpoint is only reused then)."""
+  choice_text = repr(sorted((str(c), g) for c, g in
+                            choices.client_groups.items()))
+  key = dataclasses.asdict(settings)
+  key.pop('checkpoint_every')  # how often to save does not change the run
+  key.update(task=task.name, configuration=config.name,
+             groups=repr(choices.groups),
+             client_choices=hashlib.sha256(choice_text.encode()).hexdigest())
+  return key
+
+
 def run_configuration(task: FederatedTask, config: Configuration,
                       choices: GroupAssignment, settings: Settings,
                       output_dir: str | None,
@@ -98,9 +114,15 @@ def run_configuration(task: FederatedTask, config: Configuration,
       server_optimizer=tff.learning.optimizers.build_sgdm(settings.server_lr),
       local_epochs=settings.local_epochs)
   run_dir = os.path.join(output_dir, config.name) if output_dir else None
+  checkpoint = None
+  if run_dir and settings.checkpoint_every > 0:
+    checkpoint = checkpointing.RunCheckpoint(
+        os.path.join(run_dir, 'checkpoints'),
+        _run_key(task, config, choices, settings))
   result = training_loop.run(
       task, process, plan, choices, seed=settings.seed, output_dir=run_dir,
-      eval_every=settings.eval_every, progress=progress)
+      eval_every=settings.eval_every, progress=progress,
+      checkpoint=checkpoint, checkpoint_every=settings.checkpoint_every)
   summary = {
       'configuration': config.name,
       'algorithm': config.algorithm,

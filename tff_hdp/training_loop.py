@@ -5,7 +5,9 @@ comparison sees the same clients in the same rounds and a round can be
 re-drawn without replaying the ones before it. Before each round the ledger is
 asked whether it would push any private group past its target; such a round is
 refused. Every round appends one CSV row (flushed), so the file a person reads
-is complete up to the last finished round.
+is complete up to the last finished round. With a checkpoint, a re-run resumes
+after the last saved round and first drops the CSV rows written after it, so
+every round appears exactly once.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import tqdm
 
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp import accounting
+from tff_hdp import checkpointing
 from tff_hdp import client_work
 from tff_hdp import evaluation
 from tff_hdp.fedhdp import PrivacyPlan
@@ -70,6 +73,38 @@ def _columns(groups) -> list[str]:
   return cols
 
 
+def _open_csv(path: str, columns: list[str], keep_through: int):
+  """Opens the per-round CSV, keeping only rows of rounds <= keep_through."""
+  kept = []
+  if keep_through and os.path.exists(path):
+    with open(path, newline='') as f:
+      reader = csv.DictReader(f)
+      if reader.fieldnames != columns:
+        raise checkpointing.CheckpointError(
+            f'{path} has other columns than this run writes; use another '
+            '--output_dir or delete it.')
+      kept = [r for r in reader if int(r['round']) <= keep_through]
+    if [int(r['round']) for r in kept] != list(range(1, keep_through + 1)):
+      raise checkpointing.CheckpointError(
+          f'{path} lacks rows of rounds before the checkpoint (round '
+          f'{keep_through}); delete the output folder to start over.')
+  csv_file = open(path, 'w', newline='')
+  writer = csv.DictWriter(csv_file, fieldnames=columns)
+  writer.writeheader()
+  writer.writerows(kept)
+  csv_file.flush()
+  return csv_file, writer
+
+
+def save_model(path: str, weights: tff.learning.models.ModelWeights) -> None:
+  """The final global model as .npz (trainable_0.., non_trainable_0..)."""
+  arrays = {f'trainable_{i}': np.asarray(w)
+            for i, w in enumerate(weights.trainable)}
+  arrays.update({f'non_trainable_{i}': np.asarray(w)
+                 for i, w in enumerate(weights.non_trainable)})
+  np.savez(path, **arrays)
+
+
 def _fmt(value):
   if value is None:
     return ''
@@ -86,12 +121,16 @@ def run(task: FederatedTask,
         seed: int,
         output_dir: str | None = None,
         eval_every: int = 10,
-        progress: bool = True) -> RunResult:
+        progress: bool = True,
+        checkpoint: checkpointing.RunCheckpoint | None = None,
+        checkpoint_every: int = 10) -> RunResult:
   """Trains for `plan.rounds` rounds and evaluates every `eval_every`.
 
   `plan.assignment` holds the groups the algorithm trains with;
   `client_choices` holds the clients' own choices, used for the private /
-  non-private metrics so that all algorithms are scored alike.
+  non-private metrics so that all algorithms are scored alike. With
+  `checkpoint`, state is saved every `checkpoint_every` rounds and after the
+  last, and a run that finds a checkpoint continues from it.
   """
   groups = plan.assignment.groups
   client_ids = task.client_ids
@@ -100,21 +139,25 @@ def run(task: FederatedTask,
       for c in client_ids
   }
   columns = _columns(groups)
+  state = process.initialize()
+  done = 0
+  if checkpoint is not None:
+    restored, done = checkpoint.restore(state)
+    if restored is not None:
+      state = restored
   writer = csv_file = None
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)
-    csv_file = open(os.path.join(output_dir, 'rounds.csv'), 'w', newline='')
-    writer = csv.DictWriter(csv_file, fieldnames=columns)
-    writer.writeheader()
-  state = process.initialize()
+    csv_file, writer = _open_csv(os.path.join(output_dir, 'rounds.csv'),
+                                 columns, done)
   rows = []
   metrics = {}
   start = time.time()
-  bar = tqdm.trange(plan.rounds, desc=f'{task.name} rounds', unit='round',
-                    disable=not progress, dynamic_ncols=True)
+  bar = tqdm.tqdm(range(done + 1, plan.rounds + 1), initial=done,
+                  total=plan.rounds, desc=f'{task.name} rounds', unit='round',
+                  disable=not progress, dynamic_ncols=True)
   try:
-    for round_index in bar:
-      round_num = round_index + 1
+    for round_num in bar:
       exceeded = plan.ledger.first_exceeded(round_num)
       if exceeded is not None:
         budget, eps = exceeded
@@ -158,9 +201,17 @@ def run(task: FederatedTask,
       if writer:
         writer.writerow({k: _fmt(v) for k, v in row.items()})
         csv_file.flush()
+      if checkpoint is not None and (round_num % checkpoint_every == 0 or
+                                     round_num == plan.rounds):
+        checkpoint.save(state, round_num)
   finally:
     if csv_file:
       csv_file.close()
+  weights = process.get_model_weights(state)
+  if not metrics:  # Resumed after the last round: nothing was evaluated.
+    metrics = evaluation.global_model_metrics(task, weights, private_flags)
+  if output_dir:
+    save_model(os.path.join(output_dir, 'final_model.npz'), weights)
   seconds = time.time() - start
   epsilons = {g.name: plan.ledger.epsilon(j, plan.rounds)
               for j, g in enumerate(groups)}

@@ -1,0 +1,84 @@
+"""Killing a run with SIGKILL and re-running it equals an uninterrupted run."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROUNDS = 12
+FLAGS = ['--algorithms=fedhdp', '--r=0.5', f'--rounds={ROUNDS}',
+         '--clients_per_round=20', '--clip_count_stddev=3', '--eval_every=4',
+         '--checkpoint_every=1', '--seed=3']
+
+
+def _command(output_dir, *extra):
+  return [sys.executable, os.path.join(ROOT, 'run_experiment.py'), *FLAGS,
+          f'--output_dir={output_dir}', *extra]
+
+
+def _rows(output_dir):
+  path = os.path.join(output_dir, 'fedhdp_r0.5', 'rounds.csv')
+  if not os.path.exists(path):
+    return []
+  with open(path, newline='') as f:
+    return list(csv.DictReader(f))
+
+
+def _finish(output_dir, *extra):
+  return subprocess.run(_command(output_dir, *extra), capture_output=True,
+                        text=True, timeout=600)
+
+
+def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
+  whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
+  assert _finish(whole).returncode == 0
+
+  # A new session, so the kill takes TFF's worker process down with it.
+  proc = subprocess.Popen(_command(resumed), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, start_new_session=True)
+  deadline = time.time() + 300
+  while len(_rows(resumed)) < 3 and proc.poll() is None:
+    assert time.time() < deadline, 'run made no progress'
+    time.sleep(0.05)
+  os.killpg(proc.pid, signal.SIGKILL)
+  proc.wait()
+  killed_at = len(_rows(resumed))
+  assert 3 <= killed_at < ROUNDS, 'the kill must land mid-run'
+
+  result = _finish(resumed)
+  assert result.returncode == 0, result.stderr[-2000:]
+  rows = _rows(resumed)
+  assert [int(r['round']) for r in rows] == list(range(1, ROUNDS + 1))
+  assert rows == _rows(whole)
+  a = np.load(os.path.join(whole, 'fedhdp_r0.5', 'final_model.npz'))
+  b = np.load(os.path.join(resumed, 'fedhdp_r0.5', 'final_model.npz'))
+  assert sorted(a.files) == sorted(b.files)
+  for name in a.files:
+    np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_checkpoint_of_another_configuration_is_refused(tmp_path):
+  out = str(tmp_path)
+  assert _finish(out).returncode == 0
+  result = _finish(out, '--client_lr=0.05')
+  assert result.returncode != 0
+  last = result.stderr.strip().splitlines()[-1]
+  assert 'holds a checkpoint of a different run (differs in: client_lr)' in last
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
+  out = str(tmp_path)
+  assert _finish(out).returncode == 0
+  bad = os.path.join(out, 'fedhdp_r0.5', 'checkpoints', f'round_{ROUNDS + 1}')
+  os.makedirs(bad)
+  with open(os.path.join(bad, 'saved_model.pb'), 'wb') as f:
+    f.write(b'not a saved model')
+  result = _finish(out)
+  assert result.returncode != 0
+  last = result.stderr.strip().splitlines()[-1]
+  assert 'is unreadable' in last and 'delete it to start over' in last

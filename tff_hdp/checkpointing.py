@@ -1,0 +1,95 @@
+"""Resumable runs: program state saved with `tff.program.FileProgramStateManager`.
+
+Everything random in a run is a function of the seed and the round number
+(client sampling, data order) or lives in the learning process state (the
+aggregator's noise seed and round counter), and each group's privacy spend is
+a function of the round number. Saving the process state with the round as
+the version is therefore enough for a resumed run to equal an uninterrupted
+one. A checkpoint belongs to one configuration: the run's key (its settings)
+is stored beside it and a mismatch is an error, as is a checkpoint that cannot
+be read or whose structure differs from the process's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint exists but cannot be used for this run."""
+
+
+_KEY_FILE = 'run_key.json'
+
+
+def _leaves_signature(structure) -> list[tuple[tuple[int, ...], str]]:
+  return [(tuple(np.shape(x)), np.asarray(x).dtype.str)
+          for x in tf.nest.flatten(structure)]
+
+
+class RunCheckpoint:
+  """Saves and restores one run's learning-process state by round number."""
+
+  def __init__(self, directory: str, run_key: dict, keep: int = 2):
+    self._directory = directory
+    self._run_key = json.loads(json.dumps(run_key, sort_keys=True, default=str))
+    self._manager = tff.program.FileProgramStateManager(
+        directory, prefix='round_', keep_total=keep, keep_first=False)
+
+  @property
+  def directory(self) -> str:
+    return self._directory
+
+  def _check_key(self) -> None:
+    path = os.path.join(self._directory, _KEY_FILE)
+    if not os.path.exists(path):
+      return
+    try:
+      with open(path) as f:
+        stored = json.load(f)
+    except (OSError, ValueError) as e:
+      raise CheckpointError(f'cannot read {path}: {e}') from None
+    if stored != self._run_key:
+      changed = sorted(k for k in set(stored) | set(self._run_key)
+                       if stored.get(k) != self._run_key.get(k))
+      raise CheckpointError(
+          f'{self._directory} holds a checkpoint of a different run '
+          f'(differs in: {", ".join(changed)}); use another --output_dir or '
+          'delete that folder to start over.')
+
+  def restore(self, template):
+    """(state, round) of the latest checkpoint, or (None, 0) if there is none."""
+    self._check_key()
+    try:
+      versions = asyncio.run(self._manager.get_versions())
+      if not versions:
+        return None, 0
+      latest = max(versions)
+      state = asyncio.run(self._manager.load(latest, template))
+    except Exception as e:  # pylint: disable=broad-except
+      raise CheckpointError(
+          f'checkpoint in {self._directory} is unreadable ({type(e).__name__}:'
+          f' {e}); delete it to start over.') from None
+    try:
+      tf.nest.assert_same_structure(template, state, check_types=False)
+      compatible = _leaves_signature(template) == _leaves_signature(state)
+    except (ValueError, TypeError):
+      compatible = False
+    if not compatible:
+      raise CheckpointError(
+          f'checkpoint in {self._directory} (round {latest}) does not match '
+          "this run's model or aggregator state; use another --output_dir or "
+          'delete it to start over.')
+    return tf.nest.pack_sequence_as(template, tf.nest.flatten(state)), latest
+
+  def save(self, state, round_num: int) -> None:
+    os.makedirs(self._directory, exist_ok=True)
+    with open(os.path.join(self._directory, _KEY_FILE), 'w') as f:
+      json.dump(self._run_key, f, indent=2, sort_keys=True)
+    asyncio.run(self._manager.save(state, round_num))
