@@ -222,9 +222,9 @@ def _run_learning() -> None:
                                         choices)
     summaries = []
     for config in configs:
-      summaries.append(
-          experiment.run_configuration(task, config, choices, settings,
-                                       _OUTPUT_DIR.value))
+      summary, _ = experiment.run_configuration(task, config, choices,
+                                                settings, _OUTPUT_DIR.value)
+      summaries.append(summary)
   except (ValueError, accounting.InfeasiblePrivacyTargetError,
           CheckpointError, BudgetExhaustedError) as e:
     raise InputError(str(e)) from None

@@ -11,16 +11,10 @@ import numpy as np
 import tensorflow as tf
 from sklearn import datasets
 
+from tasks import models
+
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.federated_task import TaskOptions
-
-
-def one_layer_nn(num_features: int, num_classes: int) -> tf.keras.Model:
-  """Softmax regression: the '1-layer NN' of the FeO2 experiments."""
-  return tf.keras.Sequential([
-      tf.keras.layers.InputLayer(input_shape=(num_features,)),
-      tf.keras.layers.Dense(num_classes, kernel_initializer='zeros'),
-  ])
 
 
 def load(clients_per_digit: int = 5, server_test_fraction: float = 0.2,
@@ -56,7 +50,7 @@ def load(clients_per_digit: int = 5, server_test_fraction: float = 0.2,
       client_train=train,
       client_test=test,
       server_test=(x[server_idx], y[server_idx]),
-      keras_model_fn=lambda: one_layer_nn(64, 10),
+      keras_model_fn=lambda: models.one_layer_nn(64, 10),
       loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
           from_logits=True),
       batch_size=batch_size)

@@ -80,7 +80,7 @@ def test_short_run_writes_every_round_and_reports_epsilon(task, tmp_path):
       rounds=3, sampling=accounting.PoissonSampling(0.5),
       clip=fedhdp.ClipSettings(initial_norm=0.5, count_stddev=5.0),
       eval_every=2)
-  summary = experiment.run_configuration(
+  summary, weights = experiment.run_configuration(
       task, experiment.Configuration('fedhdp', 0.5), choices, settings,
       str(tmp_path), progress=False)
   with open(os.path.join(tmp_path, 'fedhdp_r0.5', 'rounds.csv')) as f:
@@ -94,6 +94,7 @@ def test_short_run_writes_every_round_and_reports_epsilon(task, tmp_path):
   assert private['epsilon_spent'] == pytest.approx(8.0, rel=0.01)
   assert summary['groups'][1]['epsilon_spent'] == math.inf
   assert 0.0 <= summary['metrics']['acc_g'] <= 100.0
+  assert all(np.all(np.isfinite(w)) for w in weights.trainable)
 
 
 def test_sampling_is_seeded_per_round_and_matches_its_event():

@@ -26,7 +26,10 @@ def _score(task: FederatedTask, outputs: np.ndarray, y: np.ndarray) -> np.ndarra
   """Per-example score: 1/0 correctness, or squared error for regression."""
   if task.metric == 'accuracy':
     return (outputs.argmax(axis=-1) == y).astype(np.float64) * 100.0
-  return np.square(outputs.reshape(y.shape) - y).astype(np.float64)
+  outputs = outputs.reshape(y.shape)
+  if task.metric == 'sign_accuracy':
+    return (np.where(outputs >= 0, 1, -1) == y).astype(np.float64) * 100.0
+  return np.square(outputs - y).astype(np.float64)
 
 
 def client_scores(task: FederatedTask, model: tf.keras.Model,

@@ -101,8 +101,11 @@ def _run_key(task: FederatedTask, config: Configuration,
 def run_configuration(task: FederatedTask, config: Configuration,
                       choices: GroupAssignment, settings: Settings,
                       output_dir: str | None,
-                      progress: bool = True) -> dict:
-  """Trains one configuration; returns (and writes) its summary."""
+                      progress: bool = True,
+                      on_round=None
+                      ) -> tuple[dict, tff.learning.models.ModelWeights]:
+  """Trains one configuration; returns (and writes) its summary, and returns
+  the final global model weights."""
   assignment = _training_groups(config, choices)
   plan = fedhdp.plan_privacy(assignment, settings.sampling, settings.rounds,
                              settings.clip, settings.denominator)
@@ -122,7 +125,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
   result = training_loop.run(
       task, process, plan, choices, seed=settings.seed, output_dir=run_dir,
       eval_every=settings.eval_every, progress=progress,
-      checkpoint=checkpoint, checkpoint_every=settings.checkpoint_every)
+      checkpoint=checkpoint, checkpoint_every=settings.checkpoint_every,
+      on_round=on_round)
   summary = {
       'configuration': config.name,
       'algorithm': config.algorithm,
@@ -146,4 +150,4 @@ def run_configuration(task: FederatedTask, config: Configuration,
   }
   if run_dir:
     training_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
-  return summary
+  return summary, process.get_model_weights(result.state)

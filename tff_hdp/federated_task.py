@@ -16,6 +16,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 Arrays = tuple[np.ndarray, np.ndarray]
+METRICS = ('accuracy', 'sign_accuracy', 'mse')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +40,11 @@ class FederatedTask:
 
   `client_train[c]` and `client_test[c]` are `(x, y)`; `keras_model_fn`
   builds a fresh, uncompiled Keras model; `metric` names what the tables
-  report ('accuracy' for classification).
+  report: 'accuracy' (argmax of the outputs against integer labels),
+  'sign_accuracy' (sign of one output against labels in {-1, 1}) or 'mse'
+  (squared error of one output); one-output tasks keep labels as `[n, 1]`
+  columns. `dropped_clients` counts the clients the loader dropped for lack
+  of examples.
   """
 
   name: str
@@ -53,8 +58,12 @@ class FederatedTask:
   # Clients allowed to opt out (e.g. skewed non-IID MNIST: the digit-7
   # holders); None means any client.
   opt_out_pool: Sequence[Hashable] | None = None
+  dropped_clients: int = 0
 
   def __post_init__(self):
+    if self.metric not in METRICS:
+      raise ValueError(f'task {self.name!r}: unknown metric {self.metric!r}; '
+                       f'choose from {METRICS}.')
     empty = [c for c, (x, _) in self.client_train.items() if len(x) == 0]
     if empty:
       raise ValueError(

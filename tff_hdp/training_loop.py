@@ -18,7 +18,7 @@ import json
 import math
 import os
 import time
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import numpy as np
 import tensorflow_federated as tff
@@ -123,14 +123,17 @@ def run(task: FederatedTask,
         eval_every: int = 10,
         progress: bool = True,
         checkpoint: checkpointing.RunCheckpoint | None = None,
-        checkpoint_every: int = 10) -> RunResult:
+        checkpoint_every: int = 10,
+        on_round: Callable[[int, tff.learning.models.ModelWeights], None]
+        | None = None) -> RunResult:
   """Trains for `plan.rounds` rounds and evaluates every `eval_every`.
 
   `plan.assignment` holds the groups the algorithm trains with;
   `client_choices` holds the clients' own choices, used for the private /
   non-private metrics so that all algorithms are scored alike. With
   `checkpoint`, state is saved every `checkpoint_every` rounds and after the
-  last, and a run that finds a checkpoint continues from it.
+  last, and a run that finds a checkpoint continues from it. `on_round`
+  sees every released global model (round number, weights), e.g. for audits.
   """
   groups = plan.assignment.groups
   client_ids = task.client_ids
@@ -201,6 +204,8 @@ def run(task: FederatedTask,
       if writer:
         writer.writerow({k: _fmt(v) for k, v in row.items()})
         csv_file.flush()
+      if on_round is not None:
+        on_round(round_num, process.get_model_weights(state))
       if checkpoint is not None and (round_num % checkpoint_every == 0 or
                                      round_num == plan.rounds):
         checkpoint.save(state, round_num)

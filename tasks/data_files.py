@@ -1,0 +1,171 @@
+"""Readers of the dataset file formats the tasks share.
+
+Real datasets cannot be downloaded here, so every loader reads standard files
+from a user-given directory: MNIST (`mnist.npz` or the four IDX `.gz` files),
+LEAF JSON shards (`users`, `num_samples`, `user_data[u] = {x, y}`, plain or
+gzipped) and MOCHA `.mat` files (cell arrays `X`, `Y`, one cell per silo). A
+missing or malformed file is a ValueError that names the file and what belongs
+there, so the CLI can print it as one line.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import struct
+import zipfile
+
+import numpy as np
+import scipy.io
+
+from tff_hdp.federated_task import Arrays
+
+MNIST_IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
+                   't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
+_MNIST_NPZ_KEYS = ('x_train', 'y_train', 'x_test', 'y_test')
+
+
+def require_dir(data_dir: str | None, what: str) -> str:
+  """`data_dir` itself, or a ValueError saying that it must hold `what`."""
+  if not data_dir:
+    raise ValueError(f'no data directory given: pass --data_dir=DIR where DIR '
+                     f'holds {what}.')
+  if not os.path.isdir(data_dir):
+    raise ValueError(f'data directory {data_dir} does not exist; it must hold '
+                     f'{what}.')
+  return data_dir
+
+
+def read_mnist(data_dir: str | None) -> tuple[np.ndarray, ...]:
+  """MNIST as uint8 `(x_train, y_train, x_test, y_test)`, images 28x28.
+
+  Reads `mnist.npz` (keys x_train, y_train, x_test, y_test) if present, else
+  the four standard IDX `.gz` files.
+  """
+  what = ('mnist.npz (keys x_train, y_train, x_test, y_test) or the four '
+          'MNIST IDX files ' + ', '.join(MNIST_IDX_FILES))
+  data_dir = require_dir(data_dir, what)
+  npz = os.path.join(data_dir, 'mnist.npz')
+  if os.path.exists(npz):
+    try:
+      with np.load(npz) as f:
+        found = {k: f[k] for k in f.files}
+    except (OSError, ValueError, AttributeError, zipfile.BadZipFile) as e:
+      raise ValueError(f'cannot read {npz} as an .npz archive: {e}') from None
+    missing = [k for k in _MNIST_NPZ_KEYS if k not in found]
+    if missing:
+      raise ValueError(f'{npz} lacks keys {missing}; it must hold '
+                       f'{list(_MNIST_NPZ_KEYS)}.')
+    arrays = tuple(found[k] for k in _MNIST_NPZ_KEYS)
+  else:
+    paths = [os.path.join(data_dir, name) for name in MNIST_IDX_FILES]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+      raise ValueError(f'{data_dir} holds neither mnist.npz nor {missing[0]}; '
+                       f'put {what} there.')
+    arrays = tuple(_read_idx(p) for p in paths)
+  x_train, y_train, x_test, y_test = arrays
+  for x, y, split in ((x_train, y_train, 'train'), (x_test, y_test, 'test')):
+    if x.ndim != 3 or x.shape[1:] != (28, 28) or len(x) != len(y):
+      raise ValueError(f'MNIST {split} data in {data_dir} has images of shape '
+                       f'{x.shape} and {len(y)} labels; expected N x 28 x 28 '
+                       'and N labels.')
+  return arrays
+
+
+def _read_idx(path: str) -> np.ndarray:
+  """One IDX file (big-endian header, unsigned bytes) as a numpy array."""
+  try:
+    with gzip.open(path, 'rb') as f:
+      magic = f.read(4)
+      if len(magic) != 4 or magic[:2] != b'\0\0' or magic[2] != 0x08:
+        raise ValueError(f'{path} is not an IDX file of unsigned bytes.')
+      ndim = magic[3]
+      shape = struct.unpack(f'>{ndim}I', f.read(4 * ndim))
+      data = np.frombuffer(f.read(), dtype=np.uint8)
+  except (OSError, EOFError, struct.error) as e:
+    raise ValueError(f'cannot read {path}: {e}') from None
+  if data.size != int(np.prod(shape)):
+    raise ValueError(f'{path} is truncated: header says {shape}, it holds '
+                     f'{data.size} values.')
+  return data.reshape(shape)
+
+
+def read_leaf_json(path: str) -> dict[str, Arrays]:
+  """One LEAF JSON file (`.json` or `.json.gz`): `{user: (x, y)}` in file order.
+
+  x is float32 `[n, features]`, y the labels flattened to `[n]`.
+  """
+  opener = gzip.open if path.endswith('.gz') else open
+  try:
+    with opener(path, 'rt') as f:
+      data = json.load(f)
+  except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f'cannot read LEAF JSON file {path}: {e}') from None
+  if (not isinstance(data, dict) or
+      not {'users', 'user_data'} <= set(data)):
+    raise ValueError(f'{path} is not LEAF JSON: it needs keys "users" and '
+                     '"user_data" (user_data[u] = {"x": ..., "y": ...}).')
+  clients = {}
+  for user in data['users']:
+    record = data['user_data'].get(user)
+    if not isinstance(record, dict) or not {'x', 'y'} <= set(record):
+      raise ValueError(f'{path}: user {user!r} has no user_data entry with '
+                       '"x" and "y".')
+    x = np.asarray(record['x'], dtype=np.float32)
+    y = np.asarray(record['y']).reshape(-1)
+    if len(x) != len(y):
+      raise ValueError(f'{path}: user {user!r} has {len(x)} examples but '
+                       f'{len(y)} labels.')
+    clients[user] = (x.reshape(len(x), -1) if len(x) else x.reshape(0, 0), y)
+  return clients
+
+
+def read_leaf_dir(directory: str) -> dict[str, Arrays]:
+  """All LEAF JSON shards (`*.json`, `*.json.gz`) in `directory`, merged."""
+  paths = sorted(glob.glob(os.path.join(directory, '*.json')) +
+                 glob.glob(os.path.join(directory, '*.json.gz')))
+  if not paths:
+    raise ValueError(f'{directory} holds no LEAF JSON shards (*.json or '
+                     '*.json.gz).')
+  clients = {}
+  for path in paths:
+    for user, arrays in read_leaf_json(path).items():
+      if user in clients:
+        raise ValueError(f'{path}: user {user!r} already appeared in an '
+                         f'earlier shard of {directory}.')
+      clients[user] = arrays
+  return clients
+
+
+def read_mat_silos(path: str) -> list[Arrays]:
+  """A MOCHA-style `.mat` file: cell arrays X (n_k x d) and Y (n_k x 1).
+
+  Returns one `(x, y)` per cell, x float32 `[n_k, d]`, y float32 `[n_k]`.
+  """
+  if not os.path.exists(path):
+    raise ValueError(f'{path} does not exist; put the MATLAB file with cell '
+                     'arrays X (one n_k x d matrix per silo) and Y (n_k x 1) '
+                     'there.')
+  try:
+    mat = scipy.io.loadmat(path)
+  except (OSError, ValueError, TypeError, IndexError,
+          scipy.io.matlab.MatReadError) as e:
+    raise ValueError(f'cannot read MATLAB file {path}: {e}') from None
+  if 'X' not in mat or 'Y' not in mat:
+    raise ValueError(f'{path} must hold cell arrays X and Y; it holds '
+                     f'{sorted(k for k in mat if not k.startswith("__"))}.')
+  xs, ys = np.ravel(mat['X']), np.ravel(mat['Y'])
+  if len(xs) != len(ys):
+    raise ValueError(f'{path}: X has {len(xs)} silos but Y has {len(ys)}.')
+  silos = []
+  for k, (x, y) in enumerate(zip(xs, ys)):
+    x = np.asarray(x, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float32).reshape(-1)
+    if x.ndim != 2 or len(x) != len(y):
+      raise ValueError(f'{path}: silo {k} has X of shape {x.shape} and '
+                       f'{len(y)} labels; expected n_k x d and n_k labels.')
+    silos.append((x, y))
+  return silos

@@ -1,0 +1,80 @@
+"""Non-IID MNIST of the FeO2 experiments: every client holds one digit.
+
+FeO2 (SPEC.md §1) splits MNIST into 2,000 clients of equal size, each with
+images of a single digit, and scores the global model on the MNIST test set.
+Its skewed variant draws the opt-out clients only from the digit-7 holders,
+so the non-private group sees one class: the task says so through
+`opt_out_pool`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tasks import client_arrays
+from tasks import data_files
+from tasks import models
+from tff_hdp.federated_task import FederatedTask
+from tff_hdp.federated_task import TaskOptions
+
+NUM_CLIENTS = 2000
+SKEWED_DIGIT = 7
+
+
+def flat_images(x: np.ndarray) -> np.ndarray:
+  """uint8 N x 28 x 28 images as float32 N x 784 in [0, 1]."""
+  return (x.reshape(len(x), -1) / 255.0).astype(np.float32)
+
+
+def load(data_dir: str | None, num_clients: int = NUM_CLIENTS,
+         skewed: bool = False, client_test_fraction: float = 0.2,
+         batch_size: int = 10, seed: int = 0) -> FederatedTask:
+  """`num_clients` single-digit clients (a multiple of 10), equal sizes.
+
+  Each client gets as many training images as the rarest digit allows
+  (27 at 2,000 clients) and keeps `client_test_fraction` of them as its local
+  test set.
+  """
+  if num_clients < 10 or num_clients % 10:
+    raise ValueError('non-IID MNIST needs a positive multiple of 10 clients, '
+                     f'got {num_clients}.')
+  x_train, y_train, x_test, y_test = data_files.read_mnist(data_dir)
+  per_digit = num_clients // 10
+  rng = np.random.default_rng(seed)
+  by_digit = [rng.permutation(np.flatnonzero(y_train == d)) for d in range(10)]
+  per_client = min(len(idx) for idx in by_digit) // per_digit
+  if per_client < 2:
+    raise ValueError(f'{num_clients} clients leave fewer than 2 MNIST images '
+                     'per client.')
+  x = flat_images(x_train)
+  y = y_train.astype(np.int32)
+  train, test = {}, {}
+  for digit, idx in enumerate(by_digit):
+    for k in range(per_digit):
+      part = idx[k * per_client:(k + 1) * per_client]
+      cid = f'digit{digit}_client{k}'
+      train[cid], test[cid] = client_arrays.split(
+          x[part], y[part], client_test_fraction, rng)
+  name = 'mnist_noniid_skewed' if skewed else 'mnist_noniid'
+  return FederatedTask(
+      name=name,
+      client_train=train,
+      client_test=test,
+      server_test=(flat_images(x_test), y_test.astype(np.int32)),
+      keras_model_fn=lambda: models.one_layer_nn(models.IMAGE_PIXELS, 10),
+      loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
+          from_logits=True),
+      batch_size=batch_size,
+      opt_out_pool=([c for c in train if c.startswith(f'digit{SKEWED_DIGIT}_')]
+                    if skewed else None))
+
+
+def load_task(options: TaskOptions) -> FederatedTask:
+  return load(options.data_dir, options.num_clients or NUM_CLIENTS,
+              batch_size=options.batch_size, seed=options.seed)
+
+
+def load_skewed_task(options: TaskOptions) -> FederatedTask:
+  return load(options.data_dir, options.num_clients or NUM_CLIENTS,
+              skewed=True, batch_size=options.batch_size, seed=options.seed)

@@ -1,0 +1,117 @@
+"""Non-IID MNIST tasks on the real files, their errors, and one CLI run."""
+
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tasks
+from tasks import data_files
+from tasks import mnist
+from tff_hdp.federated_task import TaskOptions
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MNIST_DIR = os.path.join(ROOT, '..', 'shared', 'data', 'mnist')
+
+
+@pytest.fixture(scope='module')
+def task():
+  return mnist.load(MNIST_DIR, num_clients=100, seed=3)
+
+
+def test_each_client_holds_one_digit_in_equal_numbers(task):
+  assert len(task.client_ids) == 100
+  digits = {}
+  for c in task.client_ids:
+    (x, y), (x_test, y_test) = task.client_train[c], task.client_test[c]
+    assert x.shape[1:] == (784,) and x.dtype == np.float32
+    assert 0.0 <= x.min() and x.max() <= 1.0
+    assert len(set(y)) == 1 and set(y_test) == set(y)
+    digits[c] = int(y[0])
+  assert np.bincount(list(digits.values())).tolist() == [10] * 10
+  # The rarest digit (5: 5,421 images) bounds the equal client size.
+  sizes = {len(task.client_train[c][1]) + len(task.client_test[c][1])
+           for c in task.client_ids}
+  assert sizes == {5421 // 10}
+  assert {len(task.client_test[c][1]) for c in task.client_ids} == {108}
+  x_server, y_server = task.server_test
+  assert x_server.shape == (10000, 784) and len(y_server) == 10000
+  assert task.opt_out_pool is None and task.metric == 'accuracy'
+  assert task.keras_model_fn()(x_server[:2]).shape == (2, 10)
+
+
+def test_clients_are_disjoint_and_seeded(task):
+  seen = np.concatenate([task.client_train[c][0] for c in task.client_ids])
+  assert len(np.unique(seen, axis=0)) > 0.99 * len(seen)
+  again = mnist.load(MNIST_DIR, num_clients=100, seed=3)
+  c = task.client_ids[17]
+  np.testing.assert_array_equal(again.client_train[c][0],
+                                task.client_train[c][0])
+
+
+def test_full_size_default_and_skewed_opt_out_pool():
+  task = tasks.load('mnist_noniid_skewed', TaskOptions(data_dir=MNIST_DIR))
+  assert len(task.client_ids) == 2000
+  assert {len(task.client_train[c][1]) for c in task.client_ids} == {22}
+  assert len(task.opt_out_pool) == 200
+  assert all(set(task.client_train[c][1]) == {7} for c in task.opt_out_pool)
+
+
+def test_idx_files_give_the_same_data_as_the_npz(tmp_path):
+  for name in data_files.MNIST_IDX_FILES:
+    os.symlink(os.path.join(MNIST_DIR, name), tmp_path / name)
+  from_idx = data_files.read_mnist(str(tmp_path))
+  from_npz = data_files.read_mnist(MNIST_DIR)
+  for a, b in zip(from_idx, from_npz):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize('num_clients', [0, 15, 25])
+def test_client_count_must_be_a_multiple_of_ten(num_clients):
+  with pytest.raises(ValueError, match='multiple of 10'):
+    mnist.load(MNIST_DIR, num_clients=num_clients)
+
+
+def test_missing_data_says_what_to_put_where(tmp_path):
+  with pytest.raises(ValueError, match='--data_dir=DIR where DIR holds '
+                     'mnist.npz'):
+    tasks.load('mnist_noniid', TaskOptions())
+  with pytest.raises(ValueError, match='does not exist'):
+    mnist.load(str(tmp_path / 'nowhere'))
+  with pytest.raises(ValueError, match='holds neither mnist.npz nor .*'
+                     'train-images-idx3-ubyte.gz'):
+    mnist.load(str(tmp_path))
+
+
+def test_malformed_files_are_named(tmp_path):
+  (tmp_path / 'mnist.npz').write_bytes(b'not a zip file')
+  with pytest.raises(ValueError, match='cannot read .*mnist.npz'):
+    data_files.read_mnist(str(tmp_path))
+  np.savez(tmp_path / 'mnist.npz', x_train=np.zeros((2, 28, 28)))
+  with pytest.raises(ValueError, match=r"mnist.npz lacks keys \['y_train'"):
+    data_files.read_mnist(str(tmp_path))
+  os.remove(tmp_path / 'mnist.npz')
+  for name in data_files.MNIST_IDX_FILES:
+    shutil.copy(os.path.join(MNIST_DIR, name), tmp_path / name)
+  with gzip.open(tmp_path / 'train-labels-idx1-ubyte.gz', 'wb') as f:
+    f.write(b'\0\0\x08\x01\0\0\0\x10abc')
+  with pytest.raises(ValueError,
+                     match='train-labels-idx1-ubyte.gz is truncated'):
+    data_files.read_mnist(str(tmp_path))
+
+
+def test_cli_trains_on_mnist_and_prints_the_table(tmp_path):
+  result = subprocess.run(
+      [sys.executable, os.path.join(ROOT, 'run_experiment.py'),
+       '--task=mnist_noniid', f'--data_dir={MNIST_DIR}', '--num_clients=40',
+       '--algorithms=dp_fedavg,fedhdp', '--rounds=2', '--clients_per_round=10',
+       '--clip_count_stddev=3', '--eval_every=1', f'--output_dir={tmp_path}'],
+      cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'mnist_noniid: 40 clients' in result.stdout
+  assert '| Algorithm' in result.stdout and 'fedhdp_r1' in result.stdout
+  assert os.path.exists(os.path.join(tmp_path, 'results.csv'))
