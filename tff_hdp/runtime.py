@@ -10,14 +10,38 @@ worker when the interpreter exits.
 from __future__ import annotations
 
 import atexit
+import gc
+import subprocess
 
 import psutil
 
 _initialized = False
 
 
+def _stop_service_managers() -> None:
+  """Stops workers through TFF's own handles, then forgets them.
+
+  TFF's `ServiceManager.__del__` would otherwise run at interpreter teardown,
+  when the modules it uses are gone, and print a spurious exception.
+  """
+  for obj in gc.get_objects():
+    if type(obj).__name__ != 'ServiceManager' or not hasattr(obj, '_process'):
+      continue
+    process = obj._process  # pylint: disable=protected-access
+    if isinstance(process, subprocess.Popen):
+      process.terminate()
+      try:
+        process.wait(timeout=5)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    obj._process = None  # pylint: disable=protected-access
+    obj._stub = None  # pylint: disable=protected-access
+
+
 def stop_workers() -> None:
   """Terminates the TFF worker processes this process started."""
+  _stop_service_managers()
   children = psutil.Process().children(recursive=True)
   workers = [c for c in children if 'worker_binary' in ' '.join(_cmdline(c))]
   for w in workers:
