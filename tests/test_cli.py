@@ -28,9 +28,19 @@ def _run(*flags, cwd=ROOT):
      '--deltas has 3 values for 2 --epsilons.'),
     (['--rounds=500', '--clients_per_round=10', '--epsilons=0.5'],
      'cannot be met'),
+    (['--task=mnist_noniid'],
+     '--task=mnist_noniid: no data directory given: pass --data_dir=DIR'),
+    (['--task=mnist_noniid', '--data_dir={tmp}/nowhere'],
+     'nowhere does not exist; it must hold mnist.npz'),
+    (['--task=mnist_noniid', '--data_dir={tmp}/bad'],
+     'bad/mnist.npz as an .npz archive'),
+    (['--checkpoint_every=-1'], '--checkpoint_every must be >= 0, got -1.'),
 ])
 def test_bad_input_is_one_clear_line(flags, message, tmp_path):
-  result = _run(*flags, f'--output_dir={tmp_path}')
+  os.makedirs(tmp_path / 'bad')
+  (tmp_path / 'bad' / 'mnist.npz').write_text('not an archive')
+  flags = [f.replace('{tmp}', str(tmp_path)) for f in flags]
+  result = _run(*flags, f'--output_dir={tmp_path}/out')
   assert result.returncode != 0
   last = result.stderr.strip().splitlines()[-1]
   assert last.startswith('run_experiment.py: error: ')
