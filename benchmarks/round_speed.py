@@ -1,0 +1,224 @@
+"""Seconds per round: FedHDP vs TFF's DP-FedAvg vs a plain-TensorFlow floor.
+
+Same data (an MNIST-shaped non-IID task generated here: 784 features, 10
+classes, 30 examples per client, one class per client), same 1-layer NN,
+1 local epoch of SGD with batch 10, at several clients-per-round values:
+
+  (a) this project's FedHDP LearningProcess, 2 privacy groups;
+  (b) TFF's `build_unweighted_fed_avg` with
+      `DifferentiallyPrivateFactory.gaussian_adaptive`;
+  (c) the floor: the same local SGD per client as a `tf.function`, clipping
+      and per-group noisy means in plain TensorFlow, no TFF.
+
+Each cell is the median over measured rounds after warm-up rounds (tracing).
+Memory is the peak resident set of this process plus TFF's worker.
+
+  .venv/bin/python benchmarks/round_speed.py --clients_per_round=10,50,100,200
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
+import tensorflow as tf  # noqa: E402  (before app.run; see run_experiment.py)
+
+_CLIENTS_PER_ROUND = flags.DEFINE_list('clients_per_round',
+                                       ['10', '50', '100', '200'],
+                                       'Clients per round to measure.')
+_ROUNDS = flags.DEFINE_integer('rounds', 5, 'Measured rounds per cell.')
+_WARMUP = flags.DEFINE_integer('warmup', 2, 'Unmeasured rounds per cell.')
+_NUM_CLIENTS = flags.DEFINE_integer('num_clients', 2000, 'Population.')
+_EXAMPLES = flags.DEFINE_integer('examples_per_client', 30,
+                                 'Examples per client.')
+_BATCH = 10
+_NOISE = 1.0
+
+
+def _data(num_clients: int, examples: int, seed: int = 0):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  means = rng.normal(0, 1, size=(10, 784)).astype('float32')
+  xs, ys = [], []
+  for c in range(num_clients):
+    label = c % 10
+    xs.append((means[label] + rng.normal(0, 1, size=(examples, 784))
+               ).astype('float32'))
+    ys.append(np.full(examples, label, 'int32'))
+  return xs, ys
+
+
+def _keras_model():
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(784,)),
+      tf.keras.layers.Dense(10, kernel_initializer='zeros')])
+
+
+def _rss_bytes() -> int:
+  import psutil  # pylint: disable=g-import-not-at-top
+  me = psutil.Process()
+  procs = [me] + me.children(recursive=True)
+  total = 0
+  for p in procs:
+    try:
+      total += p.memory_info().rss
+    except psutil.Error:
+      pass
+  return total
+
+
+def _measure(step, rounds: int, warmup: int):
+  """Median seconds of `step(round)` after warm-up, and peak RSS."""
+  peak = 0
+  times = []
+  for r in range(warmup + rounds):
+    start = time.perf_counter()
+    step(r)
+    if r >= warmup:
+      times.append(time.perf_counter() - start)
+    peak = max(peak, _rss_bytes())
+  return statistics.median(times), peak
+
+
+def _tff_runner(process, datasets, m: int, with_groups: bool):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tff_hdp import client_work  # pylint: disable=g-import-not-at-top
+  state = [process.initialize()]
+  n = len(datasets)
+
+  def step(r):
+    ids = np.random.default_rng(r).choice(n, m, replace=False)
+    if with_groups:
+      data = [client_work.make_client_data(
+          datasets[i], np.eye(2, dtype='float32')[int(i % 20 == 0)])
+              for i in ids]
+    else:
+      data = [datasets[i] for i in ids]
+    state[0] = process.next(state[0], data).state
+
+  return step
+
+
+def _floor_runner(xs, ys, m: int):
+  """Plain TF: per-client tf.function SGD, clip, two noisy group means."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  model = _keras_model()
+  weights = [tf.Variable(w) for w in model.get_weights()]
+  local = [tf.Variable(w) for w in model.get_weights()]
+  loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  clip = tf.Variable(0.1)
+
+  @tf.function
+  def client_update(x, y):
+    for v, w in zip(local, weights):
+      v.assign(w)
+    for i in tf.range(0, tf.shape(x)[0], _BATCH):
+      bx, by = x[i:i + _BATCH], y[i:i + _BATCH]
+      with tf.GradientTape() as tape:
+        loss = loss_fn(by, tf.matmul(bx, local[0]) + local[1])
+      for v, g in zip(local, tape.gradient(loss, local)):
+        v.assign_sub(0.1 * g)
+    delta = [w - v for v, w in zip(local, weights)]
+    norm = tf.linalg.global_norm(delta)
+    clipped, _ = tf.clip_by_global_norm(delta, clip, use_norm=norm)
+    return clipped, tf.cast(norm <= clip, tf.float32)
+
+  @tf.function
+  def server_update(sums, counts, bits, expected):
+    for v, s_p, s_np in zip(weights, sums[0], sums[1]):
+      noisy = (s_p + tf.random.normal(tf.shape(s_p)) * _NOISE * clip) / (
+          expected[0])
+      mean_np = s_np / tf.maximum(counts[1], 1.0)
+      w_p = expected[0] / (expected[0] + counts[1])
+      v.assign_sub(w_p * noisy + (1 - w_p) * mean_np)
+    frac = (bits + tf.random.normal([])) / (expected[0] + expected[1])
+    clip.assign(clip * tf.exp(-0.2 * (frac - 0.5)))
+
+  n = len(xs)
+
+  def step(r):
+    ids = np.random.default_rng(r).choice(n, m, replace=False)
+    sums = [[tf.zeros_like(w) for w in weights] for _ in range(2)]
+    counts = [0.0, 0.0]
+    bits = 0.0
+    for i in ids:
+      g = int(i % 20 == 0)
+      clipped, bit = client_update(xs[i], ys[i])
+      sums[g] = [s + c for s, c in zip(sums[g], clipped)]
+      counts[g] += 1
+      bits += float(bit)
+    server_update(sums, tf.constant(counts), tf.constant(bits),
+                  tf.constant([0.95 * m, 0.05 * m]))
+
+  return step
+
+
+def main(argv):
+  del argv
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_hdp import fedhdp, reporting, runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.aggregators import HeterogeneousDPFactory  # pylint: disable=g-import-not-at-top
+
+  runtime.init()
+  xs, ys = _data(_NUM_CLIENTS.value, _EXAMPLES.value)
+  datasets = [tf.data.Dataset.from_tensor_slices((x, y)).batch(_BATCH)
+              for x, y in zip(xs, ys)]
+  spec = datasets[0].element_spec
+
+  def model_fn():
+    return tff.learning.models.from_keras_model(
+        _keras_model(), input_spec=spec,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+  rows = []
+  cells = {}
+  for m in [int(v) for v in _CLIENTS_PER_ROUND.value]:
+    ours = fedhdp.build_fedhdp(
+        model_fn,
+        HeterogeneousDPFactory([_NOISE, 0.0], [1.0, 1.0], [0.95 * m, None],
+                               initial_clip_norm=0.1, clip_count_stddev=1.0,
+                               expected_clients_per_round=float(m)),
+        2, tff.learning.optimizers.build_sgdm(0.1))
+    theirs = tff.learning.algorithms.build_unweighted_fed_avg(
+        model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+        model_aggregator=tff.aggregators.DifferentiallyPrivateFactory
+        .gaussian_adaptive(noise_multiplier=_NOISE, clients_per_round=m,
+                           clipped_count_stddev=1.0))
+    results = {}
+    for name, step in (
+        ('a', _tff_runner(ours, datasets, m, with_groups=True)),
+        ('b', _tff_runner(theirs, datasets, m, with_groups=False)),
+        ('c', _floor_runner(xs, ys, m))):
+      results[name] = _measure(step, _ROUNDS.value, _WARMUP.value)
+    cells[m] = results
+    a, b, c = (results[k][0] for k in 'abc')
+    rows.append([
+        m, f'{a:.3f}', f'{b:.3f}', f'{c:.3f}', f'{a / b:.2f}', f'{a / c:.2f}',
+        f'{1 / a:.2f}', f'{m * _EXAMPLES.value / a:.0f}',
+        f"{max(results[k][1] for k in 'abc') / 2**20:.0f}"])
+  header = ['clients/round', 'a: FedHDP s/round', 'b: TFF DP-FedAvg s/round',
+            'c: plain TF s/round', 'a/b', 'a/c', 'a rounds/s',
+            'a examples/s', 'peak RSS MiB']
+  print('\n' + reporting.markdown_table(header, rows))
+  ms = sorted(cells)
+  if len(ms) > 1:
+    lo, hi = ms[0], ms[-1]
+    for k, label in (('a', 'FedHDP'), ('b', 'TFF DP-FedAvg'),
+                     ('c', 'plain TF')):
+      growth = cells[hi][k][0] / cells[lo][k][0]
+      print(f'{label}: cost x{growth:.1f} from {lo} to {hi} clients per round '
+            f'(clients x{hi / lo:.0f})')
+
+
+if __name__ == '__main__':
+  app.run(main)
