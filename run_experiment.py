@@ -73,6 +73,15 @@ _DENOMINATOR = flags.DEFINE_enum(
     'denominator', 'expected', ['expected', 'realized'],
     'Private groups\' mean denominator: expected size (privacy-sound) or the '
     'realized count.')
+_DITTO_LAMBDA_P = flags.DEFINE_float(
+    'ditto_lambda_p', None, 'Ditto lambda of private clients; setting this '
+    'or --ditto_lambda_np turns personalization on (the other defaults to '
+    'the same value).')
+_DITTO_LAMBDA_NP = flags.DEFINE_float(
+    'ditto_lambda_np', None, 'Ditto lambda of opt-out clients.')
+_DITTO_LR = flags.DEFINE_float(
+    'ditto_lr', None, 'Personal model learning rate eta_p (default: '
+    '--client_lr).')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of everything random.')
 _EVAL_EVERY = flags.DEFINE_integer('eval_every', 10, 'Evaluate every k rounds.')
 _CHECKPOINT_EVERY = flags.DEFINE_integer(
@@ -126,6 +135,11 @@ def _validate_common() -> None:
     _check(0 < d < 1, f'--deltas must be in (0, 1), got {d}.')
   _check(_EVAL_EVERY.value >= 1,
          f'--eval_every must be >= 1, got {_EVAL_EVERY.value}.')
+  for flag in (_DITTO_LAMBDA_P, _DITTO_LAMBDA_NP):
+    _check(flag.value is None or flag.value >= 0,
+           f'--{flag.name} must be >= 0, got {flag.value}.')
+  _check(_DITTO_LR.value is None or _DITTO_LR.value > 0,
+         f'--ditto_lr must be > 0, got {_DITTO_LR.value}.')
   _check(_CHECKPOINT_EVERY.value >= 0,
          f'--checkpoint_every must be >= 0, got {_CHECKPOINT_EVERY.value}.')
   for a in _ALGORITHMS.value:
@@ -199,6 +213,14 @@ def _run_learning() -> None:
   else:
     sampling = accounting.FixedSizeSampling(n, _CLIENTS_PER_ROUND.value)
   levels = _private_levels()
+  ditto = None
+  if _DITTO_LAMBDA_P.value is not None or _DITTO_LAMBDA_NP.value is not None:
+    lam_p = (_DITTO_LAMBDA_P.value if _DITTO_LAMBDA_P.value is not None else
+             _DITTO_LAMBDA_NP.value)
+    lam_np = (_DITTO_LAMBDA_NP.value if _DITTO_LAMBDA_NP.value is not None
+              else lam_p)
+    ditto = experiment.DittoSettings(lam_p, lam_np,
+                                     _DITTO_LR.value or _CLIENT_LR.value)
   fractions = (_floats(_LEVEL_FRACTIONS) if _LEVEL_FRACTIONS.value else None)
   settings = experiment.Settings(
       rounds=_ROUNDS.value,
@@ -214,7 +236,8 @@ def _run_learning() -> None:
       denominator=_DENOMINATOR.value,
       seed=_SEED.value,
       eval_every=_EVAL_EVERY.value,
-      checkpoint_every=_CHECKPOINT_EVERY.value)
+      checkpoint_every=_CHECKPOINT_EVERY.value,
+      ditto=ditto)
   try:
     choices = experiment.client_choices(task, levels, _OPT_OUT.value,
                                         _SEED.value, fractions)

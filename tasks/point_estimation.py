@@ -1,4 +1,4 @@
-"""Federated point estimation (SPEC.md §1), run through the real aggregator.
+"""Federated point estimation (SPEC.md §1), run through the real FedHDP code.
 
 Client j holds n_s samples x = phi + p_j + v and sends its sample mean; the
 private group's mean gets Gaussian noise of variance gamma^2 from
@@ -6,7 +6,8 @@ private group's mean gets Gaussian noise of variance gamma^2 from
 clipping in effect). Each coordinate of the clients' vectors is an independent
 trial, so one aggregation round gives thousands of Monte Carlo trials; the
 empirical server MSE is then compared with the closed form of
-`tff_hdp.point_estimation_theory`.
+`tff_hdp.point_estimation_theory`. The personalized estimates come from the
+real Ditto step, on a model whose weights are the trials' estimates.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp import client_work
+from tff_hdp import ditto
 from tff_hdp import point_estimation_theory as theory
 from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
 
@@ -35,14 +39,24 @@ class MonteCarloResult:
     return abs(self.empirical_mse / self.theoretical_variance - 1.0)
 
 
+def client_samples(setting: theory.PointEstimationSetting, trials: int,
+                   rng: np.random.Generator, phi: float = 1.0
+                   ) -> tuple[np.ndarray, np.ndarray]:
+  """Clients' samples [N, n_s, trials] and true means phi_j [N, trials].
+
+  Private clients come last.
+  """
+  n = setting.num_clients
+  phi_j = phi + rng.normal(0.0, np.sqrt(setting.tau2), size=(n, trials))
+  noise = rng.normal(0.0, np.sqrt(setting.beta2),
+                     size=(n, setting.samples_per_client, trials))
+  return phi_j[:, None, :] + noise, phi_j
+
+
 def client_estimates(setting: theory.PointEstimationSetting, trials: int,
                      rng: np.random.Generator, phi: float = 1.0) -> np.ndarray:
   """Clients' local estimates, shape [N, trials]; private clients last."""
-  n = setting.num_clients
-  shifts = rng.normal(0.0, np.sqrt(setting.tau2), size=(n, 1, trials))
-  samples = phi + shifts + rng.normal(
-      0.0, np.sqrt(setting.beta2), size=(n, setting.samples_per_client, trials))
-  return samples.mean(axis=1)
+  return client_samples(setting, trials, rng, phi)[0].mean(axis=1)
 
 
 def aggregate_once(setting: theory.PointEstimationSetting, ratio: float,
@@ -84,4 +98,69 @@ def monte_carlo(setting: theory.PointEstimationSetting, ratios, trials: int,
             trials=trials,
             empirical_mse=float(np.mean((server - phi)**2)),
             theoretical_variance=theory.server_variance(setting, r)))
+  return results
+
+
+class _Estimate(tf.keras.layers.Layer):
+  """A model that ignores its input and outputs its weight: one estimate per
+  trial."""
+
+  def build(self, input_shape):
+    self.theta = self.add_weight(name='theta', shape=input_shape[-1:],
+                                 initializer='zeros')
+
+  def call(self, inputs):
+    return tf.zeros_like(inputs) + self.theta
+
+
+class _HalfSquaredError(tf.keras.losses.Loss):
+  """f_j = 1/2 (theta - x)^2 per trial, so grad f_j = theta - mean(x)."""
+
+  def call(self, y_true, y_pred):
+    return 0.5 * tf.reduce_sum(tf.square(y_pred - y_true), axis=-1)
+
+
+def personalized_mse(setting: theory.PointEstimationSetting, ratio: float,
+                     lambdas, trials: int, seed: int, phi: float = 1.0
+                     ) -> dict[float, tuple[float, float]]:
+  """MSE of Ditto's personal estimates around phi_j, for each lambda.
+
+  The global estimate is one FedHDP round with ratio r; each lambda then gets
+  one full-batch Ditto step from it with eta_p = 1 / (1 + lambda), which lands
+  exactly on the minimiser (phi_hat_j + lambda theta) / (1 + lambda) of the
+  local FedHDP objective. Returns {lambda: (private MSE, non-private MSE)}.
+  """
+  samples, phi_j = client_samples(setting, trials,
+                                  np.random.default_rng(seed), phi)
+  server = aggregate_once(setting, ratio, samples.mean(axis=1), seed)
+  n_s = setting.samples_per_client
+  spec = (tf.TensorSpec([None, trials], tf.float32),
+          tf.TensorSpec([None, trials], tf.float32))
+
+  def model_fn():
+    model = tf.keras.Sequential([tf.keras.layers.InputLayer((trials,)),
+                                 _Estimate()])
+    return tff.learning.models.from_keras_model(
+        model, loss=_HalfSquaredError(), input_spec=spec)
+
+  global_weights = tff.learning.models.ModelWeights(
+      [server.astype(np.float32)], [])
+  n_np = setting.num_non_private
+  data = [
+      client_work.make_client_data(
+          tf.data.Dataset.from_tensors(
+              (np.zeros((n_s, trials), np.float32),
+               samples[j].astype(np.float32))),
+          np.eye(2, dtype=np.float32)[int(j >= n_np)])
+      for j in range(setting.num_clients)
+  ]
+  results = {}
+  for lam in lambdas:
+    step = ditto.build_personalization(model_fn, [lam, lam], 1.0 / (1 + lam))
+    personal = np.stack([np.asarray(p[0]) for p in step(
+        global_weights, [global_weights.trainable] * setting.num_clients,
+        data)])
+    errors = np.mean((personal - phi_j)**2, axis=1)
+    results[float(lam)] = (float(errors[n_np:].mean()),
+                           float(errors[:n_np].mean()))
   return results

@@ -27,3 +27,20 @@ def test_too_large_estimates_are_refused():
   s = th.PointEstimationSetting(3, 1, 1, 0.1, 1.0, 0.1)
   with pytest.raises(ValueError, match='no-clipping'):
     pe.monte_carlo(s, [1.0], 10, seed=0, phi=1e7)
+
+
+def test_ditto_optimal_lambdas_beat_other_lambdas():
+  # Many non-private clients so the non-private MSE is well estimated too.
+  setting = th.PointEstimationSetting(30, 20, 5, 0.3, 1.0, 0.02)
+  lam_p = th.optimal_lambda_private(setting)
+  lam_np = th.optimal_lambda_non_private(setting)
+  factors = [0.25, 0.5, 1.0, 2.0, 4.0]
+  mse = pe.personalized_mse(
+      setting, th.optimal_ratio(setting),
+      [f * lam for lam in (lam_p, lam_np) for f in factors], 20000, seed=5)
+  private = {lam: m[0] for lam, m in mse.items()}
+  non_private = {lam: m[1] for lam, m in mse.items()}
+  for f in factors:
+    if f != 1.0:
+      assert private[lam_p] < private[f * lam_p]
+      assert non_private[lam_np] < non_private[f * lam_np]

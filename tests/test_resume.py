@@ -1,4 +1,8 @@
-"""Killing a run with SIGKILL and re-running it equals an uninterrupted run."""
+"""Killing a run with SIGKILL and re-running it equals an uninterrupted run.
+
+The runs use Ditto, so the clients' personal models are part of what must
+survive the kill.
+"""
 
 import csv
 import os
@@ -13,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 12
 FLAGS = ['--algorithms=fedhdp', '--r=0.5', f'--rounds={ROUNDS}',
          '--clients_per_round=20', '--clip_count_stddev=3', '--eval_every=4',
-         '--checkpoint_every=1', '--seed=3']
+         '--checkpoint_every=1', '--seed=3', '--ditto_lambda_p=0.1',
+         '--ditto_lambda_np=0.02']
 
 
 def _command(output_dir, *extra):
@@ -60,12 +65,19 @@ def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
   assert sorted(a.files) == sorted(b.files)
   for name in a.files:
     np.testing.assert_array_equal(a[name], b[name])
+  last = os.path.join('fedhdp_r0.5', 'checkpoints',
+                      f'personal_round_{ROUNDS}.npz')
+  a, b = np.load(os.path.join(whole, last)), np.load(os.path.join(resumed, last))
+  assert len(a.files) > 1 and sorted(a.files) == sorted(b.files)
+  for name in a.files:
+    np.testing.assert_array_equal(a[name], b[name])
+  assert rows[-1]['acc_l_p'] and rows[-1]['acc_l_np']
 
 
 def test_checkpoint_of_another_configuration_is_refused(tmp_path):
   out = str(tmp_path)
   assert _finish(out).returncode == 0
-  result = _finish(out, '--client_lr=0.05')
+  result = _finish(out, '--client_lr=0.05', '--ditto_lr=0.1')
   assert result.returncode != 0
   last = result.stderr.strip().splitlines()[-1]
   assert 'holds a checkpoint of a different run (differs in: client_lr)' in last

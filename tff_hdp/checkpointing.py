@@ -88,8 +88,26 @@ class RunCheckpoint:
           'delete it to start over.')
     return tf.nest.pack_sequence_as(template, tf.nest.flatten(state)), latest
 
-  def save(self, state, round_num: int) -> None:
+  def personal_path(self, round_num: int) -> str:
+    """Where the clients' personal models of round `round_num` are kept."""
+    return os.path.join(self._directory, f'personal_round_{round_num}.npz')
+
+  def save(self, state, round_num: int, personal=None) -> None:
+    """Saves `state` (and a `PersonalModels` store) as of `round_num`.
+
+    The personal models are written first; a crash before the state is saved
+    leaves the previous round's pair intact, and files of rounds without a
+    saved state are pruned afterwards.
+    """
     os.makedirs(self._directory, exist_ok=True)
     with open(os.path.join(self._directory, _KEY_FILE), 'w') as f:
       json.dump(self._run_key, f, indent=2, sort_keys=True)
+    if personal is not None:
+      personal.save(self.personal_path(round_num))
     asyncio.run(self._manager.save(state, round_num))
+    kept = set(asyncio.run(self._manager.get_versions()) or [])
+    for name in os.listdir(self._directory):
+      if name.startswith('personal_round_') and name.endswith('.npz'):
+        version = name[len('personal_round_'):-len('.npz')]
+        if version.isdigit() and int(version) not in kept:
+          os.remove(os.path.join(self._directory, name))

@@ -53,6 +53,47 @@ def keras_model_with(task: FederatedTask,
   return model
 
 
+def _group_means(per_client: Mapping[Hashable, float],
+                 private_clients: Mapping[Hashable, bool], level: str
+                 ) -> collections.OrderedDict:
+  """acc_<level>_p / _np with their variances across clients, and delta."""
+  metrics = collections.OrderedDict()
+  for label, flag in (('p', True), ('np', False)):
+    values = np.array([s for c, s in per_client.items()
+                       if private_clients[c] == flag])
+    metrics[f'acc_{level}_{label}'] = (float(values.mean()) if len(values)
+                                       else None)
+    metrics[f'var_{level}_{label}'] = (float(values.var()) if len(values)
+                                       else None)
+  p, n = metrics[f'acc_{level}_p'], metrics[f'acc_{level}_np']
+  metrics[f'delta_{level}'] = n - p if p is not None and n is not None else None
+  return metrics
+
+
+def personalized_metrics(task: FederatedTask,
+                         weights: tff.learning.models.ModelWeights,
+                         personal_models,
+                         private_clients: Mapping[Hashable, bool]
+                         ) -> collections.OrderedDict:
+  """Acc_l,p, Acc_l,np (variance across clients) and Delta_l.
+
+  Each client is scored with its personal model; a client that never took
+  part has none yet and is scored with the global model, where Ditto would
+  start it.
+  """
+  clients = list(private_clients)
+  without = [c for c in clients if c not in personal_models]
+  model = keras_model_with(task, weights)
+  per_client = client_scores(task, model, without)
+  for c in clients:
+    if c in personal_models:
+      tff.learning.models.ModelWeights(
+          personal_models.get(c, weights.trainable),
+          weights.non_trainable).assign_weights_to(model)
+      per_client.update(client_scores(task, model, [c]))
+  return _group_means(per_client, private_clients, 'l')
+
+
 def global_model_metrics(task: FederatedTask,
                          weights: tff.learning.models.ModelWeights,
                          private_clients: Mapping[Hashable, bool]
@@ -68,13 +109,5 @@ def global_model_metrics(task: FederatedTask,
   metrics = collections.OrderedDict()
   metrics['acc_g'] = float(_score(task, _predict(model, x), y).mean())
   per_client = client_scores(task, model, list(private_clients))
-  for label, flag in (('p', True), ('np', False)):
-    values = np.array([s for c, s in per_client.items()
-                       if private_clients[c] == flag])
-    metrics[f'acc_g_{label}'] = float(values.mean()) if len(values) else None
-    metrics[f'var_g_{label}'] = float(values.var()) if len(values) else None
-  if metrics['acc_g_p'] is not None and metrics['acc_g_np'] is not None:
-    metrics['delta_g'] = metrics['acc_g_np'] - metrics['acc_g_p']
-  else:
-    metrics['delta_g'] = None
+  metrics.update(_group_means(per_client, private_clients, 'g'))
   return metrics

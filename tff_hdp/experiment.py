@@ -17,11 +17,21 @@ import tensorflow_federated as tff
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp import accounting
 from tff_hdp import checkpointing
+from tff_hdp import ditto
 from tff_hdp import fedhdp
 from tff_hdp import training_loop
 from tff_hdp.privacy_groups import GroupAssignment
 from tff_hdp.privacy_groups import PrivacyGroup
 from tff_hdp.privacy_groups import assign_opt_out
+
+
+@dataclasses.dataclass(frozen=True)
+class DittoSettings:
+  """Ditto on the clients: lambda_p for private groups, lambda_np otherwise."""
+
+  lambda_p: float
+  lambda_np: float
+  learning_rate: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +48,7 @@ class Settings:
   seed: int = 0
   eval_every: int = 10
   checkpoint_every: int = 10  # 0: no checkpoints
+  ditto: DittoSettings | None = None  # None: no personalization
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +127,14 @@ def run_configuration(task: FederatedTask, config: Configuration,
       client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
       server_optimizer=tff.learning.optimizers.build_sgdm(settings.server_lr),
       local_epochs=settings.local_epochs)
+  personalization = None
+  if settings.ditto is not None:
+    lambdas = [settings.ditto.lambda_p if g.is_private else
+               settings.ditto.lambda_np for g in assignment.groups]
+    personalization = training_loop.Personalization(
+        ditto.build_personalization(task.tff_model_fn(), lambdas,
+                                    settings.ditto.learning_rate,
+                                    settings.local_epochs))
   run_dir = os.path.join(output_dir, config.name) if output_dir else None
   checkpoint = None
   if run_dir and settings.checkpoint_every > 0:
@@ -126,7 +145,7 @@ def run_configuration(task: FederatedTask, config: Configuration,
       task, process, plan, choices, seed=settings.seed, output_dir=run_dir,
       eval_every=settings.eval_every, progress=progress,
       checkpoint=checkpoint, checkpoint_every=settings.checkpoint_every,
-      on_round=on_round)
+      on_round=on_round, personalization=personalization)
   summary = {
       'configuration': config.name,
       'algorithm': config.algorithm,

@@ -38,8 +38,13 @@ def _eps(value) -> str:
 
 def results_table(summaries: Sequence[dict]):
   """SPEC.md §1 metrics, variance across clients in parentheses."""
-  header = ['Algorithm', 'Acc_g', 'Acc_g,p', 'Acc_g,np', 'Delta_g',
-            'eps spent (target) per group', 'seconds']
+  personalized = any(s['metrics'].get('acc_l_p') is not None or
+                     s['metrics'].get('acc_l_np') is not None
+                     for s in summaries)
+  header = ['Algorithm', 'Acc_g', 'Acc_g,p', 'Acc_g,np', 'Delta_g']
+  if personalized:
+    header += ['Acc_l,p', 'Acc_l,np', 'Delta_l']
+  header += ['eps spent (target) per group', 'seconds']
   rows = []
   for s in summaries:
     m = s['metrics']
@@ -47,13 +52,16 @@ def results_table(summaries: Sequence[dict]):
         f"{g['name']}: {_eps(g['epsilon_spent'])}" +
         (f" ({g['target_epsilon']:g})" if g['target_epsilon'] else '')
         for g in s['groups'])
-    rows.append([
+    row = [
         s['configuration'],
         _acc(m.get('acc_g')),
         _acc(m.get('acc_g_p'), m.get('var_g_p')),
         _acc(m.get('acc_g_np'), m.get('var_g_np')),
         _acc(m.get('delta_g')),
-        eps,
-        f"{s['seconds']:.0f}",
-    ])
+    ]
+    if personalized:
+      row += [_acc(m.get('acc_l_p'), m.get('var_l_p')),
+              _acc(m.get('acc_l_np'), m.get('var_l_np')),
+              _acc(m.get('delta_l'))]
+    rows.append(row + [eps, f"{s['seconds']:.0f}"])
   return header, rows

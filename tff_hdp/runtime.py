@@ -16,6 +16,7 @@ import subprocess
 import psutil
 
 _initialized = False
+_registered = False
 
 
 def _stop_service_managers() -> None:
@@ -40,8 +41,22 @@ def _stop_service_managers() -> None:
 
 
 def stop_workers() -> None:
-  """Terminates the TFF worker processes this process started."""
+  """Terminates the TFF worker processes this process started.
+
+  TFF's context is uninstalled too, so that its service managers are freed
+  now rather than at interpreter teardown; `init()` installs a fresh one.
+  """
+  global _initialized
   _stop_service_managers()
+  if _initialized:
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+    from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
+    # pylint: enable=g-import-not-at-top
+    context_stack_impl.context_stack.set_default_context(
+        runtime_error_context.RuntimeErrorContext())
+    _initialized = False
+    gc.collect()
   children = psutil.Process().children(recursive=True)
   workers = [c for c in children if 'worker_binary' in ' '.join(_cmdline(c))]
   for w in workers:
@@ -64,7 +79,7 @@ def _cmdline(proc: psutil.Process) -> list[str]:
 
 def init() -> None:
   """Sets TFF's local C++ context (once) and quiets TF/absl logging."""
-  global _initialized
+  global _initialized, _registered
   if _initialized:
     return
   import absl.logging  # pylint: disable=g-import-not-at-top
@@ -73,5 +88,7 @@ def init() -> None:
   tf.get_logger().setLevel('ERROR')
   absl.logging.set_verbosity(absl.logging.ERROR)
   tff.backends.native.set_sync_local_cpp_execution_context()
-  atexit.register(stop_workers)
+  if not _registered:
+    atexit.register(stop_workers)
+    _registered = True
   _initialized = True

@@ -28,6 +28,7 @@ from tff_hdp.federated_task import FederatedTask
 from tff_hdp import accounting
 from tff_hdp import checkpointing
 from tff_hdp import client_work
+from tff_hdp import ditto
 from tff_hdp import evaluation
 from tff_hdp.fedhdp import PrivacyPlan
 from tff_hdp.privacy_groups import GroupAssignment
@@ -55,6 +56,15 @@ def _client_seed(seed: int, round_num: int, position: int) -> int:
 
 
 @dataclasses.dataclass
+class Personalization:
+  """A Ditto step (`ditto.build_personalization`) and the store it updates."""
+
+  step: tff.Computation
+  models: ditto.PersonalModels = dataclasses.field(
+      default_factory=ditto.PersonalModels)
+
+
+@dataclasses.dataclass
 class RunResult:
   state: object
   rows: list[dict]
@@ -69,7 +79,8 @@ def _columns(groups) -> list[str]:
   for g in groups:
     cols += [f'count_{g.name}', f'weight_{g.name}', f'noise_std_{g.name}',
              f'epsilon_{g.name}']
-  cols += ['acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np', 'delta_g']
+  cols += ['acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np', 'delta_g',
+           'acc_l_p', 'var_l_p', 'acc_l_np', 'var_l_np', 'delta_l']
   return cols
 
 
@@ -105,6 +116,27 @@ def save_model(path: str, weights: tff.learning.models.ModelWeights) -> None:
   np.savez(path, **arrays)
 
 
+def _restore_personal(checkpoint, round_num, client_ids):
+  path = checkpoint.personal_path(round_num)
+  if not os.path.exists(path):
+    raise checkpointing.CheckpointError(
+        f'checkpoint of round {round_num} has no personal models ({path}); '
+        'delete the output folder to start over.')
+  try:
+    return ditto.PersonalModels.load(path, client_ids)
+  except (OSError, ValueError, KeyError) as e:
+    raise checkpointing.CheckpointError(
+        f'cannot read personal models {path}: {e}') from None
+
+
+def _evaluate(task, weights, private_flags, personalization):
+  metrics = evaluation.global_model_metrics(task, weights, private_flags)
+  if personalization is not None:
+    metrics.update(evaluation.personalized_metrics(
+        task, weights, personalization.models, private_flags))
+  return metrics
+
+
 def _fmt(value):
   if value is None:
     return ''
@@ -125,7 +157,8 @@ def run(task: FederatedTask,
         checkpoint: checkpointing.RunCheckpoint | None = None,
         checkpoint_every: int = 10,
         on_round: Callable[[int, tff.learning.models.ModelWeights], None]
-        | None = None) -> RunResult:
+        | None = None,
+        personalization: Personalization | None = None) -> RunResult:
   """Trains for `plan.rounds` rounds and evaluates every `eval_every`.
 
   `plan.assignment` holds the groups the algorithm trains with;
@@ -134,6 +167,8 @@ def run(task: FederatedTask,
   `checkpoint`, state is saved every `checkpoint_every` rounds and after the
   last, and a run that finds a checkpoint continues from it. `on_round`
   sees every released global model (round number, weights), e.g. for audits.
+  With `personalization`, each sampled client also takes its Ditto steps
+  from the round's global model, and the personalized metrics are reported.
   """
   groups = plan.assignment.groups
   client_ids = task.client_ids
@@ -148,6 +183,9 @@ def run(task: FederatedTask,
     restored, done = checkpoint.restore(state)
     if restored is not None:
       state = restored
+      if personalization is not None:
+        personalization.models = _restore_personal(checkpoint, done,
+                                                   client_ids)
   writer = csv_file = None
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)
@@ -178,6 +216,13 @@ def run(task: FederatedTask,
                 task.train_dataset(c, _client_seed(seed, round_num, i)),
                 plan.assignment.one_hot(c)) for i, c in enumerate(sampled)
         ]
+        if personalization is not None:
+          global_weights = process.get_model_weights(state)
+          personal = personalization.step(
+              global_weights,
+              [personalization.models.get(c, global_weights.trainable)
+               for c in sampled], data)
+          personalization.models.update(sampled, personal)
         output = process.next(state, data)
         state = output.state
         agg = output.metrics['aggregator']
@@ -196,8 +241,8 @@ def run(task: FederatedTask,
       for j, g in enumerate(groups):
         row[f'epsilon_{g.name}'] = plan.ledger.epsilon(j, round_num)
       if round_num % eval_every == 0 or round_num == plan.rounds:
-        metrics = evaluation.global_model_metrics(
-            task, process.get_model_weights(state), private_flags)
+        metrics = _evaluate(task, process.get_model_weights(state),
+                            private_flags, personalization)
         row.update(metrics)
         bar.set_postfix(acc_g=f"{metrics['acc_g']:.2f}")
       rows.append(row)
@@ -208,13 +253,14 @@ def run(task: FederatedTask,
         on_round(round_num, process.get_model_weights(state))
       if checkpoint is not None and (round_num % checkpoint_every == 0 or
                                      round_num == plan.rounds):
-        checkpoint.save(state, round_num)
+        checkpoint.save(state, round_num,
+                        personalization.models if personalization else None)
   finally:
     if csv_file:
       csv_file.close()
   weights = process.get_model_weights(state)
   if not metrics:  # Resumed after the last round: nothing was evaluated.
-    metrics = evaluation.global_model_metrics(task, weights, private_flags)
+    metrics = _evaluate(task, weights, private_flags, personalization)
   if output_dir:
     save_model(os.path.join(output_dir, 'final_model.npz'), weights)
   seconds = time.time() - start
