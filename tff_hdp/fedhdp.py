@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 
 from tff_hdp import accounting
 from tff_hdp import client_work as client_work_lib
+from tff_hdp import learning_process
 from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.privacy_groups import GroupAssignment
 from tff_hdp.privacy_groups import PrivacyGroup
@@ -135,24 +136,11 @@ def build_fedhdp(
   can be plugged in. The server applies the aggregate with `server_optimizer`
   (SGD with learning rate 1, i.e. theta <- theta + Delta, by default).
   """
-  if server_optimizer is None:
-    server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
-
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
-  weights_type = initial_model_weights_fn.type_signature.result
-  distributor = tff.learning.templates.build_broadcast_process(weights_type)
-  client_work = client_work_lib.build_group_client_work(
-      model_fn, client_optimizer, num_groups, local_epochs)
-  aggregation = aggregator.create(weights_type.trainable,
-                                  tff.TensorType(np.float32, [num_groups]))
-  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-      server_optimizer, weights_type)
-  return tff.learning.templates.compose_learning_process(
-      initial_model_weights_fn, distributor, client_work, aggregation,
-      finalizer)
+  return learning_process.compose(
+      model_fn,
+      client_work_lib.build_group_client_work(model_fn, client_optimizer,
+                                              num_groups, local_epochs),
+      aggregator, tff.TensorType(np.float32, [num_groups]), server_optimizer)
 
 
 ALGORITHMS = ('fedhdp', 'dp_fedavg', 'nonprivate')

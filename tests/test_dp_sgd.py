@@ -1,0 +1,231 @@
+"""DP-SGD: exact clipping, vectorized gradients, sampling, noise, accounting."""
+
+import collections
+
+import dp_accounting
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+from dp_accounting import rdp
+
+from tff_hdp import dp_sgd
+
+
+def _softmax_model_fn():
+  spec = (tf.TensorSpec([None, 5], tf.float32), tf.TensorSpec([None], tf.int32))
+
+  def model_fn():
+    keras_model = tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(5,)),
+        tf.keras.layers.Dense(3, kernel_initializer='glorot_uniform'),
+    ])
+    return tff.learning.models.from_keras_model(
+        keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True), input_spec=spec)
+
+  return model_fn
+
+
+def _per_example_ce(y, logits):
+  return tf.keras.losses.sparse_categorical_crossentropy(y, logits,
+                                                         from_logits=True)
+
+
+def _data(n, seed=0):
+  rng = np.random.default_rng(seed)
+  return (rng.normal(size=(n, 5)).astype(np.float32),
+          rng.integers(0, 3, n).astype(np.int32))
+
+
+def test_clipping_is_exact_for_known_per_example_gradients():
+  # loss_j = <w, x_j> has gradient x_j exactly.
+  x = np.array([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0], [-6.0, 8.0]], np.float32)
+  w = tf.Variable(tf.zeros([2]))
+  grads = dp_sgd.per_example_gradients(
+      lambda: tf.linalg.matvec(tf.constant(x), w), [w])
+  np.testing.assert_allclose(grads[0].numpy(), x)
+  clipped = dp_sgd.clipped_sum(grads, 1.0)[0].numpy()
+  norms = np.linalg.norm(x, axis=1)
+  expected = (x * (1.0 / np.maximum(norms, 1.0))[:, None]).sum(0)
+  np.testing.assert_allclose(clipped, expected, rtol=1e-6)
+  np.testing.assert_allclose(clipped, [0.6 + 0.3 - 0.6, 0.8 + 0.4 + 0.8],
+                             rtol=1e-6)
+
+
+def test_clip_norm_is_over_all_variables_jointly():
+  a, b = tf.Variable(tf.zeros([1])), tf.Variable(tf.zeros([1]))
+  x = tf.constant([[3.0, 4.0]])
+  grads = dp_sgd.per_example_gradients(
+      lambda: x[:, 0] * a[0] + x[:, 1] * b[0], [a, b])
+  clipped = dp_sgd.clipped_sum(grads, 1.0)
+  np.testing.assert_allclose([clipped[0].numpy()[0], clipped[1].numpy()[0]],
+                             [0.6, 0.8], rtol=1e-6)
+
+
+def test_vectorized_gradients_equal_a_per_example_loop():
+  tf.keras.utils.set_random_seed(1)
+  model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(5,)),
+      tf.keras.layers.Dense(4, activation='tanh'),
+      tf.keras.layers.Dense(3),
+  ])
+  x, y = _data(7)
+  variables = model.trainable_variables
+  vectorized = dp_sgd.per_example_gradients(
+      lambda: _per_example_ce(y, model(x)), variables)
+  for j in range(len(x)):
+    with tf.GradientTape() as tape:
+      loss = _per_example_ce(y[j:j + 1], model(x[j:j + 1]))[0]
+    reference = tape.gradient(loss, variables)
+    for v, r in zip(vectorized, reference):
+      np.testing.assert_allclose(v[j].numpy(), r.numpy(), rtol=1e-5,
+                                 atol=1e-6)
+
+
+def test_noisy_gradient_is_clipped_mean_plus_returned_noise():
+  w = tf.Variable(tf.zeros([4000]))
+  x = tf.constant(np.random.default_rng(0).normal(size=(3, 4000)),
+                  tf.float32)
+  loss_fn = lambda: tf.linalg.matvec(x, w)
+  seed = tf.constant([1, 2], tf.int64)
+  clean = dp_sgd.clipped_sum(dp_sgd.per_example_gradients(loss_fn, [w]),
+                             2.0)[0] / 5.0
+  noisy, noise = dp_sgd.private_mean_gradient(loss_fn, [w], tf.constant(3),
+                                              2.0, 1.5, 5.0, seed)
+  np.testing.assert_allclose(noisy[0] - noise[0], clean, atol=1e-5)
+  assert np.std(noise[0].numpy()) == pytest.approx(1.5 * 2.0 / 5.0, rel=0.05)
+  noiseless, _ = dp_sgd.private_mean_gradient(loss_fn, [w], tf.constant(3),
+                                              2.0, 0.0, 5.0, seed)
+  np.testing.assert_allclose(noiseless[0], clean, atol=1e-6)
+
+
+def test_empty_batch_gives_noise_only():
+  w = tf.Variable(tf.zeros([3]))
+  noisy, noise = dp_sgd.private_mean_gradient(
+      lambda: tf.zeros([0]), [w], tf.constant(0), 1.0, 2.0, 4.0,
+      tf.constant([0, 0], tf.int64))
+  np.testing.assert_array_equal(noisy[0], noise[0])
+  assert np.all(noise[0].numpy() != 0)
+
+
+def test_poisson_sampling_includes_each_example_independently_at_rate_q():
+  n, q, trials = 50, 0.2, 400
+  counts = np.zeros(n)
+  for t in range(trials):
+    idx = dp_sgd.poisson_sample(n, q, tf.constant([7, t], tf.int64)).numpy()
+    counts[idx] += 1
+  rate = counts / trials
+  assert np.all(np.abs(rate - q) < 5 * np.sqrt(q * (1 - q) / trials))
+  assert counts.sum() / trials == pytest.approx(q * n, rel=0.05)
+
+
+def test_reported_epsilon_equals_dp_accounting_computed_directly():
+  privacy = dp_sgd.plan_client_privacy(epsilon=2.0, delta=1e-5,
+                                       num_examples=100, batch_size=16,
+                                       rounds=10)
+  assert privacy.sampling_rate == float(np.float32(0.16))
+  assert privacy.steps_per_round == 7
+  accountant = rdp.RdpAccountant(
+      neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+  accountant.compose(
+      dp_accounting.SelfComposedDpEvent(
+          dp_accounting.PoissonSampledDpEvent(
+              privacy.sampling_rate,
+              dp_accounting.GaussianDpEvent(privacy.noise_multiplier)), 70))
+  direct = accountant.get_epsilon(1e-5)
+  assert privacy.epsilon_after(10) == pytest.approx(direct, rel=1e-12)
+  assert 0.99 * 2.0 <= direct <= 2.0 * (1 + 1e-6)
+
+
+def test_plan_refuses_a_batch_larger_than_the_data():
+  with pytest.raises(ValueError, match='batch size'):
+    dp_sgd.plan_client_privacy(1.0, 1e-5, num_examples=10, batch_size=16,
+                               rounds=1)
+
+
+def test_one_full_batch_step_without_noise_matches_a_manual_loop():
+  model = _softmax_model_fn()()
+  train = dp_sgd.build_local_dp_sgd(model, _per_example_ce, learning_rate=0.5,
+                                    clip_norm=0.3)
+  initial = tff.learning.models.ModelWeights.from_model(model)
+  initial = tf.nest.map_structure(lambda v: tf.constant(v.numpy()), initial)
+  x, y = _data(6)
+  data = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+  # Rate 1: every example is in the one step; noise multiplier 0.
+  update, noise = train(initial, data, 0.0, 1.0, 1,
+                        tf.constant([0, 0], tf.int64))
+  kernel, bias = [t.numpy() for t in initial.trainable]
+  expected = [np.zeros_like(kernel), np.zeros_like(bias)]
+  for j in range(6):
+    logits = x[j] @ kernel + bias
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    p[y[j]] -= 1.0
+    g = [np.outer(x[j], p), p]
+    norm = np.sqrt(sum((t**2).sum() for t in g))
+    for e, t in zip(expected, g):
+      e += t * 0.3 / max(norm, 0.3)
+  for u, e in zip(update, expected):
+    np.testing.assert_allclose(u.numpy(), 0.5 * e / 6.0, rtol=1e-4,
+                               atol=1e-6)
+  assert all(np.all(n.numpy() == 0) for n in noise)
+
+
+def test_update_noise_has_the_planned_variance():
+  model = _softmax_model_fn()()
+  train = dp_sgd.build_local_dp_sgd(model, _per_example_ce, learning_rate=0.1,
+                                    clip_norm=1.0)
+  initial = tf.nest.map_structure(
+      lambda v: tf.constant(v.numpy()),
+      tff.learning.models.ModelWeights.from_model(model))
+  x, y = _data(64)
+  privacy = dp_sgd.plan_client_privacy(1.0, 1e-5, 64, 16, rounds=3)
+  p = 5 * 3 + 3
+  draws = []
+  for s in range(40):
+    _, noise = train(initial,
+                     tf.data.Dataset.from_tensor_slices((x, y)).batch(8),
+                     privacy.noise_multiplier, privacy.sampling_rate,
+                     privacy.steps_per_round, tf.constant([s, 0], tf.int64))
+    draws.append(np.concatenate([n.numpy().ravel() for n in noise]))
+  measured = np.mean(np.square(draws)) * p
+  expected = privacy.update_noise_variance(0.1, 1.0, p)
+  assert measured == pytest.approx(expected, rel=0.1)
+
+
+def test_client_work_takes_privacy_from_client_data_and_reports_no_metrics():
+  model_fn = _softmax_model_fn()
+  work = dp_sgd.build_dp_sgd_client_work(model_fn, _per_example_ce, 0.1, 1.0)
+  data_type = work.next.type_signature.parameter[2].member
+  privacy_type = data_type[dp_sgd.PRIVACY_KEY].element
+  assert set(tff.structure.name_list(privacy_type)) == {
+      'noise_multiplier', 'sampling_rate', 'steps', 'weight', 'seed'}
+  privacy = dp_sgd.plan_client_privacy(4.0, 1e-5, 40, 16, rounds=2)
+  x, y = _data(40)
+  dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
+  clients = [dp_sgd.make_client_data(dataset, privacy, 3.0, seed=s)
+             for s in (0, 1, 0)]
+  weights = tff.learning.models.ModelWeights.from_model(model_fn())
+  weights = tf.nest.map_structure(lambda v: v.numpy(), weights)
+  state = work.initialize()
+  out = work.next(state, [weights] * 3, clients)
+  assert out.measurements == ()
+  updates = [
+      np.concatenate([np.ravel(u) for u in r.update]) for r in out.result
+  ]
+  assert [r.update_weight for r in out.result] == [3.0, 3.0, 3.0]
+  np.testing.assert_array_equal(updates[0], updates[2])
+  assert not np.allclose(updates[0], updates[1])
+  later = work.next(out.state, [weights], clients[:1]).result[0]
+  assert not np.allclose(
+      np.concatenate([np.ravel(u) for u in later.update]), updates[0])
+
+
+def test_client_data_round_trips_its_privacy_element():
+  privacy = dp_sgd.plan_client_privacy(1.0, 1e-5, 40, 8, rounds=1)
+  data = dp_sgd.make_client_data(tf.data.Dataset.range(1), privacy, 2.0, 9)
+  own = data[dp_sgd.PRIVACY_KEY].get_single_element()
+  assert isinstance(data, collections.OrderedDict)
+  assert own['steps'].numpy() == 5 and own['seed'].numpy() == 9
+  assert own['sampling_rate'].numpy() == np.float32(0.2)

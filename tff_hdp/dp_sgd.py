@@ -1,0 +1,298 @@
+"""Sample-level DP-SGD inside each client, for a server nobody trusts.
+
+SPEC.md §2-3: a client clips every example's gradient to `c`, adds
+`N(0, (z c)^2 I)` to the sum and divides by its expected batch size `q n`. Each
+example joins a step independently with probability `q`, which is exactly the
+Poisson-subsampled Gaussian that `tff_hdp.accounting` composes over the steps
+(sample the way you account). Per-example gradients are one pfor-vectorized
+`GradientTape.jacobian`, never a loop over examples.
+
+`private_mean_gradient` is the reusable step: MR-MTL adds its data-independent
+regularizer gradient to its result. The client work of "one local epoch of
+DP-SGD per round" takes each client's own noise multiplier, sampling rate,
+steps and aggregation weight from its client data, so the aggregator never
+sees them.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Callable, Mapping
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hdp import accounting
+
+DATA_KEY = 'data'
+PRIVACY_KEY = 'privacy'
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientPrivacy:
+  """One client's DP-SGD parameters for a whole run, and what they cost.
+
+  `sampling_rate` is `batch_size / num_examples` rounded to float32, the
+  probability the client's graph actually samples with, so the accountant
+  analyses exactly the mechanism that runs.
+  """
+
+  epsilon: float
+  delta: float
+  num_examples: int
+  batch_size: int
+  rounds: int
+  epochs_per_round: int
+  sampling_rate: float
+  steps_per_round: int
+  noise_multiplier: float
+
+  @property
+  def expected_batch_size(self) -> float:
+    return self.sampling_rate * self.num_examples
+
+  def epsilon_after(self, rounds: int) -> float:
+    """epsilon at `delta` after `rounds` rounds of local DP-SGD."""
+    return accounting.epsilon_spent(
+        self.noise_multiplier, None,
+        accounting.PoissonSampling(self.sampling_rate),
+        rounds * self.steps_per_round, self.delta)
+
+  def update_noise_variance(self, learning_rate: float, clip_norm: float,
+                            num_params: int) -> float:
+    """Noise power in one round's update (SPEC §3, clipping effective).
+
+    `sigma_i^2 = K_i ceil(N_i / b_i) eta^2 p c^2 z_i^2 / b_i^2`, with the
+    expected batch size in place of `b_i` because that is the denominator.
+    """
+    return (self.steps_per_round * learning_rate**2 * num_params *
+            (clip_norm * self.noise_multiplier / self.expected_batch_size)**2)
+
+
+def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
+                        batch_size: int, rounds: int,
+                        epochs_per_round: int = 1) -> ClientPrivacy:
+  """Calibrates z for `rounds` rounds of `epochs_per_round` DP-SGD epochs.
+
+  One epoch is `ceil(num_examples / batch_size)` Poisson-sampled steps.
+  """
+  num_examples, batch_size = int(num_examples), int(batch_size)
+  if num_examples < 1 or not 1 <= batch_size <= num_examples:
+    raise ValueError(
+        f'batch size must be in [1, {num_examples}] (the client\'s examples), '
+        f'got {batch_size}.')
+  if rounds < 1 or epochs_per_round < 1:
+    raise ValueError('rounds and epochs per round must be >= 1, got '
+                     f'{rounds} and {epochs_per_round}.')
+  q = float(np.float32(batch_size / num_examples))
+  steps = epochs_per_round * -(-num_examples // batch_size)
+  z = accounting.calibrate_noise_multiplier(
+      epsilon, delta, accounting.PoissonSampling(q), rounds * steps, None)
+  return ClientPrivacy(epsilon, delta, num_examples, batch_size, rounds,
+                       epochs_per_round, q, steps, z)
+
+
+def poisson_sample(num_examples, rate, seed) -> tf.Tensor:
+  """Indices of the examples that join a step, each with probability `rate`."""
+  keep = tf.random.stateless_uniform([num_examples], seed) < rate
+  return tf.reshape(tf.where(keep), [-1])
+
+
+def per_example_gradients(per_example_loss_fn: Callable[[], tf.Tensor],
+                          variables) -> list[tf.Tensor]:
+  """`[B, *v.shape]` gradients of each example's loss, vectorized by pfor."""
+  with tf.GradientTape() as tape:
+    losses = per_example_loss_fn()
+  return tape.jacobian(
+      losses, variables,
+      unconnected_gradients=tf.UnconnectedGradients.ZERO,
+      experimental_use_pfor=True)
+
+
+def clipped_sum(per_example_grads, clip_norm) -> list[tf.Tensor]:
+  """Sum over examples of `g * c / max(||g||, c)`, norms over all variables."""
+  squares = [
+      tf.reduce_sum(tf.reshape(g * g, [tf.shape(g)[0], -1]), axis=1)
+      for g in per_example_grads
+  ]
+  norms = tf.sqrt(tf.add_n(squares))
+  scale = clip_norm / tf.maximum(norms, clip_norm)
+  return [tf.tensordot(scale, g, axes=1) for g in per_example_grads]
+
+
+def private_mean_gradient(per_example_loss_fn: Callable[[], tf.Tensor],
+                          variables, batch_size, clip_norm, noise_multiplier,
+                          expected_batch_size, seed):
+  """One DP-SGD gradient: `(clipped sum + N(0, (z c)^2 I)) / B`.
+
+  `per_example_loss_fn` returns the `[batch_size]` losses of the sampled
+  examples; an empty batch contributes noise only. Returns the noisy mean
+  gradient and, separately, the noise it contains (for measuring noise power;
+  never sent anywhere).
+  """
+  summed = tf.cond(
+      batch_size > 0,
+      lambda: clipped_sum(per_example_gradients(per_example_loss_fn, variables),
+                          clip_norm),
+      lambda: [tf.zeros_like(v) for v in variables])
+  noise = [
+      noise_multiplier * clip_norm * tf.random.stateless_normal(
+          tf.shape(v), tf.random.experimental.stateless_fold_in(seed, i),
+          dtype=v.dtype) / expected_batch_size for i, v in enumerate(variables)
+  ]
+  return [s / expected_batch_size + n for s, n in zip(summed, noise)], noise
+
+
+def _split_batch(batch):
+  """(x, y) of a batch given as a tuple or as a mapping with 'x' and 'y'."""
+  if isinstance(batch, Mapping):
+    return batch['x'], batch['y']
+  return batch[0], batch[1]
+
+
+def _whole_dataset(data: tf.data.Dataset):
+  """All of a client's examples as tensors: Poisson sampling needs them all."""
+  return data.unbatch().batch(np.iinfo(np.int32).max).get_single_element()
+
+
+def build_local_dp_sgd(model: tff.learning.models.VariableModel,
+                       per_example_loss: Callable[[tf.Tensor, tf.Tensor],
+                                                  tf.Tensor],
+                       learning_rate: float, clip_norm: float):
+  """tf.function: one round of DP-SGD steps on `model`, from given weights.
+
+  Called with the initial `ModelWeights`, the client's batched dataset, its
+  noise multiplier, sampling rate, number of steps and a `[2]` int64 seed.
+  Returns the pseudo-gradient `initial - final` (TFF's convention) and the
+  part of it that is DP noise. Pass the scalars as tensors so that clients
+  with different settings share one trace.
+  """
+  weights = tff.learning.models.ModelWeights.from_model(model)
+  trainable = tf.nest.flatten(weights.trainable)
+
+  @tf.function
+  def train(initial_weights, data, noise_multiplier, sampling_rate, steps,
+            seed):
+    tf.nest.map_structure(lambda v, t: v.assign(t), weights, initial_weights)
+    x, y = _split_batch(_whole_dataset(data))
+    num_examples = tf.shape(x)[0]
+    expected_batch_size = sampling_rate * tf.cast(num_examples, tf.float32)
+    noise_total = [tf.zeros_like(v) for v in trainable]
+    for t in tf.range(steps):
+      step_seed = tf.random.experimental.stateless_fold_in(seed, t)
+      idx = poisson_sample(
+          num_examples, sampling_rate,
+          tf.random.experimental.stateless_fold_in(step_seed, 0))
+
+      def loss_fn(idx=idx):
+        preds = model.predict_on_batch(tf.gather(x, idx), training=True)
+        return per_example_loss(tf.gather(y, idx), preds)
+
+      grads, noise = private_mean_gradient(
+          loss_fn, trainable, tf.size(idx), clip_norm, noise_multiplier,
+          expected_batch_size,
+          tf.random.experimental.stateless_fold_in(step_seed, 1))
+      for v, g in zip(trainable, grads):
+        v.assign_sub(learning_rate * g)
+      noise_total = [a + learning_rate * n for a, n in zip(noise_total, noise)]
+    update = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
+                                   weights.trainable)
+    return update, tf.nest.pack_sequence_as(initial_weights.trainable,
+                                            noise_total)
+
+  return train
+
+
+def make_client_data(dataset: tf.data.Dataset, privacy: ClientPrivacy,
+                     weight: float, seed: int) -> collections.OrderedDict:
+  """A client's input: its batches and, as a one-element sequence, itself.
+
+  `weight` is what the client attaches to its update for a weighted
+  aggregator; `seed` is the client's own noise seed (a real client would use
+  fresh randomness; a simulation needs it reproducible and distinct).
+  """
+  own = collections.OrderedDict(
+      noise_multiplier=np.float32(privacy.noise_multiplier),
+      sampling_rate=np.float32(privacy.sampling_rate),
+      steps=np.int32(privacy.steps_per_round),
+      weight=np.float32(weight),
+      seed=np.int64(seed))
+  return collections.OrderedDict([
+      (DATA_KEY, dataset),
+      (PRIVACY_KEY, tf.data.Dataset.from_tensors(own)),
+  ])
+
+
+def client_data_type(model_input_spec) -> tff.Type:
+  privacy_type = tff.types.to_type(
+      collections.OrderedDict(
+          noise_multiplier=np.float32, sampling_rate=np.float32,
+          steps=np.int32, weight=np.float32, seed=np.int64))
+  return tff.types.to_type(
+      collections.OrderedDict([
+          (DATA_KEY, tff.SequenceType(
+              tff.types.tensorflow_to_type(model_input_spec))),
+          (PRIVACY_KEY, tff.SequenceType(privacy_type)),
+      ]))
+
+
+def build_dp_sgd_client_work(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    per_example_loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+    learning_rate: float,
+    clip_norm: float) -> tff.learning.templates.ClientWorkProcess:
+  """`ClientWorkProcess`: one local epoch of DP-SGD per round.
+
+  Each client's noise multiplier, sampling rate, steps per round, update
+  weight and noise seed come from the `privacy` element of its own data (see
+  `make_client_data`); the server state is only the round number, folded into
+  each client's seed so every round draws fresh noise. Only the update and its
+  weight leave the client: training metrics on private data are not reported.
+  """
+  if not (learning_rate > 0 and clip_norm > 0):
+    raise ValueError('learning rate and clip norm must be > 0, got '
+                     f'{learning_rate} and {clip_norm}.')
+  with tf.Graph().as_default():
+    model = model_fn()
+  weights_type = tff.learning.models.weights_type_from_model(model)
+  data_type = client_data_type(model.input_spec)
+
+  @tff.tensorflow.computation
+  def initial_state():
+    return tf.constant(0, tf.int64)
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_eval(initial_state, tff.SERVER)
+
+  state_type = init_fn.type_signature.result.member
+
+  @tff.tensorflow.computation(state_type, weights_type, data_type)
+  def client_update(round_num, initial_weights, client_data):
+    train = build_local_dp_sgd(model_fn(), per_example_loss, learning_rate,
+                               clip_norm)
+    own = client_data[PRIVACY_KEY].get_single_element()
+    update, _ = train(initial_weights, client_data[DATA_KEY],
+                      own['noise_multiplier'], own['sampling_rate'],
+                      own['steps'], tf.stack([own['seed'], round_num]))
+    return tff.learning.templates.ClientResult(
+        update=update, update_weight=own['weight'])
+
+  @tff.tensorflow.computation(state_type)
+  def advance(round_num):
+    return round_num + 1
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(weights_type, tff.CLIENTS),
+                             tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, weights, client_data):
+    result = tff.federated_map(
+        client_update,
+        (tff.federated_broadcast(state), weights, client_data))
+    return tff.templates.MeasuredProcessOutput(
+        tff.federated_map(advance, state), result,
+        tff.federated_value((), tff.SERVER))
+
+  return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)

@@ -1,0 +1,39 @@
+"""The one way this project assembles a TFF `LearningProcess`.
+
+Every algorithm is broadcast -> its client work -> a `tff.aggregators` factory
+-> a server optimizer, composed by `compose_learning_process`; algorithms
+differ only in the client work and in the aggregation factory and the client
+weight it takes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import tensorflow_federated as tff
+
+
+def compose(model_fn: Callable[[], tff.learning.models.VariableModel],
+            client_work: tff.learning.templates.ClientWorkProcess,
+            aggregator: tff.aggregators.WeightedAggregationFactory,
+            weight_type: tff.Type,
+            server_optimizer: tff.learning.optimizers.Optimizer | None = None
+            ) -> tff.learning.templates.LearningProcess:
+  """Composes the process; the server applies the aggregate with
+  `server_optimizer` (SGD with learning rate 1 by default: theta <- theta +
+  Delta, the aggregate being a pseudo-gradient -Delta)."""
+  if server_optimizer is None:
+    server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  weights_type = initial_model_weights_fn.type_signature.result
+  distributor = tff.learning.templates.build_broadcast_process(weights_type)
+  aggregation = aggregator.create(weights_type.trainable, weight_type)
+  finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer, weights_type)
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn, distributor, client_work, aggregation,
+      finalizer)

@@ -1,0 +1,125 @@
+"""Noise-aware FedAvg for an untrusted server: DP-SGD clients, chosen rule.
+
+SPEC.md §3. Every client privatizes its own update with DP-SGD at its own
+(epsilon, delta) and batch size, so the server may be curious. The aggregation
+rules differ only in what weight a client attaches to its update and in the
+factory that combines them:
+
+| name        | client's weight          | factory                       |
+|-------------|--------------------------|-------------------------------|
+| robust_hdp  | none (ignored)           | `RobustHDPFactory` (RPCA)     |
+| oracle      | 1 / sigma_i^2 (true)     | weighted mean                 |
+| weiavg      | epsilon_i                | weighted mean                 |
+| dpfedavg    | N_i                      | weighted mean                 |
+| pfa         | epsilon_i                | `PFAFactory`                  |
+| min_epsilon | N_i, all at min epsilon  | weighted mean                 |
+
+The weight travels as client data (see `dp_sgd.make_client_data`); for
+Robust-HDP it is a constant the unweighted factory never receives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hdp import dp_sgd
+from tff_hdp import learning_process
+from tff_hdp.aggregators import pfa
+from tff_hdp.aggregators import robust_hdp
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+  """What a client sends as its weight, and whether all use the minimum eps."""
+
+  weight: str
+  min_epsilon: bool = False
+
+
+RULES = {
+    'robust_hdp': Rule('none'),
+    'oracle': Rule('inverse_noise_variance'),
+    'weiavg': Rule('epsilon'),
+    'dpfedavg': Rule('num_examples'),
+    'pfa': Rule('epsilon'),
+    'min_epsilon': Rule('num_examples', min_epsilon=True),
+}
+
+
+def _rule(name: str) -> Rule:
+  if name not in RULES:
+    raise ValueError(
+        f'unknown aggregation rule {name!r}; choose one of {sorted(RULES)}.')
+  return RULES[name]
+
+
+def plan_clients(name: str, epsilons: Sequence[float], delta: float,
+                 num_examples: Sequence[int], batch_sizes: Sequence[int],
+                 rounds: int) -> list[dp_sgd.ClientPrivacy]:
+  """Each client's DP-SGD plan for rule `name` (min_epsilon: all at the min)."""
+  if not len(epsilons) == len(num_examples) == len(batch_sizes):
+    raise ValueError('one epsilon, dataset size and batch size per client.')
+  if _rule(name).min_epsilon:
+    epsilons = [min(epsilons)] * len(epsilons)
+  return [
+      dp_sgd.plan_client_privacy(e, delta, n, b, rounds)
+      for e, n, b in zip(epsilons, num_examples, batch_sizes)
+  ]
+
+
+def client_weight(name: str, privacy: dp_sgd.ClientPrivacy,
+                  learning_rate: float, clip_norm: float,
+                  num_params: int) -> float:
+  """The weight a client attaches to its update under rule `name`."""
+  kind = _rule(name).weight
+  if kind == 'none':
+    return 1.0
+  if kind == 'epsilon':
+    return privacy.epsilon
+  if kind == 'num_examples':
+    return float(privacy.num_examples)
+  return 1.0 / privacy.update_noise_variance(learning_rate, clip_norm,
+                                             num_params)
+
+
+def build_aggregator(name: str,
+                     **options) -> tff.aggregators.WeightedAggregationFactory:
+  """The factory of rule `name`; `options` go to its constructor.
+
+  Robust-HDP is unweighted; it is wrapped so the learning process can pass the
+  (ignored) client weight, and its own process still sees only the updates.
+  """
+  _rule(name)
+  if name == 'robust_hdp':
+    return tff.aggregators.as_weighted_aggregator(
+        robust_hdp.RobustHDPFactory(**options))
+  if name == 'pfa':
+    return pfa.PFAFactory(**options)
+  if options:
+    raise ValueError(f'rule {name!r} takes no options, got {sorted(options)}.')
+  return tff.aggregators.MeanFactory()
+
+
+def build_noise_aware_fedavg(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    per_example_loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+    aggregator: tff.aggregators.WeightedAggregationFactory,
+    learning_rate: float,
+    clip_norm: float,
+    server_optimizer: tff.learning.optimizers.Optimizer | None = None
+) -> tff.learning.templates.LearningProcess:
+  """FedAvg whose clients run one epoch of DP-SGD, combined by `aggregator`.
+
+  The server applies the aggregate with `server_optimizer` (SGD with learning
+  rate 1, i.e. theta <- theta - aggregate pseudo-gradient, by default).
+  """
+  return learning_process.compose(
+      model_fn,
+      dp_sgd.build_dp_sgd_client_work(model_fn, per_example_loss,
+                                      learning_rate, clip_norm),
+      aggregator, tff.TensorType(np.float32), server_optimizer)
