@@ -10,7 +10,7 @@ and a lower bound on epsilon (Clopper-Pearson, 95%). A private group's bound
 must stay below its accounted epsilon (TPR <= e^eps FPR + delta); the opt-out
 group has no guarantee and shows how exposed a client is without DP.
 
-  .venv/bin/python benchmarks/privacy_audit.py --rounds=40 --canaries=40
+  .venv/bin/python benchmarks/privacy_audit.py
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 import tensorflow  # noqa: E402,F401  (before app.run; see run_experiment.py)
 
-_ROUNDS = flags.DEFINE_integer('rounds', 40, 'Training rounds.')
+_ROUNDS = flags.DEFINE_integer('rounds', 100, 'Training rounds.')
 _CANARIES = flags.DEFINE_integer(
-    'canaries', 40, 'Canary clients per group (half are members).')
+    'canaries', 60, 'Canary clients per group (half are members).')
 _EPSILON = flags.DEFINE_float('epsilon', 3.6, 'Private group target epsilon.')
 _DELTA = flags.DEFINE_float('delta', 1e-4, 'Private group target delta.')
-_CLIENTS_PER_ROUND = flags.DEFINE_integer('clients_per_round', 40,
+_CLIENTS_PER_ROUND = flags.DEFINE_integer('clients_per_round', 10,
                                           'Expected clients per round.')
 _LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 3, 'Local epochs E.')
 _CLIENT_LR = flags.DEFINE_float('client_lr', 0.3, 'Client learning rate.')
