@@ -34,9 +34,21 @@ _DATA_DIR = flags.DEFINE_string(
     'data_dir', None, 'Directory with the task\'s data files (real datasets).')
 _NUM_CLIENTS = flags.DEFINE_integer(
     'num_clients', None, 'Number of clients, for tasks that allow choosing it.')
+_TRUSTED = ('fedhdp', 'dp_fedavg', 'nonprivate')
+_UNTRUSTED = ('robust_hdp', 'oracle', 'weiavg', 'dpfedavg', 'pfa',
+              'min_epsilon')
 _ALGORITHMS = flags.DEFINE_list(
     'algorithms', ['fedhdp'],
-    'Comma-separated algorithms: fedhdp, dp_fedavg, nonprivate.')
+    'Comma-separated algorithms. Trusted server (client-level DP): fedhdp, '
+    'dp_fedavg, nonprivate. Untrusted server (each client runs DP-SGD at its '
+    'own eps; full participation): robust_hdp, oracle, weiavg, dpfedavg, pfa, '
+    'min_epsilon.')
+_EPSILON_DISTRIBUTION = flags.DEFINE_enum(
+    'epsilon_distribution', 'mixgauss1',
+    ['mixgauss1', 'mixgauss2', 'mixgauss3', 'uniform'],
+    'Untrusted server: distribution of the clients\' epsilons.')
+_DP_SGD_CLIP = flags.DEFINE_float(
+    'dp_sgd_clip', 1.0, 'Untrusted server: per-example clip norm c.')
 _R = flags.DEFINE_list(
     'r', ['1.0'], 'FedHDP ratio(s) r of the private groups\' weight (the '
     'opt-out group has r=1); each value is one configuration.')
@@ -143,9 +155,15 @@ def _validate_common() -> None:
   _check(_CHECKPOINT_EVERY.value >= 0,
          f'--checkpoint_every must be >= 0, got {_CHECKPOINT_EVERY.value}.')
   for a in _ALGORITHMS.value:
-    _check(a in ('fedhdp', 'dp_fedavg', 'nonprivate'),
-           f'--algorithms: unknown algorithm {a!r}; choose from fedhdp, '
-           'dp_fedavg, nonprivate.')
+    _check(a in _TRUSTED + _UNTRUSTED,
+           f'--algorithms: unknown algorithm {a!r}; choose from '
+           f'{", ".join(_TRUSTED + _UNTRUSTED)}.')
+  kinds = {a in _UNTRUSTED for a in _ALGORITHMS.value}
+  _check(len(kinds) == 1, '--algorithms: trusted-server (fedhdp, dp_fedavg, '
+         'nonprivate) and untrusted-server algorithms cannot be mixed in one '
+         'run.')
+  _check(_DP_SGD_CLIP.value > 0,
+         f'--dp_sgd_clip must be > 0, got {_DP_SGD_CLIP.value}.')
 
 
 def _private_levels():
@@ -189,6 +207,47 @@ def _run_point_estimation() -> None:
   reporting.write_table(_OUTPUT_DIR.value, header, rows)
 
 
+def _load_task():
+  try:
+    return tasks.load(
+        _TASK.value,
+        tasks.TaskOptions(data_dir=_DATA_DIR.value,
+                          batch_size=_BATCH_SIZE.value, seed=_SEED.value,
+                          num_clients=_NUM_CLIENTS.value))
+  except ValueError as e:
+    raise InputError(f'--task={_TASK.value}: {e}') from None
+
+
+def _run_untrusted() -> None:
+  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
+  from tff_hdp import untrusted_experiment  # pylint: disable=g-import-not-at-top
+  task = _load_task()
+  settings = untrusted_experiment.UntrustedSettings(
+      rounds=_ROUNDS.value,
+      epsilon_distribution=_EPSILON_DISTRIBUTION.value,
+      delta=_floats(_DELTAS)[0],
+      learning_rate=_CLIENT_LR.value,
+      clip_norm=_DP_SGD_CLIP.value,
+      seed=_SEED.value,
+      eval_every=_EVAL_EVERY.value)
+  rows = []
+  try:
+    for rule in _ALGORITHMS.value:
+      s = untrusted_experiment.run_rule(task, rule, settings,
+                                        _OUTPUT_DIR.value)
+      rows.append([rule, f"{s['metrics']['acc_g']:.2f}",
+                   f"{s['epsilon_spent_min']:.3g} - "
+                   f"{s['epsilon_spent_max']:.3g}", f"{s['seconds']:.0f}"])
+  except ValueError as e:
+    raise InputError(str(e)) from None
+  header = ['Aggregation', 'Acc_g', 'eps spent per client (min - max)',
+            'seconds']
+  print(f'\n{task.name}: {len(task.client_ids)} clients, all in every round, '
+        f'{_ROUNDS.value} rounds, eps ~ {_EPSILON_DISTRIBUTION.value}\n')
+  print(reporting.markdown_table(header, rows))
+  reporting.write_table(_OUTPUT_DIR.value, header, rows)
+
+
 def _run_learning() -> None:
   from tff_hdp import accounting  # pylint: disable=g-import-not-at-top
   from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
@@ -196,14 +255,7 @@ def _run_learning() -> None:
   from tff_hdp.fedhdp import ClipSettings  # pylint: disable=g-import-not-at-top
   from tff_hdp.training_loop import BudgetExhaustedError  # pylint: disable=g-import-not-at-top
   from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
-  try:
-    task = tasks.load(
-        _TASK.value,
-        tasks.TaskOptions(data_dir=_DATA_DIR.value,
-                          batch_size=_BATCH_SIZE.value, seed=_SEED.value,
-                          num_clients=_NUM_CLIENTS.value))
-  except ValueError as e:
-    raise InputError(f'--task={_TASK.value}: {e}') from None
+  task = _load_task()
   n = len(task.client_ids)
   _check(_CLIENTS_PER_ROUND.value <= n,
          f'--clients_per_round={_CLIENTS_PER_ROUND.value} exceeds the '
@@ -269,6 +321,8 @@ def main(argv: list[str]) -> None:
     runtime.init()
     if _TASK.value == 'point_estimation':
       _run_point_estimation()
+    elif _ALGORITHMS.value[0] in _UNTRUSTED:
+      _run_untrusted()
     else:
       _run_learning()
   except InputError as e:

@@ -35,6 +35,7 @@ def _run(*flags, cwd=ROOT):
     (['--task=mnist_noniid', '--data_dir={tmp}/bad'],
      'bad/mnist.npz as an .npz archive'),
     (['--checkpoint_every=-1'], '--checkpoint_every must be >= 0, got -1.'),
+    (['--algorithms=fedhdp,robust_hdp'], 'cannot be mixed in one run.'),
 ])
 def test_bad_input_is_one_clear_line(flags, message, tmp_path):
   os.makedirs(tmp_path / 'bad')
@@ -75,3 +76,18 @@ def test_point_estimation_table(tmp_path):
                 f'--output_dir={tmp_path}')
   assert result.returncode == 0, result.stderr[-2000:]
   assert '(r*)' in result.stdout and 'sigma_s,opt^2' in result.stdout
+
+
+def test_untrusted_server_rules_run_and_report_client_spend(tmp_path):
+  result = _run('--num_clients=10', '--algorithms=robust_hdp,dpfedavg',
+                '--rounds=2', '--eval_every=1', '--epsilon_distribution=uniform',
+                f'--output_dir={tmp_path}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert '| robust_hdp' in result.stdout and '| dpfedavg' in result.stdout
+  with open(os.path.join(tmp_path, 'robust_hdp', 'summary.json')) as f:
+    summary = json.load(f)
+  assert len(summary['target_epsilons']) == 10
+  # Calibrated for exactly these rounds: spent up to each client's target.
+  assert summary['epsilon_spent_max'] <= max(summary['target_epsilons']) * (
+      1 + 1e-6)
+  assert 1.0 <= min(summary['target_epsilons'])  # Uniform(1, 10)

@@ -1,0 +1,116 @@
+"""One run of noise-aware FedAvg (SPEC.md §3) on any task, round by round.
+
+Every client takes part in every round and runs one local epoch of DP-SGD at
+its own epsilon (drawn from a heterogeneity distribution by seed) and batch
+size (from {16, 32, 64, 128}, capped at its dataset size); the aggregation
+rule is picked by name. Each client's spend is its own, so the summary reports
+the largest and smallest epsilon spent, both at most the clients' targets.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+import tqdm
+
+from tff_hdp import dp_sgd
+from tff_hdp import evaluation
+from tff_hdp import heterogeneity
+from tff_hdp import training_loop
+from tff_hdp import untrusted_server
+from tff_hdp.federated_task import FederatedTask
+
+DISTRIBUTIONS = tuple(heterogeneity.EPSILON_DISTRIBUTIONS) + ('uniform',)
+
+
+@dataclasses.dataclass(frozen=True)
+class UntrustedSettings:
+  rounds: int
+  epsilon_distribution: str = 'mixgauss1'
+  delta: float = 1e-5
+  learning_rate: float = 0.1
+  clip_norm: float = 1.0
+  seed: int = 0
+  eval_every: int = 10
+
+
+def _epsilons(name: str, num_clients: int, seed: int) -> np.ndarray:
+  if name not in DISTRIBUTIONS:
+    raise ValueError(f'unknown epsilon distribution {name!r}; choose one of '
+                     f'{DISTRIBUTIONS}.')
+  distribution = (heterogeneity.Uniform(1.0, 10.0) if name == 'uniform' else
+                  heterogeneity.EPSILON_DISTRIBUTIONS[name])
+  return heterogeneity.sample_epsilons(distribution, num_clients, seed)[0]
+
+
+def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
+             output_dir: str | None, progress: bool = True) -> dict:
+  """Trains with aggregation rule `rule`; returns (and writes) a summary."""
+  clients = task.client_ids
+  n = len(clients)
+  sizes = [len(task.client_train[c][0]) for c in clients]
+  batch_sizes = np.minimum(
+      heterogeneity.sample_batch_sizes(n, settings.seed), sizes)
+  plans = untrusted_server.plan_clients(
+      rule, _epsilons(settings.epsilon_distribution, n, settings.seed),
+      settings.delta, sizes, batch_sizes, settings.rounds)
+  loss = task.loss_fn()
+  loss.reduction = tf.keras.losses.Reduction.NONE
+  process = untrusted_server.build_noise_aware_fedavg(
+      task.tff_model_fn(), loss, untrusted_server.build_aggregator(rule),
+      settings.learning_rate, settings.clip_norm)
+  state = process.initialize()
+  num_params = sum(int(np.prod(np.shape(w)))
+                   for w in process.get_model_weights(state).trainable)
+  weights = [untrusted_server.client_weight(rule, p, settings.learning_rate,
+                                            settings.clip_norm, num_params)
+             for p in plans]
+  everyone_private = {c: True for c in clients}
+  run_dir = os.path.join(output_dir, rule) if output_dir else None
+  writer = None
+  if run_dir:
+    os.makedirs(run_dir, exist_ok=True)
+    csv_file = open(os.path.join(run_dir, 'rounds.csv'), 'w', newline='')
+    writer = csv.writer(csv_file)
+    writer.writerow(['round', 'acc_g', 'max_epsilon_spent'])
+  metrics = {}
+  start = time.time()
+  try:
+    for r in tqdm.trange(1, settings.rounds + 1, desc=f'{rule} rounds',
+                         unit='round', disable=not progress):
+      data = [dp_sgd.make_client_data(task.train_dataset(c, r), p, w,
+                                      seed=settings.seed * 100003 + i)
+              for i, (c, p, w) in enumerate(zip(clients, plans, weights))]
+      state = process.next(state, data).state
+      row = [r, '', f'{max(p.epsilon_after(r) for p in plans):.6g}']
+      if r % settings.eval_every == 0 or r == settings.rounds:
+        metrics = evaluation.global_model_metrics(
+            task, process.get_model_weights(state), everyone_private)
+        row[1] = f"{metrics['acc_g']:.6g}"
+      if writer:
+        writer.writerow(row)
+        csv_file.flush()
+  finally:
+    if writer:
+      csv_file.close()
+  spent = [p.epsilon_after(settings.rounds) for p in plans]
+  summary = {
+      'configuration': rule,
+      'task': task.name,
+      'rounds': settings.rounds,
+      'epsilon_distribution': settings.epsilon_distribution,
+      'target_epsilons': [p.epsilon for p in plans],
+      'batch_sizes': [int(b) for b in batch_sizes],
+      'epsilon_spent_max': max(spent),
+      'epsilon_spent_min': min(spent),
+      'metrics': metrics,
+      'seconds': time.time() - start,
+  }
+  if run_dir:
+    training_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+  return summary
