@@ -94,7 +94,9 @@ def _open_csv(path: str, columns: list[str], keep_through: int):
         raise checkpointing.CheckpointError(
             f'{path} has other columns than this run writes; use another '
             '--output_dir or delete it.')
-      kept = [r for r in reader if int(r['round']) <= keep_through]
+      # A row cut short by a kill has missing fields (None); it is redone.
+      kept = [r for r in reader
+              if None not in r.values() and int(r['round']) <= keep_through]
     if [int(r['round']) for r in kept] != list(range(1, keep_through + 1)):
       raise checkpointing.CheckpointError(
           f'{path} lacks rows of rounds before the checkpoint (round '
