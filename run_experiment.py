@@ -20,10 +20,7 @@ import sys
 from absl import app
 from absl import flags
 
-import tff_hdp  # noqa: F401  (quiets TF before it is imported)
-# TF (and its lazily loaded Keras) must be imported before absl's app.run:
-# imported first inside main, Keras 2.14 cannot build functional models.
-import tensorflow  # noqa: F401  pylint: disable=unused-import
+import tff_hdp  # noqa: F401  (quiets TF and imports it before app.run)
 
 import tasks
 
@@ -306,7 +303,9 @@ def _run_learning() -> None:
   header, rows = reporting.results_table(summaries)
   print(f'\n{task.name}: {n} clients, {_ROUNDS.value} rounds, '
         f'{_CLIENTS_PER_ROUND.value} clients per round ({_SAMPLING.value}), '
-        f'{_OPT_OUT.value:.0%} opt out\n')
+        f'{_OPT_OUT.value:.0%} opt out' + (
+            f', {task.dropped_clients} clients without examples dropped'
+            if task.dropped_clients else '') + '\n')
   print(reporting.markdown_table(header, rows))
   reporting.write_table(_OUTPUT_DIR.value, header, rows)
   print(f'\nPer-round metrics and summaries: {_OUTPUT_DIR.value}/')

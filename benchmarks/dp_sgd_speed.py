@@ -23,7 +23,7 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
-import tensorflow as tf  # noqa: E402  (before app.run; see run_experiment.py)
+import tensorflow as tf  # noqa: E402
 
 _BATCH = flags.DEFINE_integer('batch', 64, 'Examples per step.')
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps per method.')

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402  (before app.run; see run_experiment.py)
+import tensorflow as tf  # noqa: E402
 import tensorflow_federated as tff  # noqa: E402
 
 from tff_hdp import dp_sgd  # noqa: E402

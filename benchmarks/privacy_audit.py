@@ -24,7 +24,6 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
-import tensorflow  # noqa: E402,F401  (before app.run; see run_experiment.py)
 
 _ROUNDS = flags.DEFINE_integer('rounds', 100, 'Training rounds.')
 _CANARIES = flags.DEFINE_integer(

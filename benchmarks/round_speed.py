@@ -29,7 +29,7 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
-import tensorflow as tf  # noqa: E402  (before app.run; see run_experiment.py)
+import tensorflow as tf  # noqa: E402
 
 _CLIENTS_PER_ROUND = flags.DEFINE_list('clients_per_round',
                                        ['10', '50', '100', '200'],

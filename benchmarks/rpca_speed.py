@@ -22,7 +22,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 import numpy as np  # noqa: E402
-import tensorflow  # noqa: E402,F401  (before app.run; see run_experiment.py)
 
 from tff_hdp import rpca  # noqa: E402
 

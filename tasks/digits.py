@@ -12,7 +12,6 @@ import tensorflow as tf
 from sklearn import datasets
 
 from tasks import models
-
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.federated_task import TaskOptions
 

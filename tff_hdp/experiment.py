@@ -151,6 +151,7 @@ def run_configuration(task: FederatedTask, config: Configuration,
       'algorithm': config.algorithm,
       'ratio': config.ratio,
       'task': task.name,
+      'dropped_clients': task.dropped_clients,
       'rounds': settings.rounds,
       'sampling_rate': settings.sampling.rate,
       'groups': [{
