@@ -32,15 +32,15 @@ def _flat(value):
   return np.concatenate([np.ravel(value['kernel']), np.ravel(value['bias'])])
 
 
-def test_robust_hdp_next_receives_only_the_updates():
-  process = robust_hdp.RobustHDPFactory().create(VALUE_TYPE)
-  parameter = process.next.type_signature.parameter
+@pytest.mark.parametrize('factory',
+                         [robust_hdp.RobustHDPFactory(), pfa.PFAFactory()])
+def test_server_rule_next_receives_only_the_updates(factory):
+  assert isinstance(factory, tff.aggregators.UnweightedAggregationFactory)
+  parameter = factory.create(VALUE_TYPE).next.type_signature.parameter
   assert len(parameter) == 2
   client_inputs = [t for t in parameter if t.placement is tff.CLIENTS]
   assert len(client_inputs) == 1
   assert client_inputs[0].member.is_equivalent_to(tff.types.to_type(VALUE_TYPE))
-  assert isinstance(robust_hdp.RobustHDPFactory(),
-                    tff.aggregators.UnweightedAggregationFactory)
 
 
 def test_robust_hdp_weights_noisier_updates_less_and_averages_with_them():
@@ -91,44 +91,52 @@ def test_robust_hdp_recomputes_by_default_and_can_freeze_after_round_k():
       assert seen[2]['weights'][1] > seen[2]['weights'][0]
 
 
-def test_pfa_projects_private_mean_onto_public_top_subspace():
+def test_pfa_projects_private_sum_onto_public_top_subspace():
   rng = np.random.default_rng(4)
   rows = rng.normal(size=(6, 30))
-  eps = np.array([10.0, 9.0, 8.0, 0.5, 0.2, 1.0])
-  combined, num_public, num_private = pfa.pfa_combine(
-      tf.constant(rows, tf.float32), tf.constant(eps, tf.float32), 5.0, 2)
-  public = eps >= 5.0
+  public = np.array([True, True, True, False, False, False])
+  combined = pfa.pfa_combine(tf.constant(rows, tf.float32),
+                             tf.constant(public), 2)
   second_moment = rows[public].T @ rows[public]
   _, vectors = np.linalg.eigh(second_moment)
   v_k = vectors[:, -2:]
-  shares = eps / eps.sum()
-  expected = shares[public] @ rows[public] + v_k @ v_k.T @ (
-      shares[~public] @ rows[~public])
+  expected = (rows[public].sum(0) + v_k @ v_k.T @ rows[~public].sum(0)) / 6
   np.testing.assert_allclose(combined.numpy(), expected, rtol=1e-4, atol=1e-5)
-  assert (int(num_public), int(num_private)) == (3, 3)
 
 
-def test_pfa_without_public_clients_is_weiavg():
+@pytest.mark.parametrize('public', [[False] * 3, [True] * 3])
+def test_pfa_with_one_group_only_is_the_mean(public):
   rows = np.random.default_rng(5).normal(size=(3, 10))
-  eps = np.array([0.5, 1.0, 2.0])
-  combined, num_public, _ = pfa.pfa_combine(
-      tf.constant(rows, tf.float32), tf.constant(eps, tf.float32), 5.0, 1)
-  np.testing.assert_allclose(combined.numpy(), eps / eps.sum() @ rows,
+  combined = pfa.pfa_combine(tf.constant(rows, tf.float32),
+                             tf.constant(public), 1)
+  np.testing.assert_allclose(combined.numpy(), rows.mean(0), rtol=1e-5)
+
+
+def test_pfa_process_partitions_by_update_norm_and_reports_it():
+  stds = [0.05, 3.0, 0.1, 2.5, 3.5, 2.0]
+  values, flat = _updates(stds)
+  process = pfa.PFAFactory(projection_rank=2).create(VALUE_TYPE)
+  out = process.next(process.initialize(), values)
+  m = out.measurements
+  # Inputs are accumulated in the order given.
+  public = np.array([True, False, True, False, False, False])
+  np.testing.assert_array_equal(m['public'], public)
+  assert (int(m['num_public']), int(m['num_private'])) == (2, 4)
+  assert bool(m['mixture_converged']) and int(m['mixture_iterations']) >= 1
+  np.testing.assert_allclose(m['update_norms'], np.linalg.norm(flat, axis=1),
                              rtol=1e-5)
-  assert int(num_public) == 0
-
-
-def test_pfa_process_takes_epsilon_as_the_weight():
-  values, flat = _updates([0.1, 0.2, 1.0, 1.0])
-  eps = [10.0, 8.0, 1.0, 0.5]
-  process = pfa.PFAFactory(public_epsilon=5.0).create(
-      VALUE_TYPE, tff.TensorType(np.float32))
-  out = process.next(process.initialize(), values, eps)
-  expected, _, _ = pfa.pfa_combine(
-      tf.constant(flat, tf.float32), tf.constant(eps), 5.0, 1)
+  assert m['mixture_means'][0] < m['mixture_means'][1]
+  expected = pfa.pfa_combine(tf.constant(flat, tf.float32),
+                             tf.constant(public), 2)
   np.testing.assert_allclose(_flat(out.result), expected.numpy(), rtol=1e-4,
                              atol=1e-5)
-  assert out.measurements['num_public'] == 2
+
+
+def test_pfa_refuses_bad_settings():
+  with pytest.raises(ValueError, match='projection rank'):
+    pfa.PFAFactory(projection_rank=0)
+  with pytest.raises(ValueError, match='EM needs'):
+    pfa.PFAFactory(max_iterations=0)
 
 
 def _plans(rule):
@@ -142,6 +150,7 @@ def test_client_weights_of_each_rule():
   assert [w('weiavg', q) for q in plans] == [0.5, 2.0, 8.0]
   assert [w('dpfedavg', q) for q in plans] == [100.0, 200.0, 300.0]
   assert [w('robust_hdp', q) for q in plans] == [1.0, 1.0, 1.0]
+  assert [w('pfa', q) for q in plans] == [1.0, 1.0, 1.0]
   oracle = [w('oracle', q) for q in plans]
   for weight, q in zip(oracle, plans):
     sigma2 = (q.steps_per_round * 0.1**2 * 50 * q.noise_multiplier**2 /
@@ -170,7 +179,7 @@ def _loss(y, logits):
 
 
 @pytest.mark.parametrize('rule,options', [
-    ('robust_hdp', {}), ('oracle', {}), ('pfa', {'public_epsilon': 5.0}),
+    ('robust_hdp', {}), ('oracle', {}), ('pfa', {'projection_rank': 2}),
 ])
 def test_learning_process_runs_a_round_with_each_kind_of_rule(rule, options):
   process = untrusted_server.build_noise_aware_fedavg(
@@ -192,3 +201,6 @@ def test_learning_process_runs_a_round_with_each_kind_of_rule(rule, options):
   assert np.all(np.isfinite(after[0]))
   if rule == 'robust_hdp':
     assert bool(out.metrics['aggregator']['rpca_converged'])
+  if rule == 'pfa':
+    assert bool(out.metrics['aggregator']['mixture_converged'])
+    assert len(out.metrics['aggregator']['public']) == 3

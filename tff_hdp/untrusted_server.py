@@ -11,11 +11,12 @@ factory that combines them:
 | oracle      | 1 / sigma_i^2 (true)     | weighted mean                 |
 | weiavg      | epsilon_i                | weighted mean                 |
 | dpfedavg    | N_i                      | weighted mean                 |
-| pfa         | epsilon_i                | `PFAFactory`                  |
+| pfa         | none (ignored)           | `PFAFactory` (norm GMM)       |
 | min_epsilon | N_i, all at min epsilon  | weighted mean                 |
 
 The weight travels as client data (see `dp_sgd.make_client_data`); for
-Robust-HDP it is a constant the unweighted factory never receives.
+Robust-HDP and PFA it is a constant the unweighted factory never receives:
+PFA infers who is public from the norms of the updates (PDP-FL).
 """
 
 from __future__ import annotations
@@ -46,8 +47,14 @@ RULES = {
     'oracle': Rule('inverse_noise_variance'),
     'weiavg': Rule('epsilon'),
     'dpfedavg': Rule('num_examples'),
-    'pfa': Rule('epsilon'),
+    'pfa': Rule('none'),
     'min_epsilon': Rule('num_examples', min_epsilon=True),
+}
+
+# The rules whose server sees only the updates.
+_UNWEIGHTED_FACTORIES = {
+    'robust_hdp': robust_hdp.RobustHDPFactory,
+    'pfa': pfa.PFAFactory,
 }
 
 
@@ -91,15 +98,14 @@ def build_aggregator(name: str,
                      **options) -> tff.aggregators.WeightedAggregationFactory:
   """The factory of rule `name`; `options` go to its constructor.
 
-  Robust-HDP is unweighted; it is wrapped so the learning process can pass the
-  (ignored) client weight, and its own process still sees only the updates.
+  Robust-HDP and PFA are unweighted; they are wrapped so the learning
+  process can pass the (ignored) client weight, and their own processes still
+  see only the updates.
   """
   _rule(name)
-  if name == 'robust_hdp':
+  if name in _UNWEIGHTED_FACTORIES:
     return tff.aggregators.as_weighted_aggregator(
-        robust_hdp.RobustHDPFactory(**options))
-  if name == 'pfa':
-    return pfa.PFAFactory(**options)
+        _UNWEIGHTED_FACTORIES[name](**options))
   if options:
     raise ValueError(f'rule {name!r} takes no options, got {sorted(options)}.')
   return tff.aggregators.MeanFactory()

@@ -1,13 +1,16 @@
-"""PFA: the private clients' mean, projected onto the public clients' subspace.
+"""PFA with hidden budgets: partition by update norms, then project (PDP-FL).
 
-Liu et al. (VLDB 2021), as PDP-FL's Algorithm 1 writes it. Clients with an
-epsilon of at least `public_epsilon` are "public"; the top-k eigenvectors
-`V_k` of their updates' second-moment matrix span a subspace, the private
-clients' epsilon-weighted mean is replaced by `V_k V_k^T` of itself, and the
-two group means are combined with WeiAvg weights (each group's share of the
-total epsilon). The client weight is its epsilon, which this baseline (unlike
-Robust-HDP) reveals to the server. With no public or no private client in a
-round there is nothing to project and the result is plain WeiAvg.
+Liu et al.'s projected federated averaging as PDP-FL's Algorithm 1 runs it
+when clients do not reveal their epsilons: the server splits the round's
+clients into public and private by a two-component Gaussian mixture on the
+norms of their noisy updates (`norm_partition`), takes the top-k eigenvectors
+`V_k` of the public updates' second-moment matrix, and replaces the private
+clients' sum by `V_k V_k^T` of itself. Without epsilons there are no WeiAvg
+shares, so every client counts once: the result is
+`(sum_public Delta_i + V_k V_k^T sum_private Delta_i) / n`. With no public or
+no private client in a round there is nothing to project and the result is
+the plain mean. The factory is unweighted: the server receives the updates
+and nothing else.
 """
 
 from __future__ import annotations
@@ -18,89 +21,94 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.aggregators import norm_partition
 from tff_hdp.aggregators import stacking
 
 
-def pfa_combine(rows: tf.Tensor, epsilons: tf.Tensor, public_epsilon: float,
-                rank: int):
-  """PFA's aggregate of `rows` ([n, p]) and the public / private counts."""
-  public = epsilons >= public_epsilon
+def pfa_combine(rows: tf.Tensor, public: tf.Tensor, rank: int) -> tf.Tensor:
+  """PFA's aggregate of `rows` ([n, p]) given the public ones (mask [n])."""
   num_public = tf.reduce_sum(tf.cast(public, tf.int32))
   num_private = tf.shape(rows)[0] - num_public
-  shares = epsilons / tf.reduce_sum(epsilons)
-  weighted = rows * shares[:, None]
-  public_part = tf.reduce_sum(tf.boolean_mask(weighted, public), 0)
-  private_part = tf.reduce_sum(tf.boolean_mask(weighted, ~public), 0)
+  public_sum = tf.reduce_sum(tf.boolean_mask(rows, public), 0)
+  private_sum = tf.reduce_sum(tf.boolean_mask(rows, ~public), 0)
 
   def project():
     # Right singular vectors of the public rows are the eigenvectors of their
     # second-moment matrix, in decreasing order.
     _, _, v = tf.linalg.svd(tf.boolean_mask(rows, public))
     v_k = v[:, :rank]
-    return tf.linalg.matvec(v_k, tf.linalg.matvec(v_k, private_part,
+    return tf.linalg.matvec(v_k, tf.linalg.matvec(v_k, private_sum,
                                                   transpose_a=True))
 
   projected = tf.cond(
       tf.logical_and(num_public > 0, num_private > 0), project,
-      lambda: private_part)
-  return public_part + projected, num_public, num_private
+      lambda: private_sum)
+  return (public_sum + projected) / tf.cast(tf.shape(rows)[0], rows.dtype)
 
 
-class PFAFactory(tff.aggregators.WeightedAggregationFactory):
-  """Projected federated averaging; the weight of a client is its epsilon.
+class PFAFactory(tff.aggregators.UnweightedAggregationFactory):
+  """Projected federated averaging on a partition the server infers.
 
   Args:
-    public_epsilon: clients with epsilon >= this are public.
     projection_rank: k, the number of public eigenvectors kept (at most the
       number of public clients in the round).
+    max_iterations: EM iteration cap of the norm mixture.
+    tolerance: EM stops when the mean log-likelihood changes by less.
+
+  Measurements per round: `public` (per client, in the order the updates were
+  stacked), `num_public`, `num_private`, `update_norms`, `mixture_means`
+  (of the log norms, public first), `mixture_converged` and
+  `mixture_iterations`. A partition from an EM that hit its cap is still
+  used, and reported as such.
   """
 
-  def __init__(self, public_epsilon: float, projection_rank: int = 1):
-    if not public_epsilon > 0:
-      raise ValueError(f'public epsilon must be > 0, got {public_epsilon}.')
+  def __init__(self, projection_rank: int = 1, max_iterations: int = 200,
+               tolerance: float = 1e-6):
     if projection_rank < 1:
       raise ValueError(
           f'projection rank must be >= 1, got {projection_rank}.')
-    self._public_epsilon = float(public_epsilon)
+    if max_iterations < 1 or not tolerance > 0:
+      raise ValueError('EM needs max_iterations >= 1 and tolerance > 0, got '
+                       f'{max_iterations} and {tolerance}.')
     self._rank = int(projection_rank)
+    self._max_iterations = int(max_iterations)
+    self._tolerance = float(tolerance)
 
-  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+  def create(self, value_type) -> tff.templates.AggregationProcess:
     value_type = tff.types.to_type(value_type)
-    weight_type = tff.types.to_type(weight_type)
-    if not weight_type.is_equivalent_to(tff.TensorType(np.float32)):
-      raise TypeError(
-          f'the weight must be a float32 epsilon, got {weight_type}.')
 
-    @tff.tensorflow.computation(value_type, weight_type)
-    def to_row(value, epsilon):
-      return collections.OrderedDict(row=stacking.flatten(value),
-                                     epsilon=epsilon)
+    @tff.tensorflow.computation(value_type)
+    def to_row(value):
+      return stacking.flatten(value)
 
-    stacked_type = tff.types.to_type(
-        collections.OrderedDict(
-            row=tff.TensorType(np.float32,
-                               [None, stacking.num_params(value_type)]),
-            epsilon=tff.TensorType(np.float32, [None])))
+    rows_type = tff.TensorType(np.float32,
+                               [None, stacking.num_params(value_type)])
 
-    @tff.tensorflow.computation(stacked_type)
-    def server_update(stacked):
-      combined, num_public, num_private = pfa_combine(
-          stacked['row'], stacked['epsilon'], self._public_epsilon, self._rank)
-      return (stacking.unflatten(combined, value_type),
-              collections.OrderedDict(num_public=num_public,
-                                      num_private=num_private))
+    @tff.tensorflow.computation(rows_type)
+    def server_update(rows):
+      public, fit = norm_partition.public_by_update_norm(
+          rows, self._max_iterations, self._tolerance)
+      num_public = tf.reduce_sum(tf.cast(public, tf.int32))
+      measurements = collections.OrderedDict(
+          public=public,
+          num_public=num_public,
+          num_private=tf.shape(rows)[0] - num_public,
+          update_norms=tf.norm(rows, axis=1),
+          mixture_means=fit.means,
+          mixture_converged=fit.converged,
+          mixture_iterations=fit.iterations)
+      return (stacking.unflatten(pfa_combine(rows, public, self._rank),
+                                 value_type), measurements)
 
     @tff.federated_computation()
     def init_fn():
       return tff.federated_value((), tff.SERVER)
 
     @tff.federated_computation(init_fn.type_signature.result,
-                               tff.FederatedType(value_type, tff.CLIENTS),
-                               tff.FederatedType(weight_type, tff.CLIENTS))
-    def next_fn(state, value, weight):
-      stacked = stacking.stack_at_server(
-          tff.federated_map(to_row, (value, weight)))
-      result, measurements = tff.federated_map(server_update, stacked)
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      rows = stacking.stack_at_server(tff.federated_map(to_row, value))
+      result, measurements = tff.federated_map(server_update, rows)
       return tff.templates.MeasuredProcessOutput(state, result, measurements)
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
