@@ -110,30 +110,60 @@ def _new_accountant(sampling: Sampling) -> rdp.RdpAccountant:
   return rdp.RdpAccountant(neighboring_relation=relation)
 
 
-def dp_event(effective: float, sampling: Sampling,
-             rounds: int) -> dp_accounting.DpEvent:
-  """The whole run of one group as a single dp_accounting event."""
+def exponential_mechanism_event(epsilon: float,
+                                count: int = 1) -> dp_accounting.DpEvent:
+  """`count` runs of an (epsilon, 0)-DP exponential mechanism, for RDP.
+
+  The exponential mechanism is epsilon^2/8-zCDP (Rogers & Steinke 2021, the
+  bounded-range analysis the MR-MTL paper uses), i.e. RDP epsilon(alpha) =
+  alpha epsilon^2 / 8 at every order: exactly the RDP curve of a Gaussian
+  mechanism with noise multiplier 2 / epsilon, which is the event composed.
+  """
+  if not epsilon > 0:
+    raise ValueError(f'selection epsilon must be > 0, got {epsilon}.')
   return dp_accounting.SelfComposedDpEvent(
-      _round_event(effective, sampling), rounds)
+      dp_accounting.GaussianDpEvent(2.0 / epsilon), count)
+
+
+def dp_event(effective: float, sampling: Sampling, rounds: int,
+             other: dp_accounting.DpEvent | None = None
+             ) -> dp_accounting.DpEvent:
+  """The whole run of one group as a single dp_accounting event.
+
+  `other` is composed alongside: a further mechanism that reads the same
+  data (e.g. private cluster selection), fixed while the noise is searched.
+  """
+  run = dp_accounting.SelfComposedDpEvent(_round_event(effective, sampling),
+                                          rounds)
+  return run if other is None else dp_accounting.ComposedDpEvent([run, other])
 
 
 def epsilon_spent(noise_multiplier: float, clip_count_stddev: float | None,
-                  sampling: Sampling, rounds: int, delta: float) -> float:
-  """epsilon at `delta` after `rounds` rounds; 0 before the first round."""
+                  sampling: Sampling, rounds: int, delta: float,
+                  other: dp_accounting.DpEvent | None = None) -> float:
+  """epsilon at `delta` after `rounds` rounds (and `other`, if given)."""
   if rounds < 0:
     raise ValueError(f'rounds must be >= 0, got {rounds}.')
-  if rounds == 0:
-    return 0.0
-  effective = effective_noise_multiplier(noise_multiplier, clip_count_stddev)
   accountant = _new_accountant(sampling)
-  accountant.compose(dp_event(effective, sampling, rounds))
+  if rounds == 0:
+    if other is None:
+      return 0.0
+    accountant.compose(other)
+    return accountant.get_epsilon(delta)
+  effective = effective_noise_multiplier(noise_multiplier, clip_count_stddev)
+  accountant.compose(dp_event(effective, sampling, rounds, other))
   return accountant.get_epsilon(delta)
 
 
 def calibrate_noise_multiplier(target_epsilon: float, target_delta: float,
                                sampling: Sampling, rounds: int,
-                               clip_count_stddev: float | None) -> float:
-  """Smallest z_j whose run of `rounds` rounds spends at most the target."""
+                               clip_count_stddev: float | None,
+                               other: dp_accounting.DpEvent | None = None
+                               ) -> float:
+  """Smallest z_j whose run of `rounds` rounds spends at most the target.
+
+  With `other`, the run and that event together spend at most the target.
+  """
   if not (math.isfinite(target_epsilon) and target_epsilon > 0):
     raise InfeasiblePrivacyTargetError(
         f'target epsilon must be a finite number > 0, got {target_epsilon}.')
@@ -146,7 +176,7 @@ def calibrate_noise_multiplier(target_epsilon: float, target_delta: float,
     # The best any z_j can do is z_eff -> 2 z_b; check that limit first so the
     # error says why instead of failing inside the search.
     best = _new_accountant(sampling)
-    best.compose(dp_event(2.0 * clip_count_stddev, sampling, rounds))
+    best.compose(dp_event(2.0 * clip_count_stddev, sampling, rounds, other))
     best_eps = best.get_epsilon(target_delta)
     if best_eps > target_epsilon:
       raise InfeasiblePrivacyTargetError(
@@ -155,9 +185,18 @@ def calibrate_noise_multiplier(target_epsilon: float, target_delta: float,
           f'infinite update noise spends epsilon={best_eps:.4g} because the '
           f'clip-count noise is only {clip_count_stddev:.4g}. Raise '
           'clip_count_stddev, use fewer rounds, or loosen the target.')
+  if other is not None:
+    alone = _new_accountant(sampling)
+    alone.compose(other)
+    other_eps = alone.get_epsilon(target_delta)
+    if other_eps >= target_epsilon:
+      raise InfeasiblePrivacyTargetError(
+          f'(epsilon={target_epsilon}, delta={target_delta}) cannot be met: '
+          f'the other mechanism alone spends epsilon={other_eps:.4g}, leaving '
+          'nothing for training; give it a smaller share of the budget.')
   effective = dp_accounting.calibrate_dp_mechanism(
       lambda: _new_accountant(sampling),
-      lambda z: dp_event(z, sampling, rounds),
+      lambda z: dp_event(z, sampling, rounds, other),
       target_epsilon,
       target_delta,
       dp_accounting.LowerEndpointAndGuess(1e-3, 1.0),

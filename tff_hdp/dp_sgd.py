@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 from typing import Callable, Mapping
 
 import numpy as np
@@ -48,17 +49,30 @@ class ClientPrivacy:
   sampling_rate: float
   steps_per_round: int
   noise_multiplier: float
+  # Private selections (exponential mechanism, e.g. IFCA's cluster choice):
+  # one per round in the first `selection_rounds` rounds, each
+  # (selection_epsilon, 0)-DP.
+  selection_epsilon: float = 0.0
+  selection_rounds: int = 0
 
   @property
   def expected_batch_size(self) -> float:
     return self.sampling_rate * self.num_examples
 
+  @property
+  def steps_per_epoch(self) -> int:
+    return self.steps_per_round // self.epochs_per_round
+
+  @functools.lru_cache(maxsize=None)
   def epsilon_after(self, rounds: int) -> float:
-    """epsilon at `delta` after `rounds` rounds of local DP-SGD."""
+    """epsilon at `delta` after `rounds` rounds of local DP-SGD (cached)."""
+    selections = min(rounds, self.selection_rounds)
     return accounting.epsilon_spent(
         self.noise_multiplier, None,
         accounting.PoissonSampling(self.sampling_rate),
-        rounds * self.steps_per_round, self.delta)
+        rounds * self.steps_per_round, self.delta,
+        accounting.exponential_mechanism_event(
+            self.selection_epsilon, selections) if selections else None)
 
   def update_noise_variance(self, learning_rate: float, clip_norm: float,
                             num_params: int) -> float:
@@ -71,12 +85,19 @@ class ClientPrivacy:
             (clip_norm * self.noise_multiplier / self.expected_batch_size)**2)
 
 
+@functools.lru_cache(maxsize=None)
 def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
                         batch_size: int, rounds: int,
-                        epochs_per_round: int = 1) -> ClientPrivacy:
+                        epochs_per_round: int = 1,
+                        selection_epsilon: float = 0.0,
+                        selection_rounds: int = 0) -> ClientPrivacy:
   """Calibrates z for `rounds` rounds of `epochs_per_round` DP-SGD epochs.
 
-  One epoch is `ceil(num_examples / batch_size)` Poisson-sampled steps.
+  One epoch is `ceil(num_examples / batch_size)` Poisson-sampled steps. With
+  `selection_rounds` > 0, that many (selection_epsilon, 0)-DP selections share
+  the budget: DP-SGD gets what they leave. Plans are cached: a sweep or a
+  comparison of methods plans each distinct silo once (a calibration runs the
+  accountant a dozen times).
   """
   num_examples, batch_size = int(num_examples), int(batch_size)
   if num_examples < 1 or not 1 <= batch_size <= num_examples:
@@ -88,10 +109,18 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
                      f'{rounds} and {epochs_per_round}.')
   q = float(np.float32(batch_size / num_examples))
   steps = epochs_per_round * -(-num_examples // batch_size)
+  if selection_rounds < 0 or selection_rounds > rounds:
+    raise ValueError(f'selection rounds must be in [0, {rounds}] (the '
+                     f'rounds), got {selection_rounds}.')
+  selection = (accounting.exponential_mechanism_event(
+      selection_epsilon, selection_rounds) if selection_rounds else None)
   z = accounting.calibrate_noise_multiplier(
-      epsilon, delta, accounting.PoissonSampling(q), rounds * steps, None)
+      epsilon, delta, accounting.PoissonSampling(q), rounds * steps, None,
+      selection)
   return ClientPrivacy(epsilon, delta, num_examples, batch_size, rounds,
-                       epochs_per_round, q, steps, z)
+                       epochs_per_round, q, steps, z,
+                       selection_epsilon if selection_rounds else 0.0,
+                       selection_rounds)
 
 
 def poisson_sample(num_examples, rate, seed) -> tf.Tensor:
@@ -145,14 +174,14 @@ def private_mean_gradient(per_example_loss_fn: Callable[[], tf.Tensor],
   return [s / expected_batch_size + n for s, n in zip(summed, noise)], noise
 
 
-def _split_batch(batch):
+def split_batch(batch):
   """(x, y) of a batch given as a tuple or as a mapping with 'x' and 'y'."""
   if isinstance(batch, Mapping):
     return batch['x'], batch['y']
   return batch[0], batch[1]
 
 
-def _whole_dataset(data: tf.data.Dataset):
+def whole_dataset(data: tf.data.Dataset):
   """All of a client's examples as tensors: Poisson sampling needs them all."""
   return data.unbatch().batch(np.iinfo(np.int32).max).get_single_element()
 
@@ -167,16 +196,21 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   noise multiplier, sampling rate, number of steps and a `[2]` int64 seed.
   Returns the pseudo-gradient `initial - final` (TFF's convention) and the
   part of it that is DP noise. Pass the scalars as tensors so that clients
-  with different settings share one trace.
+  with different settings share one trace. With an `anchor` (trainable
+  weights), each step adds `regularization * (w - anchor)` to the noisy
+  gradient: MR-MTL's and Ditto's data-independent pull, which costs no
+  privacy because it is added after clipping and noising. A `step_size`
+  tensor given at call time replaces `learning_rate`, so that one trace
+  serves a whole learning-rate sweep.
   """
   weights = tff.learning.models.ModelWeights.from_model(model)
   trainable = tf.nest.flatten(weights.trainable)
 
   @tf.function
   def train(initial_weights, data, noise_multiplier, sampling_rate, steps,
-            seed):
+            seed, regularization=0.0, anchor=None, step_size=None):
     tf.nest.map_structure(lambda v, t: v.assign(t), weights, initial_weights)
-    x, y = _split_batch(_whole_dataset(data))
+    x, y = split_batch(whole_dataset(data))
     num_examples = tf.shape(x)[0]
     expected_batch_size = sampling_rate * tf.cast(num_examples, tf.float32)
     noise_total = [tf.zeros_like(v) for v in trainable]
@@ -194,9 +228,13 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
           loss_fn, trainable, tf.size(idx), clip_norm, noise_multiplier,
           expected_batch_size,
           tf.random.experimental.stateless_fold_in(step_seed, 1))
+      if anchor is not None:
+        grads = [g + regularization * (v - a) for g, v, a in zip(
+            grads, trainable, tf.nest.flatten(anchor))]
+      lr = learning_rate if step_size is None else step_size
       for v, g in zip(trainable, grads):
-        v.assign_sub(learning_rate * g)
-      noise_total = [a + learning_rate * n for a, n in zip(noise_total, noise)]
+        v.assign_sub(lr * g)
+      noise_total = [a + lr * n for a, n in zip(noise_total, noise)]
     update = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
                                    weights.trainable)
     return update, tf.nest.pack_sequence_as(initial_weights.trainable,

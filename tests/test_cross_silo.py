@@ -1,0 +1,260 @@
+"""MR-MTL and the cross-silo baselines (SPEC.md §2): privacy, selection, state."""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+import tensorflow as tf
+from dp_accounting import rdp
+
+from tasks import models
+from tff_hdp import accounting
+from tff_hdp import cross_silo_experiment as cse
+from tff_hdp import cross_silo_process
+from tff_hdp import ditto
+from tff_hdp import dp_sgd
+from tff_hdp.federated_task import FederatedTask
+
+FEATURES = 5
+
+
+def _clustered_task(num_silos=6, examples=120, seed=0) -> FederatedTask:
+  """Linearly separable silos in two clusters whose labels are mirrored:
+  silo k is in cluster k % 2."""
+  rng = np.random.default_rng(seed)
+  direction = rng.normal(size=FEATURES)
+  train, test = {}, {}
+  for k in range(num_silos):
+    sign = 1.0 if k % 2 == 0 else -1.0
+    for out, n in ((train, examples), (test, 40)):
+      x = rng.normal(size=(n, FEATURES)).astype(np.float32)
+      y = np.where(x @ direction >= 0, sign, -sign).astype(np.float32)
+      out[f'silo{k}'] = (x, y.reshape(-1, 1))
+  return FederatedTask(
+      name='clustered', client_train=train, client_test=test,
+      server_test=test['silo0'],
+      keras_model_fn=lambda: models.linear(FEATURES),
+      loss_fn=tf.keras.losses.Hinge, batch_size=20, metric='sign_accuracy')
+
+
+def _settings(**kw):
+  base = dict(rounds=4, epsilons=(4.0,), delta=1e-4, learning_rate=0.2,
+              clip_norm=2.0, regularization=0.5, num_clusters=2,
+              selection_fraction=0.5, selection_share=0.3, eval_every=2,
+              checkpoint_every=2)
+  base.update(kw)
+  return cse.CrossSiloSettings(**base)
+
+
+def test_silo_epsilon_equals_dp_accounting_for_its_q_z_and_steps():
+  task = _clustered_task()
+  plans = cse.plan_silos(task, cse.METHODS['mrmtl'], _settings(rounds=50))
+  p = plans[0]
+  accountant = rdp.RdpAccountant()
+  accountant.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(
+          p.sampling_rate, dp_accounting.GaussianDpEvent(p.noise_multiplier)),
+      50 * math.ceil(120 / 20)))
+  direct = accountant.get_epsilon(1e-4)
+  assert p.epsilon_after(50) == pytest.approx(direct, rel=1e-9)
+  # Calibrated to spend the budget, not less.
+  assert 4.0 * 0.99 <= direct <= 4.0 * (1 + 1e-6)
+
+
+def test_ditto_pays_for_its_second_epoch_with_more_noise():
+  task = _clustered_task()
+  s = _settings(rounds=50)
+  mrmtl = cse.plan_silos(task, cse.METHODS['mrmtl'], s)[0]
+  dit = cse.plan_silos(task, cse.METHODS['ditto'], s)[0]
+  assert dit.steps_per_round == 2 * mrmtl.steps_per_round
+  assert dit.noise_multiplier > mrmtl.noise_multiplier * 1.2
+  assert dit.epsilon_after(50) == pytest.approx(4.0, rel=0.01)
+
+
+def _zcdp_epsilon(rho: float, delta: float) -> float:
+  """(eps, delta) of rho-zCDP by the conversion dp_accounting's RDP accountant
+  uses (Canonne et al. 2020), minimized over a fine grid of orders."""
+  alphas = np.linspace(1.01, 2000, 400000)
+  eps = (alphas * rho + np.log((alphas - 1) / alphas) -
+         (np.log(delta) + np.log(alphas)) / (alphas - 1))
+  return float(eps.min())
+
+
+def test_selection_cost_is_the_exponential_mechanisms_zcdp():
+  # 20 selections at eps 0.3: rho = 20 * 0.3^2 / 8 (Rogers & Steinke).
+  spent = accounting.epsilon_spent(
+      1.0, None, accounting.PoissonSampling(0.1), 0, 1e-5,
+      accounting.exponential_mechanism_event(0.3, 20))
+  oracle = _zcdp_epsilon(20 * 0.3**2 / 8, 1e-5)
+  # The accountant evaluates a finite list of orders: at or a little above.
+  assert oracle <= spent <= oracle * 1.02
+
+
+def test_ifca_selection_shares_the_budget_with_dp_sgd():
+  task = _clustered_task()
+  s = _settings(rounds=40, selection_fraction=0.1, selection_share=0.03)
+  ifca = cse.plan_silos(task, cse.METHODS['ifca'], s)[0]
+  fedavg = cse.plan_silos(task, cse.METHODS['fedavg'], s)[0]
+  assert ifca.selection_rounds == 4
+  assert ifca.selection_epsilon == pytest.approx(0.03 * 4.0)
+  assert ifca.noise_multiplier > fedavg.noise_multiplier
+  accountant = rdp.RdpAccountant()
+  accountant.compose(dp_accounting.ComposedDpEvent([
+      dp_accounting.SelfComposedDpEvent(
+          dp_accounting.PoissonSampledDpEvent(
+              ifca.sampling_rate,
+              dp_accounting.GaussianDpEvent(ifca.noise_multiplier)),
+          40 * ifca.steps_per_round),
+      dp_accounting.SelfComposedDpEvent(
+          dp_accounting.GaussianDpEvent(2 / (0.03 * 4.0)), 4)]))
+  assert ifca.epsilon_after(40) == pytest.approx(accountant.get_epsilon(1e-4),
+                                                 rel=1e-9)
+  assert ifca.epsilon_after(40) <= 4.0 * (1 + 1e-6)
+
+
+def test_a_selection_share_that_eats_the_budget_is_refused():
+  with pytest.raises(accounting.InfeasiblePrivacyTargetError,
+                     match='smaller share'):
+    dp_sgd.plan_client_privacy(1.0, 1e-5, 100, 10, 100,
+                               selection_epsilon=0.9, selection_rounds=100)
+
+
+def test_exponential_mechanism_samples_softmax_of_scaled_scores():
+  scores = tf.constant([0.10, 0.15, 0.30])
+  eps, sensitivity = 0.5, 0.05
+
+  @tf.function
+  def draw(seeds):
+    return tf.map_fn(
+        lambda s: cross_silo_process.private_selection(scores, eps,
+                                                       sensitivity, s),
+        seeds, fn_output_signature=tf.int32)
+
+  n = 20000
+  seeds = tf.stack([tf.range(n, dtype=tf.int64),
+                    tf.fill([n], tf.constant(7, tf.int64))], axis=1)
+  counts = np.bincount(draw(seeds).numpy(), minlength=3) / n
+  logits = -eps * scores.numpy() / (2 * sensitivity)
+  expected = np.exp(logits) / np.exp(logits).sum()
+  np.testing.assert_allclose(counts, expected, atol=4 * np.sqrt(0.25 / n))
+
+
+def test_delta_must_be_below_n_to_the_minus_1_1():
+  task = _clustered_task(examples=30)
+  with pytest.raises(ValueError, match='--deltas'):
+    cse.plan_silos(task, cse.METHODS['local'], _settings(delta=0.1))
+
+
+def test_ifca_is_refused_on_a_regression_task():
+  task = _clustered_task()
+  task.metric = 'mse'
+  with pytest.raises(ValueError, match='error rate'):
+    cse.plan_silos(task, cse.METHODS['ifca'], _settings())
+
+
+@pytest.fixture(scope='module')
+def task():
+  return _clustered_task()
+
+
+def _personal(run_dir, task, method, settings, round_num):
+  """The saved personal models, as {silo: [arrays]} (every silo has one)."""
+  name = cse.configuration_name(cse.METHODS[method], settings)
+  store = ditto.PersonalModels.load(
+      str(run_dir / name / 'checkpoints' / f'personal_round_{round_num}.npz'),
+      task.client_ids)
+  assert len(store) == len(task.client_ids)
+  return {c: store.get(c, []) for c in task.client_ids}
+
+
+def test_local_training_ignores_the_other_silos(task, tmp_path):
+  s = _settings(rounds=2, checkpoint_every=2)
+  cse.run_method(task, 'local', s, str(tmp_path / 'all'), progress=False)
+  alone = FederatedTask(
+      name='one', client_train={'silo0': task.client_train['silo0']},
+      client_test={'silo0': task.client_test['silo0']},
+      server_test=task.server_test, keras_model_fn=task.keras_model_fn,
+      loss_fn=task.loss_fn, batch_size=task.batch_size,
+      metric=task.metric)
+  # Silo 0 draws the same batches and noise in both runs (it is first).
+  cse.run_method(alone, 'local', s, str(tmp_path / 'one'), progress=False)
+  with_others = _personal(tmp_path / 'all', task, 'local', s, 2)['silo0']
+  by_itself = _personal(tmp_path / 'one', alone, 'local', s, 2)['silo0']
+  for x, y in zip(with_others, by_itself):
+    np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+  # MR-MTL with lambda > 0 does feel the others.
+  cse.run_method(task, 'mrmtl', s, str(tmp_path / 'all'), progress=False)
+  pulled = _personal(tmp_path / 'all', task, 'mrmtl', s, 2)['silo0']
+  assert not np.allclose(pulled[0], with_others[0])
+
+
+def test_ifca_recovers_the_two_clusters(task):
+  s = _settings(rounds=6, epsilons=(50.0,), selection_fraction=0.5,
+                selection_share=0.05, checkpoint_every=0)
+  out = cse.run_method(task, 'ifca', s, None, progress=False)
+  clusters = np.array(out['final_clusters'])
+  truth = np.arange(6) % 2
+  assert (np.all(clusters == truth) or np.all(clusters == 1 - truth)), clusters
+  fedavg = cse.run_method(task, 'fedavg', s, None, progress=False)
+  # One shared model cannot fit mirrored labels; the clusters can.
+  assert out['metric'] > fedavg['metric'] + 20
+
+
+def test_resume_restores_personal_models_and_clusters_bit_for_bit(
+    task, tmp_path, monkeypatch):
+  s = _settings(rounds=4, checkpoint_every=2)
+  straight = cse.run_method(task, 'ifca_mrmtl', s, str(tmp_path / 'a'),
+                            progress=False)
+  build = cse.build_process
+
+  class Crash(Exception):
+    pass
+
+  class CrashingProcess:
+    """The real process, killed in its third round."""
+
+    def __init__(self, process):
+      self._process, self._calls = process, 0
+      self.initialize = process.initialize
+
+    def next(self, *args):
+      self._calls += 1
+      if self._calls == 3:
+        raise Crash()
+      return self._process.next(*args)
+
+  def crashing(*args):
+    return CrashingProcess(build(*args))
+
+  monkeypatch.setattr(cse, 'build_process', crashing)
+  with pytest.raises(Crash):
+    cse.run_method(task, 'ifca_mrmtl', s, str(tmp_path / 'b'), progress=False)
+  monkeypatch.setattr(cse, 'build_process', build)
+  resumed = cse.run_method(task, 'ifca_mrmtl', s, str(tmp_path / 'b'),
+                           progress=False)
+  assert resumed['metric'] == straight['metric']
+  assert resumed['final_clusters'] == straight['final_clusters']
+  name = cse.configuration_name(cse.METHODS['ifca_mrmtl'], s)
+  a = _personal(tmp_path / 'a', task, 'ifca_mrmtl', s, 4)
+  b = _personal(tmp_path / 'b', task, 'ifca_mrmtl', s, 4)
+  for c in task.client_ids:
+    assert len(a[c]) == len(b[c]) == 2
+    for x, y in zip(a[c], b[c]):
+      np.testing.assert_array_equal(x, y)
+  rows = (tmp_path / 'b' / name / 'rounds.csv').read_text().splitlines()
+  assert [r.split(',')[0] for r in rows[1:]] == ['1', '2', '3', '4']
+
+
+def test_sweep_reports_the_best_setting_and_the_curve(task, tmp_path):
+  s = _settings(rounds=2, checkpoint_every=0)
+  result = cse.sweep(task, 'mrmtl', s, [0.0, 1.0], [0.05, 0.2],
+                     str(tmp_path), progress=False)
+  assert len(result['runs']) == 4
+  best = max(result['runs'], key=lambda r: r[2])
+  assert (result['best_lambda'], result['best_learning_rate'],
+          result['best_metric']) == best
+  assert sorted(l for l, _, _ in result['curve']) == [0.0, 1.0]
+  lines = (tmp_path / 'sweep_mrmtl.csv').read_text().splitlines()
+  assert lines[0] == 'method,lambda,learning_rate,sign_accuracy'
+  assert len(lines) == 5

@@ -1,0 +1,82 @@
+"""Per-cluster weighted means of client updates (MR-MTL, FedAvg, IFCA servers).
+
+The server of the cross-silo methods (SPEC.md §2) averages the silos' model
+updates, optionally weighted by example counts; IFCA does so separately in each
+cluster. One factory covers all of them: a client's weight is a `[G]` vector,
+its cluster's one-hot times its own weight (n_k, or 1 for an unweighted mean),
+and the result stacks the G cluster means along a leading axis. With G = 1 it
+is the ordinary weighted mean. A cluster nobody chose this round gets a zero
+mean, so its model stays where it is.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+
+def _stacked(value_type, num_clusters: int) -> tff.Type:
+  return tff.types.to_type(
+      tf.nest.map_structure(
+          lambda t: tff.TensorType(t.dtype, [num_clusters] + list(t.shape)),
+          tff.types.structure_from_tensor_type_tree(lambda t: t,
+                                                    value_type)))
+
+
+class ClusterMeanFactory(tff.aggregators.WeightedAggregationFactory):
+  """Weighted mean of each cluster's updates; weights are `[G]` float32."""
+
+  def __init__(self, num_clusters: int = 1):
+    if num_clusters < 1:
+      raise ValueError(f'number of clusters must be >= 1, got {num_clusters}.')
+    self._num_clusters = num_clusters
+
+  @property
+  def num_clusters(self) -> int:
+    return self._num_clusters
+
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    g = self._num_clusters
+    expected_weight = tff.TensorType(np.float32, [g])
+    if weight_type != expected_weight:
+      raise TypeError(f'ClusterMeanFactory({g}) takes weights of type '
+                      f'{expected_weight}, got {weight_type}.')
+    value_type = tff.types.to_type(value_type)
+
+    @tff.tensorflow.computation(value_type, weight_type)
+    def weighted(value, weight):
+      return (tf.nest.map_structure(
+          lambda v: tf.reshape(weight, [g] + [1] * v.shape.rank) * v[None],
+          value), tf.cast(weight > 0, tf.float32))
+
+    @tff.tensorflow.computation(_stacked(value_type, g), weight_type)
+    def divide(sums, totals):
+      safe = tf.where(totals > 0, totals, tf.ones_like(totals))
+      return tf.nest.map_structure(
+          lambda s: tf.where(
+              tf.reshape(totals > 0, [g] + [1] * (s.shape.rank - 1)),
+              s / tf.reshape(safe, [g] + [1] * (s.shape.rank - 1)),
+              tf.zeros_like(s)), sums)
+
+    @tff.federated_computation
+    def init_fn():
+      return tff.federated_value((), tff.SERVER)
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS),
+                               tff.FederatedType(weight_type, tff.CLIENTS))
+    def next_fn(state, value, weight):
+      scaled, counts = tff.federated_map(weighted, (value, weight))
+      sums = tff.federated_sum(scaled)
+      totals = tff.federated_sum(weight)
+      means = tff.federated_map(divide, (sums, totals))
+      measurements = tff.federated_zip(
+          collections.OrderedDict(cluster_weights=totals,
+                                  cluster_client_counts=tff.federated_sum(
+                                      counts)))
+      return tff.templates.MeasuredProcessOutput(state, means, measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)

@@ -1,0 +1,447 @@
+"""One run of a cross-silo method under silo-specific sample-level DP (SPEC.md §2).
+
+Every silo takes part in every round. Each silo's DP-SGD noise multiplier is
+calibrated for its own (epsilon, delta), sampling rate `B / n_k` and the
+epochs the method reads its data for (Ditto: two per round), minus what IFCA's
+private cluster selections spend, so every method runs at the same total
+privacy cost; the summary reports each silo's epsilon spent. The metric is the
+MR-MTL paper's: the silos' test metrics averaged with weights equal to their
+test counts, each silo scored with the model it would deploy (its personal
+model, the global model, or its cluster's model).
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import dataclasses
+import hashlib
+import math
+import os
+import time
+from typing import Hashable
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+import tqdm
+
+from tff_hdp import checkpointing
+from tff_hdp import cross_silo_process
+from tff_hdp import ditto
+from tff_hdp import dp_sgd
+from tff_hdp import evaluation
+from tff_hdp import training_loop
+from tff_hdp.federated_task import FederatedTask
+
+# The MR-MTL paper's grids (its Appendix C.4).
+LAMBDA_GRID = (1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
+LEARNING_RATE_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """How a method uses the common round (see `cross_silo_process`).
+
+  `regularized`: lambda applies. `phases`: what each stretch of rounds does,
+  decided in `_role`. `personal_epoch`: Ditto's second epoch per round.
+  """
+
+  name: str
+  regularized: bool = False
+  personal_epoch: bool = False
+  clustered: bool = False
+
+
+METHODS = {
+    m.name: m for m in (
+        Method('local'),
+        Method('fedavg'),
+        Method('finetune'),
+        Method('mrmtl', regularized=True),
+        Method('ditto', regularized=True, personal_epoch=True),
+        Method('ifca', clustered=True),
+        Method('ifca_mrmtl', regularized=True, clustered=True),
+    )
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossSiloSettings:
+  """One run. `epsilons` holds one value for every silo or one per silo.
+
+  IFCA selects clusters privately in the first `selection_fraction` of the
+  rounds, each selection at `selection_share * epsilon_k`.
+  """
+
+  rounds: int
+  epsilons: tuple[float, ...]
+  delta: float
+  learning_rate: float
+  clip_norm: float
+  regularization: float = 0.0
+  num_clusters: int = 4
+  selection_fraction: float = 0.1
+  selection_share: float = 0.03
+  weighted: bool = True
+  seed: int = 0
+  eval_every: int = 10
+  checkpoint_every: int = 10
+
+  def selection_rounds(self, method: Method) -> int:
+    if not method.clustered:
+      return 0
+    return max(1, math.ceil(self.selection_fraction * self.rounds))
+
+
+def _check(task: FederatedTask, method: Method,
+           settings: CrossSiloSettings) -> None:
+  if settings.rounds < 1:
+    raise ValueError(f'--rounds must be >= 1, got {settings.rounds}.')
+  k = len(task.client_ids)
+  if len(settings.epsilons) not in (1, k):
+    raise ValueError(f'--epsilons needs one value or one per silo ({k}), got '
+                     f'{len(settings.epsilons)}.')
+  small = min(len(x) for x, _ in task.client_train.values())
+  if not settings.delta < small**-1.1:
+    raise ValueError(
+        f'--deltas={settings.delta:g} must be below n_k^-1.1 for every silo; '
+        f'the smallest silo has {small} examples (bound {small**-1.1:.3g}).')
+  if settings.regularization < 0:
+    raise ValueError(f'lambda must be >= 0, got {settings.regularization}.')
+  if method.clustered:
+    if settings.num_clusters < 1:
+      raise ValueError('--num_clusters must be >= 1, got '
+                       f'{settings.num_clusters}.')
+    if task.metric == 'mse':
+      raise ValueError(f'{method.name} selects clusters by error rate, which '
+                       f'task {task.name!r} (a regression) does not have.')
+    if not 0 < settings.selection_share < 1:
+      raise ValueError('--selection_share must be in (0, 1), got '
+                       f'{settings.selection_share}.')
+    if not 0 < settings.selection_fraction <= 1:
+      raise ValueError('--selection_fraction must be in (0, 1], got '
+                       f'{settings.selection_fraction}.')
+
+
+def plan_silos(task: FederatedTask, method: Method,
+               settings: CrossSiloSettings,
+               progress: bool = False) -> list[dp_sgd.ClientPrivacy]:
+  """Each silo's DP-SGD plan at its own budget for this method's reads."""
+  _check(task, method, settings)
+  epsilons = settings.epsilons * (len(task.client_ids) //
+                                  len(settings.epsilons))
+  selections = settings.selection_rounds(method)
+  plans = []
+  for c, eps in tqdm.tqdm(list(zip(task.client_ids, epsilons)),
+                          desc='calibrating silos\' noise', unit='silo',
+                          disable=not progress, leave=False):
+    n = len(task.client_train[c][0])
+    plans.append(dp_sgd.plan_client_privacy(
+        eps, settings.delta, n, min(task.batch_size, n), settings.rounds,
+        epochs_per_round=2 if method.personal_epoch else 1,
+        selection_epsilon=settings.selection_share * eps,
+        selection_rounds=selections))
+  return plans
+
+
+def _switch_round(method: Method, settings: CrossSiloSettings) -> int | None:
+  """The last round of the first phase (FedAvg / IFCA), if there are two."""
+  if method.name == 'finetune':
+    return settings.rounds // 2
+  if method.name == 'ifca_mrmtl':
+    return settings.selection_rounds(method)
+  return None
+
+
+def _role(method: Method, settings: CrossSiloSettings, round_num: int,
+          cluster: int, epsilon: float) -> collections.OrderedDict:
+  """What silo does in round `round_num` (1-based) of `method`."""
+  lam = settings.regularization if method.regularized else 0.0
+  switch = _switch_round(method, settings)
+  select = (settings.selection_share * epsilon
+            if round_num <= settings.selection_rounds(method) else 0.0)
+  if method.name in ('local', 'mrmtl', 'ditto'):
+    reset = False
+  elif method.name in ('fedavg', 'ifca'):
+    reset = True
+  else:  # Two phases: shared training, then personal from where it ended.
+    reset = round_num <= switch + 1
+    if round_num <= switch:
+      lam = 0.0
+  num_clusters = settings.num_clusters if method.clustered else 1
+  return cross_silo_process.make_role(settings.learning_rate, lam, reset,
+                                      select, cluster, num_clusters)
+
+
+def _deployed(method: Method, settings: CrossSiloSettings,
+              round_num: int) -> str:
+  """Which model a silo would use after `round_num`: personal, global or its
+  cluster's."""
+  if method.name in ('fedavg',):
+    return 'cluster'
+  if method.name == 'ifca':
+    return 'cluster'
+  switch = _switch_round(method, settings)
+  if switch is not None and round_num <= switch:
+    return 'cluster'
+  return 'personal'
+
+
+def test_weighted_metric(task: FederatedTask,
+                         weights_of: dict[Hashable,
+                                          tff.learning.models.ModelWeights]
+                         ) -> float:
+  """Silos' test metrics averaged with their test counts as weights."""
+  model = task.keras_model_fn()
+  total = count = 0.0
+  for c, weights in weights_of.items():
+    weights.assign_weights_to(model)
+    n = len(task.client_test[c][0])
+    if n:
+      total += evaluation.client_scores(task, model, [c])[c] * n
+      count += n
+  return total / count
+
+
+def _per_example_error(task: FederatedTask):
+  if task.metric == 'accuracy':
+    return lambda y, p: tf.not_equal(
+        tf.argmax(p, axis=-1, output_type=tf.int32),
+        tf.cast(tf.reshape(y, [-1]), tf.int32))
+  if task.metric == 'sign_accuracy':
+    return lambda y, p: tf.not_equal(
+        tf.where(tf.reshape(p, [-1]) >= 0, 1.0, -1.0),
+        tf.cast(tf.reshape(y, [-1]), tf.float32))
+  return None
+
+
+def build_process(task: FederatedTask, method: Method,
+                  settings: CrossSiloSettings
+                  ) -> tff.templates.IterativeProcess:
+  loss = task.loss_fn()
+  loss.reduction = tf.keras.losses.Reduction.NONE
+  return cross_silo_process.build_cross_silo_process(
+      task.tff_model_fn(), loss,
+      _per_example_error(task) if method.clustered else None,
+      settings.clip_norm,
+      num_clusters=settings.num_clusters if method.clustered else 1,
+      personal_epoch=method.personal_epoch, seed=settings.seed)
+
+
+def configuration_name(method: Method, settings: CrossSiloSettings) -> str:
+  name = f'{method.name}_lr{settings.learning_rate:g}'
+  if method.regularized:
+    name += f'_lambda{settings.regularization:g}'
+  return name
+
+
+def _run_key(task: FederatedTask, method: Method,
+             settings: CrossSiloSettings) -> dict:
+  key = dataclasses.asdict(settings)
+  key.pop('checkpoint_every')
+  key.pop('eval_every')
+  key.update(task=task.name, method=method.name,
+             silos=hashlib.sha256(repr(task.client_ids).encode()).hexdigest())
+  return key
+
+
+def _method(name: str) -> Method:
+  if name not in METHODS:
+    raise ValueError(f'unknown cross-silo method {name!r}; choose from '
+                     f'{", ".join(METHODS)}.')
+  return METHODS[name]
+
+
+def run_method(task: FederatedTask, method_name: str,
+               settings: CrossSiloSettings, output_dir: str | None,
+               progress: bool = True,
+               process: tff.templates.IterativeProcess | None = None) -> dict:
+  """Trains `method_name` on `task`; returns (and writes) its summary.
+
+  `process` is `build_process(task, method, settings)` built earlier; it
+  depends only on the method, clip norm, clusters and seed, so a sweep over
+  lambda and learning rates builds it once.
+  """
+  method = _method(method_name)
+  plans = plan_silos(task, method, settings, progress)
+  silos = task.client_ids
+  if process is None:
+    process = build_process(task, method, settings)
+  state = process.initialize()
+  initial = cross_silo_process.cluster_weights(state, 0)
+  personal = ditto.PersonalModels()
+  clusters = np.zeros(len(silos), np.int32)
+  name = configuration_name(method, settings)
+  run_dir = os.path.join(output_dir, name) if output_dir else None
+  checkpoint = None
+  done = 0
+  if run_dir and settings.checkpoint_every > 0:
+    checkpoint = checkpointing.RunCheckpoint(
+        os.path.join(run_dir, 'checkpoints'),
+        _run_key(task, method, settings))
+    restored, done = checkpoint.restore(
+        collections.OrderedDict(process=state, clusters=clusters))
+    if restored is not None:
+      state, clusters = restored['process'], np.asarray(restored['clusters'])
+      personal = ditto.PersonalModels.load(checkpoint.personal_path(done),
+                                           silos)
+  epsilons = settings.epsilons * (len(silos) // len(settings.epsilons))
+  weights = [float(p.num_examples) if settings.weighted else 1.0
+             for p in plans]
+  # Each silo's spend is accounted once, for the summary: with 100+ silos a
+  # per-round column would cost more than the round.
+  columns = ['round', 'metric', 'num_non_finite_updates'] + (
+                 [f'cluster_{g}_silos' for g in range(settings.num_clusters)]
+                 if method.clustered else [])
+  csv_file = writer = None
+  if run_dir:
+    os.makedirs(run_dir, exist_ok=True)
+    csv_file, writer = training_loop.open_csv(
+        os.path.join(run_dir, 'rounds.csv'), columns, done)
+  metric = None
+  start = time.time()
+  try:
+    bar = tqdm.trange(done + 1, settings.rounds + 1, initial=done,
+                      total=settings.rounds, desc=f'{name} rounds',
+                      unit='round', disable=not progress)
+    for r in bar:
+      data = [
+          cross_silo_process.make_client_data(
+              task.train_dataset(c, settings.seed * 100003 + r), plans[i],
+              weights[i], settings.seed * 100003 + i,
+              _role(method, settings, r, int(clusters[i]), epsilons[i]))
+          for i, c in enumerate(silos)
+      ]
+      state, outputs, measurements = process.next(
+          state, [personal.get(c, initial.trainable) for c in silos], data)
+      personal.update(silos, [o['personal'] for o in outputs])
+      clusters = np.array([int(o['cluster']) for o in outputs], np.int32)
+      row = dict.fromkeys(columns, '')
+      row['round'] = r
+      row['num_non_finite_updates'] = int(
+          measurements['num_non_finite_updates'])
+      if method.clustered:
+        for g in range(settings.num_clusters):
+          row[f'cluster_{g}_silos'] = int(np.sum(clusters == g))
+      if r % settings.eval_every == 0 or r == settings.rounds:
+        metric = evaluate(task, method, settings, r, state, personal,
+                          clusters)
+        row['metric'] = f'{metric:.6g}'
+        bar.set_postfix(metric=f'{metric:.4g}')
+      if writer:
+        writer.writerow(row)
+        csv_file.flush()
+      if checkpoint is not None and (r % settings.checkpoint_every == 0 or
+                                     r == settings.rounds):
+        checkpoint.save(
+            collections.OrderedDict(process=state, clusters=clusters), r,
+            personal)
+  finally:
+    if csv_file:
+      csv_file.close()
+  if metric is None:  # Resumed after the last round.
+    metric = evaluate(task, method, settings, settings.rounds, state, personal,
+                      clusters)
+  spent = [p.epsilon_after(settings.rounds) for p in plans]
+  summary = {
+      'configuration': name,
+      'method': method.name,
+      'task': task.name,
+      'metric_name': task.metric,
+      'metric': metric,
+      'settings': dataclasses.asdict(settings),
+      'silos': [{
+          'silo': str(c),
+          'examples': p.num_examples,
+          'target_epsilon': p.epsilon,
+          'delta': p.delta,
+          'noise_multiplier': p.noise_multiplier,
+          'sampling_rate': p.sampling_rate,
+          'epochs_per_round': p.epochs_per_round,
+          'selection_epsilon': p.selection_epsilon,
+          'selection_rounds': p.selection_rounds,
+          'epsilon_spent': e,
+      } for c, p, e in zip(silos, plans, spent)],
+      'epsilon_spent_max': max(spent),
+      'epsilon_spent_min': min(spent),
+      'final_clusters': ([int(g) for g in clusters]
+                         if method.clustered else None),
+      'seconds': time.time() - start,
+  }
+  if run_dir:
+    training_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+  return summary
+
+
+def evaluate(task: FederatedTask, method: Method, settings: CrossSiloSettings,
+             round_num: int, state, personal: ditto.PersonalModels,
+             clusters: np.ndarray) -> float:
+  """The test-count-weighted metric of the models the silos would deploy."""
+  kind = _deployed(method, settings, round_num)
+  num_clusters = settings.num_clusters if method.clustered else 1
+  cluster_models = [cross_silo_process.cluster_weights(state, g)
+                    for g in range(num_clusters)]
+  weights_of = {}
+  for i, c in enumerate(task.client_ids):
+    shared = cluster_models[int(clusters[i]) if method.clustered else 0]
+    if kind == 'personal':
+      weights_of[c] = tff.learning.models.ModelWeights(
+          personal.get(c, shared.trainable), shared.non_trainable)
+    else:
+      weights_of[c] = shared
+  return test_weighted_metric(task, weights_of)
+
+
+def better(metric_name: str, a: float, b: float) -> bool:
+  """Whether metric value `a` beats `b` (accuracy up, MSE down)."""
+  return a < b if metric_name == 'mse' else a > b
+
+
+def sweep(task: FederatedTask, method_name: str, settings: CrossSiloSettings,
+          lambdas, learning_rates, output_dir: str | None,
+          progress: bool = True) -> dict:
+  """Runs `method_name` over the lambda x learning-rate grid.
+
+  Returns the best setting, per lambda the best metric over learning rates
+  (the curve the MR-MTL paper plots against lambda) and the range of the
+  silos' epsilon spent over all runs; writes every run's metric to
+  `sweep_<method>.csv`. Methods without lambda sweep the learning rates only.
+  """
+  method = _method(method_name)
+  lambdas = list(lambdas) if method.regularized else [0.0]
+  process = build_process(task, method, settings)
+  results, spent = [], []
+  grid = [(lam, lr) for lam in lambdas for lr in learning_rates]
+  for lam, lr in tqdm.tqdm(grid, desc=f'{method_name} settings',
+                           disable=not progress or len(grid) == 1):
+    s = dataclasses.replace(settings, regularization=lam, learning_rate=lr)
+    summary = run_method(task, method_name, s, output_dir, progress=progress,
+                         process=process)
+    results.append((lam, lr, summary['metric']))
+    spent += [summary['epsilon_spent_min'], summary['epsilon_spent_max']]
+  best = results[0]
+  for res in results[1:]:
+    if better(task.metric, res[2], best[2]):
+      best = res
+  curve = {}
+  for lam, lr, m in results:
+    if lam not in curve or better(task.metric, m, curve[lam][1]):
+      curve[lam] = (lr, m)
+  if output_dir:
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, f'sweep_{method_name}.csv'), 'w',
+              newline='') as f:
+      out = csv.writer(f)
+      out.writerow(['method', 'lambda', 'learning_rate', task.metric])
+      for lam, lr, m in results:
+        out.writerow([method_name, f'{lam:g}', f'{lr:g}', f'{m:.6g}'])
+  return {
+      'method': method_name,
+      'best_lambda': best[0] if method.regularized else None,
+      'best_learning_rate': best[1],
+      'best_metric': best[2],
+      'curve': [(lam, lr, m) for lam, (lr, m) in curve.items()],
+      'runs': results,
+      'epsilon_spent': (min(spent), max(spent)),
+  }

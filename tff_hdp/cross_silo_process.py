@@ -1,0 +1,289 @@
+"""MR-MTL and its cross-silo baselines as one TFF iterative process (SPEC.md §2).
+
+Every method of the MR-MTL paper is, per round and per silo, the same client
+step with a different role:
+  * start from the silo's personal model, or reset to its cluster's model;
+  * optionally pick the cluster privately (IFCA's exponential mechanism over
+    the clusters' error rates, report-noisy-min with Gumbel noise);
+  * one epoch of DP-SGD at the silo's own noise multiplier and sampling rate,
+    with the data-independent pull `lambda (w - anchor)` toward its cluster's
+    model added after clipping and noising;
+  * send the change `Delta_k` (as a pseudo-gradient) with weight
+    `one_hot(cluster) * n_k` to a per-cluster mean (a `tff.aggregators`
+    factory, `ClusterMeanFactory` by default).
+MR-MTL keeps personal models (lambda = 0 is local training), FedAvg resets every
+round, IFCA resets to the selected cluster; Ditto adds a second, personal epoch
+per round that is not aggregated (and is charged to its privacy budget).
+
+The process is a `tff.templates.IterativeProcess` rather than a
+`LearningProcess` because it returns each silo's new personal model (and
+cluster choice) at CLIENTS: `next(state, personal, client_data) -> (state,
+client_outputs, measurements)`. The driver keeps them in a per-silo store,
+like Ditto's, so they survive checkpoints.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_hdp import client_work
+from tff_hdp import dp_sgd
+from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
+
+DATA_KEY = dp_sgd.DATA_KEY
+PRIVACY_KEY = dp_sgd.PRIVACY_KEY
+ROLE_KEY = 'role'
+
+
+def role_type(num_clusters: int) -> tff.Type:
+  """What the driver tells a silo about this round.
+
+  `learning_rate` is the DP-SGD step size and `regularization` lambda (inputs,
+  not constants, so one process serves a whole sweep); `reset` starts the
+  epoch from the cluster model instead of the personal one; `select_epsilon`
+  > 0 makes the silo choose its cluster privately this round, else `cluster`
+  (a one-hot) is used.
+  """
+  return tff.types.to_type(
+      collections.OrderedDict(
+          learning_rate=np.float32, regularization=np.float32,
+          reset=np.bool_,
+          select_epsilon=np.float32,
+          cluster=tff.TensorType(np.float32, [num_clusters])))
+
+
+def make_role(learning_rate: float, regularization: float, reset: bool,
+              select_epsilon: float, cluster: int,
+              num_clusters: int) -> collections.OrderedDict:
+  return collections.OrderedDict(
+      learning_rate=np.float32(learning_rate),
+      regularization=np.float32(regularization), reset=np.bool_(reset),
+      select_epsilon=np.float32(select_epsilon),
+      cluster=np.eye(num_clusters, dtype=np.float32)[cluster])
+
+
+def make_client_data(dataset: tf.data.Dataset, privacy: dp_sgd.ClientPrivacy,
+                     weight: float, seed: int,
+                     role: collections.OrderedDict) -> collections.OrderedDict:
+  """A silo's input: its batches, its DP-SGD parameters (one epoch of steps
+  per training call) and this round's role, each a sequence as TFF needs."""
+  data = dp_sgd.make_client_data(dataset, privacy, weight, seed)
+  own = data[PRIVACY_KEY].get_single_element()
+  own['steps'] = np.int32(privacy.steps_per_epoch)
+  data[PRIVACY_KEY] = tf.data.Dataset.from_tensors(own)
+  data[ROLE_KEY] = tf.data.Dataset.from_tensors(role)
+  return data
+
+
+def private_selection(scores: tf.Tensor, epsilon, sensitivity, seed):
+  """Index of the lowest score by the exponential mechanism.
+
+  Report-noisy-min with Gumbel noise of scale `2 * sensitivity / epsilon`
+  samples index g with probability proportional to
+  `exp(-epsilon * scores[g] / (2 * sensitivity))`: (epsilon, 0)-DP.
+  """
+  u = tf.random.stateless_uniform(tf.shape(scores), seed, minval=1e-12,
+                                  maxval=1.0, dtype=scores.dtype)
+  gumbel = -tf.math.log(-tf.math.log(u))
+  return tf.argmin(scores - 2.0 * sensitivity / epsilon * gumbel,
+                   output_type=tf.int32)
+
+
+def _stack(models):
+  """Trainable weights of several models, each leaf stacked on axis 0."""
+  return tf.nest.map_structure(lambda *vs: tf.stack(vs), *models)
+
+
+def _build_client_step(model_fn, per_example_loss, per_example_error,
+                       clip_norm, num_clusters, personal_epoch):
+  """The silo's round as one tf.function, so that its stateful steps
+  (assigning the model's variables for selection, each training epoch) run in
+  program order."""
+  local = model_fn()
+  # The step size comes from the role at every call.
+  train = dp_sgd.build_local_dp_sgd(local, per_example_loss, 1.0, clip_norm)
+
+  @tf.function
+  def step(models, personal, client_data):
+    own = client_data[PRIVACY_KEY].get_single_element()
+    role = client_data[ROLE_KEY].get_single_element()
+    seed = tf.stack([own['seed'], models['round_num']])
+    clusters = models['clusters']
+
+    def cluster_model(g):
+      return tf.nest.map_structure(lambda c: c[g], clusters)
+
+    def select():
+      x, y = dp_sgd.split_batch(
+          dp_sgd.whole_dataset(client_data[DATA_KEY]))
+      weights = tff.learning.models.ModelWeights.from_model(local)
+      errors = []
+      for g in range(num_clusters):
+        tf.nest.map_structure(lambda v, t: v.assign(t), weights.trainable,
+                              cluster_model(g))
+        errors.append(tf.reduce_mean(tf.cast(
+            per_example_error(y, local.predict_on_batch(x, training=False)),
+            tf.float32)))
+      n = tf.cast(tf.shape(x)[0], tf.float32)
+      chosen = private_selection(
+          tf.stack(errors), role['select_epsilon'],
+          1.0 / tf.maximum(n - 1.0, 1.0),
+          tf.random.experimental.stateless_fold_in(seed, 2))
+      return tf.one_hot(chosen, num_clusters, dtype=tf.float32)
+
+    if per_example_error is not None:
+      one_hot = tf.cond(role['select_epsilon'] > 0, select,
+                        lambda: role['cluster'])
+    else:
+      one_hot = role['cluster']
+    anchor = tf.nest.map_structure(
+        lambda c: tf.tensordot(one_hot, c, axes=1), clusters)
+
+    def epoch(start, regularization, call):
+      update, _ = train(
+          tff.learning.models.ModelWeights(start, models['non_trainable']),
+          client_data[DATA_KEY], own['noise_multiplier'],
+          own['sampling_rate'], own['steps'],
+          tf.random.experimental.stateless_fold_in(seed, call),
+          regularization, anchor, role['learning_rate'])
+      return update
+
+    if personal_epoch:
+      update = epoch(anchor, 0.0, 0)
+      new_personal = tf.nest.map_structure(
+          tf.subtract, personal, epoch(personal, role['regularization'], 1))
+    else:
+      start = tf.nest.map_structure(
+          lambda a, p: tf.where(role['reset'], a, p), anchor, personal)
+      update = epoch(start, role['regularization'], 0)
+      new_personal = tf.nest.map_structure(tf.subtract, start, update)
+    finite = tf.logical_and(client_work.all_finite(update),
+                            client_work.all_finite(new_personal))
+    update = tf.nest.map_structure(
+        lambda u: tf.where(finite, u, tf.zeros_like(u)), update)
+    new_personal = tf.nest.map_structure(lambda u, p: tf.where(finite, u, p),
+                                         new_personal, personal)
+    weight = tf.where(finite, one_hot * own['weight'], tf.zeros_like(one_hot))
+    return (update, weight,
+            collections.OrderedDict(
+                personal=new_personal,
+                cluster=tf.argmax(one_hot, output_type=tf.int32)),
+            tf.cast(tf.logical_not(finite), tf.int32))
+
+  return step
+
+
+def build_cross_silo_process(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    per_example_loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
+    per_example_error: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] | None,
+    clip_norm: float,
+    num_clusters: int = 1,
+    personal_epoch: bool = False,
+    aggregator: tff.aggregators.WeightedAggregationFactory | None = None,
+    cluster_init_stddev: float = 0.1,
+    seed: int = 0) -> tff.templates.IterativeProcess:
+  """The round of every cross-silo method; see the module docstring.
+
+  `per_example_error(y, predictions)` is the 0/1 error IFCA's selection
+  scores with (its error rate has sensitivity 1/(n-1)); None disables
+  selection. `personal_epoch` is Ditto: the aggregated epoch starts from the
+  cluster model without regularization and a second epoch trains the
+  personal model toward it. With several clusters, each cluster model starts
+  at the model's initial weights plus its own seeded `N(0,
+  cluster_init_stddev^2)` perturbation, so that IFCA's clusters differ from
+  the start even for a deterministic initializer (e.g. zeros).
+  """
+  if not clip_norm > 0:
+    raise ValueError(f'clip norm must be > 0, got {clip_norm}.')
+  if aggregator is None:
+    aggregator = ClusterMeanFactory(num_clusters)
+  with tf.Graph().as_default():
+    model = model_fn()
+  weights_type = tff.learning.models.weights_type_from_model(model)
+  personal_type = weights_type.trainable
+  data_type = tff.types.to_type(
+      collections.OrderedDict([
+          (DATA_KEY, tff.SequenceType(
+              tff.types.tensorflow_to_type(model.input_spec))),
+          (PRIVACY_KEY, dp_sgd.client_data_type(
+              model.input_spec)[PRIVACY_KEY]),
+          (ROLE_KEY, tff.SequenceType(role_type(num_clusters))),
+      ]))
+  aggregation = aggregator.create(personal_type,
+                                  tff.TensorType(np.float32, [num_clusters]))
+
+  @tff.tensorflow.computation
+  def initial_models():
+    weights = tff.learning.models.ModelWeights.from_model(model_fn())
+    clusters = [weights.trainable]
+    if num_clusters > 1:
+      clusters = [
+          [v + cluster_init_stddev * tf.random.stateless_normal(
+              tf.shape(v), [seed, g * 1000 + i], dtype=v.dtype)
+           for i, v in enumerate(weights.trainable)]
+          for g in range(num_clusters)
+      ]
+    return collections.OrderedDict(
+        clusters=_stack(clusters),
+        non_trainable=weights.non_trainable,
+        round_num=tf.constant(0, tf.int64))
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_zip(
+        collections.OrderedDict(
+            models=tff.federated_eval(initial_models, tff.SERVER),
+            aggregator=aggregation.initialize()))
+
+  state_type = init_fn.type_signature.result.member
+  models_type = state_type.models
+
+  @tff.tensorflow.computation(models_type, personal_type, data_type)
+  def client_step(models, personal, client_data):
+    step = _build_client_step(model_fn, per_example_loss, per_example_error,
+                              clip_norm, num_clusters, personal_epoch)
+    return step(models, personal, client_data)
+
+  @tff.tensorflow.computation(models_type, models_type.clusters)
+  def apply(models, means):
+    out = collections.OrderedDict(models)
+    out['clusters'] = tf.nest.map_structure(tf.subtract, models['clusters'],
+                                            means)
+    out['round_num'] = models['round_num'] + 1
+    return out
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(personal_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, personal, client_data):
+    update, weight, outputs, non_finite = tff.federated_map(
+        client_step,
+        (tff.federated_broadcast(state.models), personal, client_data))
+    aggregated = aggregation.next(state.aggregator, update, weight)
+    new_state = tff.federated_zip(
+        collections.OrderedDict(
+            models=tff.federated_map(apply,
+                                     (state.models, aggregated.result)),
+            aggregator=aggregated.state))
+    measurements = tff.federated_zip(
+        collections.OrderedDict(
+            aggregator=aggregated.measurements,
+            num_non_finite_updates=tff.federated_sum(non_finite)))
+    return new_state, outputs, measurements
+
+  return tff.templates.IterativeProcess(init_fn, next_fn)
+
+
+def cluster_weights(state, cluster: int) -> tff.learning.models.ModelWeights:
+  """Cluster `cluster`'s model (the global model when there is one)."""
+  models = state['models']
+  return tff.learning.models.ModelWeights(
+      [np.asarray(c[cluster]) for c in models['clusters']],
+      [np.asarray(v) for v in models['non_trainable']])
