@@ -4,7 +4,10 @@ Same data (an MNIST-shaped non-IID task generated here: 784 features, 10
 classes, 30 examples per client, one class per client), same 1-layer NN,
 1 local epoch of SGD with batch 10, at several clients-per-round values:
 
-  (a) this project's FedHDP LearningProcess, 2 privacy groups;
+  (a) this project's FedHDP LearningProcess, 2 privacy groups, with cohort
+      simulation (`tff_hdp.cohort`: up to --cohort_size clients per TFF
+      client; packing the round's data is timed too);
+  (a1) the same FedHDP with one TFF client per client (`fedhdp.build_fedhdp`);
   (b) TFF's `build_unweighted_fed_avg` with
       `DifferentiallyPrivateFactory.gaussian_adaptive`;
   (c) the floor: the same local SGD per client as a `tf.function`, clipping
@@ -39,6 +42,8 @@ _WARMUP = flags.DEFINE_integer('warmup', 2, 'Unmeasured rounds per cell.')
 _NUM_CLIENTS = flags.DEFINE_integer('num_clients', 2000, 'Population.')
 _EXAMPLES = flags.DEFINE_integer('examples_per_client', 30,
                                  'Examples per client.')
+_COHORT_SIZE = flags.DEFINE_integer(
+    'cohort_size', 64, 'Most clients one TFF client simulates in (a).')
 _BATCH = 10
 _NOISE = 1.0
 
@@ -107,6 +112,23 @@ def _tff_runner(process, datasets, m: int, with_groups: bool):
   return step
 
 
+def _cohort_runner(process, xs, ys, m: int, cohort_size: int):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from tff_hdp import cohort  # pylint: disable=g-import-not-at-top
+  state = [process.initialize()]
+  n = len(xs)
+  eye = np.eye(2, dtype='float32')
+
+  def step(r):
+    ids = np.random.default_rng(r).choice(n, m, replace=False)
+    data = cohort.pack_round([(xs[i], ys[i]) for i in ids],
+                             [eye[int(i % 20 == 0)] for i in ids], 2,
+                             cohort_size)
+    state[0] = process.next(state[0], data).state
+
+  return step
+
+
 def _floor_runner(xs, ys, m: int):
   """Plain TF: per-client tf.function SGD, clip, two noisy group means."""
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -165,6 +187,8 @@ def main(argv):
   del argv
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_hdp import fedhdp, reporting, runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp import cohort  # pylint: disable=g-import-not-at-top
+  from tff_hdp.aggregators import CohortHeterogeneousDPFactory  # pylint: disable=g-import-not-at-top
   from tff_hdp.aggregators import HeterogeneousDPFactory  # pylint: disable=g-import-not-at-top
 
   runtime.init()
@@ -181,12 +205,16 @@ def main(argv):
   rows = []
   cells = {}
   for m in [int(v) for v in _CLIENTS_PER_ROUND.value]:
-    ours = fedhdp.build_fedhdp(
-        model_fn,
-        HeterogeneousDPFactory([_NOISE, 0.0], [1.0, 1.0], [0.95 * m, None],
-                               initial_clip_norm=0.1, clip_count_stddev=1.0,
-                               expected_clients_per_round=float(m)),
-        2, tff.learning.optimizers.build_sgdm(0.1))
+    dp_args = dict(noise_multipliers=[_NOISE, 0.0], ratios=[1.0, 1.0],
+                   expected_group_sizes=[0.95 * m, None],
+                   initial_clip_norm=0.1, clip_count_stddev=1.0,
+                   expected_clients_per_round=float(m))
+    ours = cohort.build_cohort_fedhdp(
+        model_fn, CohortHeterogeneousDPFactory(**dp_args), 2,
+        tff.learning.optimizers.build_sgdm(0.1), _BATCH)
+    per_client = fedhdp.build_fedhdp(
+        model_fn, HeterogeneousDPFactory(**dp_args), 2,
+        tff.learning.optimizers.build_sgdm(0.1))
     theirs = tff.learning.algorithms.build_unweighted_fed_avg(
         model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
@@ -196,25 +224,28 @@ def main(argv):
                            clipped_count_stddev=1.0))
     results = {}
     for name, step in (
-        ('a', _tff_runner(ours, datasets, m, with_groups=True)),
+        ('a', _cohort_runner(ours, xs, ys, m, _COHORT_SIZE.value)),
+        ('a1', _tff_runner(per_client, datasets, m, with_groups=True)),
         ('b', _tff_runner(theirs, datasets, m, with_groups=False)),
         ('c', _floor_runner(xs, ys, m))):
       results[name] = _measure(step, _ROUNDS.value, _WARMUP.value)
     cells[m] = results
-    a, b, c = (results[k][0] for k in 'abc')
+    a, a1, b, c = (results[k][0] for k in ('a', 'a1', 'b', 'c'))
     rows.append([
-        m, f'{a:.3f}', f'{b:.3f}', f'{c:.3f}', f'{a / b:.2f}', f'{a / c:.2f}',
-        f'{1 / a:.2f}', f'{m * _EXAMPLES.value / a:.0f}',
-        f"{max(results[k][1] for k in 'abc') / 2**20:.0f}"])
-  header = ['clients/round', 'a: FedHDP s/round', 'b: TFF DP-FedAvg s/round',
-            'c: plain TF s/round', 'a/b', 'a/c', 'a rounds/s',
+        m, f'{a:.3f}', f'{a1:.3f}', f'{b:.3f}', f'{c:.3f}', f'{a / b:.2f}',
+        f'{a / c:.2f}', f'{a1 / b:.2f}', f'{1 / a:.2f}',
+        f'{m * _EXAMPLES.value / a:.0f}',
+        f'{max(r[1] for r in results.values()) / 2**20:.0f}'])
+  header = ['clients/round', 'a: FedHDP cohorts s/round',
+            'a1: FedHDP per-client s/round', 'b: TFF DP-FedAvg s/round',
+            'c: plain TF s/round', 'a/b', 'a/c', 'a1/b', 'a rounds/s',
             'a examples/s', 'peak RSS MiB']
   print('\n' + reporting.markdown_table(header, rows))
   ms = sorted(cells)
   if len(ms) > 1:
     lo, hi = ms[0], ms[-1]
-    for k, label in (('a', 'FedHDP'), ('b', 'TFF DP-FedAvg'),
-                     ('c', 'plain TF')):
+    for k, label in (('a', 'FedHDP cohorts'), ('a1', 'FedHDP per-client'),
+                     ('b', 'TFF DP-FedAvg'), ('c', 'plain TF')):
       growth = cells[hi][k][0] / cells[lo][k][0]
       print(f'{label}: cost x{growth:.1f} from {lo} to {hi} clients per round '
             f'(clients x{hi / lo:.0f})')

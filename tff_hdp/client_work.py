@@ -48,12 +48,36 @@ def all_finite(structure) -> tf.Tensor:
       [tf.reduce_all(tf.math.is_finite(x)) for x in tf.nest.flatten(structure)])
 
 
+def drop_if_non_finite(update, one_hot):
+  """A non-finite update becomes zeros with a zero weight (the client is
+  dropped); also returns whether it was finite, for the count."""
+  finite = all_finite(update)
+  update = tf.nest.map_structure(
+      lambda u: tf.where(finite, u, tf.zeros_like(u)), update)
+  return update, tf.where(finite, one_hot, tf.zeros_like(one_hot)), finite
+
+
+def local_step(model, optimizer, opt_state, batch):
+  """One optimizer step of `model` on `batch` (its metrics updated too);
+  returns the new optimizer state and the batch's example count."""
+  trainable = tf.nest.flatten(model.trainable_variables)
+  with tf.GradientTape() as tape:
+    output = model.forward_pass(batch, training=True)
+  grads = tape.gradient(output.loss, trainable)
+  opt_state, updated = optimizer.next(opt_state, tuple(trainable),
+                                      tuple(grads))
+  for v, u in zip(trainable, updated):
+    v.assign(u)
+  return opt_state, tf.cast(output.num_examples, tf.int64)
+
+
 def _build_local_training(model_fn, epochs: int, num_groups: int):
   """The tf.function that trains one client and returns its result."""
   model = model_fn()
 
   @tf.function
-  def train(optimizer, optimizer_hparams, initial_weights, data, group):
+  def train(optimizer, optimizer_hparams, initial_weights, client_data):
+    data, group = client_data[DATA_KEY], client_data[GROUP_KEY]
     weights = tff.learning.models.ModelWeights.from_model(model)
     tf.nest.map_structure(lambda v, t: v.assign(t), weights, initial_weights)
     trainable_specs = tuple(
@@ -64,15 +88,9 @@ def _build_local_training(model_fn, epochs: int, num_groups: int):
 
     def step(state, batch):
       num_examples, opt_state = state
-      with tf.GradientTape() as tape:
-        output = model.forward_pass(batch, training=True)
-      grads = tape.gradient(output.loss, weights.trainable)
-      opt_state, updated = optimizer.next(
-          opt_state, tuple(tf.nest.flatten(weights.trainable)),
-          tuple(tf.nest.flatten(grads)))
-      for v, u in zip(tf.nest.flatten(weights.trainable), updated):
-        v.assign(u)
-      return num_examples + tf.cast(output.num_examples, tf.int64), opt_state
+      opt_state, batch_examples = local_step(model, optimizer, opt_state,
+                                             batch)
+      return num_examples + batch_examples, opt_state
 
     num_examples, _ = data.repeat(epochs).reduce(
         (tf.constant(0, tf.int64), opt_state), step)
@@ -80,36 +98,45 @@ def _build_local_training(model_fn, epochs: int, num_groups: int):
                            lambda acc, g: acc + g)
     update = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
                                    weights.trainable)
-    finite = all_finite(update)
-    update = tf.nest.map_structure(
-        lambda u: tf.where(finite, u, tf.zeros_like(u)), update)
-    weight = tf.where(finite, one_hot, tf.zeros_like(one_hot))
+    update, weight, finite = drop_if_non_finite(update, one_hot)
     non_finite = 1 - tf.cast(finite, tf.int32)
     if non_finite > 0:
       model.reset_metrics()
-    return (tff.learning.templates.ClientResult(update=update,
-                                                update_weight=weight),
-            model.report_local_unfinalized_metrics(),
-            collections.OrderedDict(num_examples=num_examples,
-                                    num_non_finite_updates=non_finite))
+    return train_output(model, update, weight, num_examples, non_finite)
 
   return train
 
 
-def build_group_client_work(
+def train_output(model, update, weight, num_examples, num_non_finite):
+  """What a train function of `build_client_work_process` returns."""
+  return (tff.learning.templates.ClientResult(update=update,
+                                              update_weight=weight),
+          model.report_local_unfinalized_metrics(),
+          collections.OrderedDict(num_examples=num_examples,
+                                  num_non_finite_updates=num_non_finite))
+
+
+def build_client_work_process(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer: tff.learning.optimizers.Optimizer,
-    num_groups: int,
-    epochs: int = 1) -> tff.learning.templates.ClientWorkProcess:
-  """`ClientWorkProcess` of E local epochs whose weight is the group vector."""
-  if epochs < 1:
-    raise ValueError(f'local epochs must be >= 1, got {epochs}.')
+    data_type_fn: Callable[[object], tff.Type],
+    build_train: Callable[[], Callable]
+) -> tff.learning.templates.ClientWorkProcess:
+  """The `ClientWorkProcess` around a local-training tf.function.
+
+  Shared by the per-client and the cohort client work (`tff_hdp.cohort`):
+  `data_type_fn(model.input_spec)` is a TFF client's input type, and
+  `build_train()` returns `train(optimizer, hparams, initial_weights,
+  client_data) -> (ClientResult, unfinalized metrics, counts)` with counts
+  `num_examples` and `num_non_finite_updates`; the server state is the client
+  optimizer's hyperparameters.
+  """
   with tf.Graph().as_default():
     model = model_fn()
     metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
         model.metric_finalizers())
   weights_type = tff.learning.models.weights_type_from_model(model)
-  data_type = client_data_type(model.input_spec, num_groups)
+  data_type = data_type_fn(model.input_spec)
   initial_hparams = client_optimizer.get_hparams(
       client_optimizer.initialize(tf.TensorSpec([], tf.float32)))
 
@@ -130,9 +157,8 @@ def build_group_client_work(
 
   @tff.tensorflow.computation(hparams_type, weights_type, data_type)
   def client_update(hparams, initial_weights, client_data):
-    train = _build_local_training(model_fn, epochs, num_groups)
-    return train(client_optimizer, hparams, initial_weights,
-                 client_data[DATA_KEY], client_data[GROUP_KEY])
+    return build_train()(client_optimizer, hparams, initial_weights,
+                         client_data)
 
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(weights_type, tff.CLIENTS),
@@ -152,3 +178,17 @@ def build_group_client_work(
   return tff.learning.templates.ClientWorkProcess(
       init_fn, next_fn, get_hparams_fn=get_hparams_fn,
       set_hparams_fn=set_hparams_fn)
+
+
+def build_group_client_work(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    num_groups: int,
+    epochs: int = 1) -> tff.learning.templates.ClientWorkProcess:
+  """`ClientWorkProcess` of E local epochs whose weight is the group vector."""
+  if epochs < 1:
+    raise ValueError(f'local epochs must be >= 1, got {epochs}.')
+  return build_client_work_process(
+      model_fn, client_optimizer,
+      lambda spec: client_data_type(spec, num_groups),
+      lambda: _build_local_training(model_fn, epochs, num_groups))

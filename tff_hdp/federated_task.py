@@ -82,12 +82,16 @@ class FederatedTask:
     return (tf.TensorSpec([None] + list(x.shape[1:]), tf.float32),
             tf.TensorSpec([None] + list(y.shape[1:]), tf.as_dtype(y.dtype)))
 
-  def train_dataset(self, client_id: Hashable, seed: int) -> tf.data.Dataset:
-    """Batches of a client's training data, shuffled by `seed`."""
+  def shuffled_train(self, client_id: Hashable, seed: int) -> Arrays:
+    """A client's training examples in the order `seed` gives them."""
     x, y = self.client_train[client_id]
     order = np.random.default_rng(seed).permutation(len(x))
+    return x[order], y[order]
+
+  def train_dataset(self, client_id: Hashable, seed: int) -> tf.data.Dataset:
+    """Batches of a client's training data, shuffled by `seed`."""
     return tf.data.Dataset.from_tensor_slices(
-        (x[order], y[order])).batch(self.batch_size)
+        self.shuffled_train(client_id, seed)).batch(self.batch_size)
 
   def tff_model_fn(self) -> Callable[[], tff.learning.models.VariableModel]:
     spec = self.input_spec

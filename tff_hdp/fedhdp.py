@@ -108,9 +108,14 @@ def plan_privacy(assignment: GroupAssignment, sampling: accounting.Sampling,
       ledger=ledger)
 
 
-def build_aggregator(plan: PrivacyPlan, clip: ClipSettings,
-                     seed: int) -> heterogeneous_dp.HeterogeneousDPFactory:
-  return heterogeneous_dp.HeterogeneousDPFactory(
+def build_aggregator(plan: PrivacyPlan, clip: ClipSettings, seed: int,
+                     cohort: bool = False
+                     ) -> heterogeneous_dp.HeterogeneousDPFactory:
+  """The plan's aggregator; `cohort=True` gives the variant that takes
+  cohorts' stacked updates (`tff_hdp.cohort`), the same mechanism."""
+  factory = (heterogeneous_dp.CohortHeterogeneousDPFactory if cohort else
+             heterogeneous_dp.HeterogeneousDPFactory)
+  return factory(
       noise_multipliers=plan.noise_multipliers,
       ratios=[g.ratio for g in plan.assignment.groups],
       expected_group_sizes=plan.expected_group_sizes,

@@ -17,11 +17,14 @@ def compose(model_fn: Callable[[], tff.learning.models.VariableModel],
             client_work: tff.learning.templates.ClientWorkProcess,
             aggregator: tff.aggregators.WeightedAggregationFactory,
             weight_type: tff.Type,
-            server_optimizer: tff.learning.optimizers.Optimizer | None = None
+            server_optimizer: tff.learning.optimizers.Optimizer | None = None,
+            value_type: tff.Type | None = None
             ) -> tff.learning.templates.LearningProcess:
   """Composes the process; the server applies the aggregate with
   `server_optimizer` (SGD with learning rate 1 by default: theta <- theta +
-  Delta, the aggregate being a pseudo-gradient -Delta)."""
+  Delta, the aggregate being a pseudo-gradient -Delta). `value_type` is what
+  each TFF client sends the aggregator: the trainable weights' type by
+  default, stacked updates for cohorts (`tff_hdp.cohort`)."""
   if server_optimizer is None:
     server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
 
@@ -31,7 +34,9 @@ def compose(model_fn: Callable[[], tff.learning.models.VariableModel],
 
   weights_type = initial_model_weights_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(weights_type)
-  aggregation = aggregator.create(weights_type.trainable, weight_type)
+  if value_type is None:
+    value_type = weights_type.trainable
+  aggregation = aggregator.create(value_type, weight_type)
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       server_optimizer, weights_type)
   return tff.learning.templates.compose_learning_process(

@@ -1,5 +1,6 @@
 """Server-side aggregation rules, each a `tff.aggregators` factory."""
 
+from tff_hdp.aggregators.heterogeneous_dp import CohortHeterogeneousDPFactory
 from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
 from tff_hdp.aggregators.pfa import PFAFactory
 from tff_hdp.aggregators.robust_hdp import RobustHDPFactory

@@ -119,10 +119,32 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
   def num_groups(self) -> int:
     return len(self._z)
 
+  def _expected_weight_type(self) -> tff.Type:
+    return tff.TensorType(np.float32, [self.num_groups])
+
+  def _contribution(self, value, one_hot, clip_norm):
+    """One client's clipped update in its group's slot, count and clip bit.
+
+    Returns `group_sums` (per leaf, shape [l] + leaf shape), `counts` [l] and
+    `centred_bits`: what `federated_sum` adds up for the server update.
+    """
+    l = self.num_groups
+    leaves = tf.nest.flatten(value)
+    norm = tf.linalg.global_norm(leaves)
+    clipped, _ = tf.clip_by_global_norm(leaves, clip_norm, use_norm=norm)
+    counted = tf.reduce_sum(one_hot)
+    stacked = [
+        tf.reshape(one_hot, [l] + [1] * x.shape.rank) * x[tf.newaxis]
+        for x in clipped
+    ]
+    centred_bit = (tf.cast(norm <= clip_norm, tf.float32) - 0.5) * counted
+    return collections.OrderedDict(
+        group_sums=stacked, counts=one_hot, centred_bits=centred_bit)
+
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     value_type = tff.types.to_type(value_type)
     weight_type = tff.types.to_type(weight_type)
-    expected_weight = tff.TensorType(np.float32, [self.num_groups])
+    expected_weight = self._expected_weight_type()
     if not weight_type.is_equivalent_to(expected_weight):
       raise TypeError(
           f'the weight must be the one-hot privacy-group vector '
@@ -143,17 +165,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type, weight_type, clip_type)
     def client_contribution(value, one_hot, clip_norm):
-      leaves = tf.nest.flatten(value)
-      norm = tf.linalg.global_norm(leaves)
-      clipped, _ = tf.clip_by_global_norm(leaves, clip_norm, use_norm=norm)
-      counted = tf.reduce_sum(one_hot)
-      stacked = [
-          tf.reshape(one_hot, [l] + [1] * x.shape.rank) * x[tf.newaxis]
-          for x in clipped
-      ]
-      centred_bit = (tf.cast(norm <= clip_norm, tf.float32) - 0.5) * counted
-      return collections.OrderedDict(
-          group_sums=stacked, counts=one_hot, centred_bits=centred_bit)
+      return self._contribution(value, one_hot, clip_norm)
 
     contribution_type = client_contribution.type_signature.result
 
@@ -222,3 +234,40 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
                                                  measurements)
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+class CohortHeterogeneousDPFactory(HeterogeneousDPFactory):
+  """`HeterogeneousDPFactory` for cohorts: each TFF client holds many clients.
+
+  A cohort (`tff_hdp.cohort`) is one TFF client that trains K sampled clients
+  and sends their updates stacked, leaves of shape [K] + leaf shape, with
+  weight the [K, l] matrix of their one-hot group rows (a zero row is a
+  padding slot or a dropped client). Each row is clipped to S on its own at
+  CLIENTS and then summed per group, so the server receives exactly the group
+  sums, counts and clip bits it would get from K separate TFF clients and runs
+  the same noise, denominators, weights and clip update: the mechanism, and so
+  the privacy accounting, is unchanged. K may differ between cohorts and
+  rounds.
+  """
+
+  def _expected_weight_type(self) -> tff.Type:
+    return tff.TensorType(np.float32, [None, self.num_groups])
+
+  def _contribution(self, value, one_hot, clip_norm):
+    leaves = tf.nest.flatten(value)
+    squares = [tf.reduce_sum(tf.reshape(tf.square(x), [tf.shape(x)[0], -1]),
+                             axis=1) for x in leaves]
+    norms = tf.sqrt(tf.add_n(squares))
+    # As tf.clip_by_global_norm: scale by S / max(||Delta||, S), row by row.
+    scale = clip_norm / tf.maximum(norms, clip_norm)
+    group_sums = [
+        tf.tensordot(one_hot, x * tf.reshape(scale, [-1] + [1] *
+                                             (x.shape.rank - 1)), [[0], [0]])
+        for x in leaves
+    ]
+    counted = tf.reduce_sum(one_hot, axis=1)
+    centred_bits = tf.reduce_sum(
+        (tf.cast(norms <= clip_norm, tf.float32) - 0.5) * counted)
+    return collections.OrderedDict(
+        group_sums=group_sums, counts=tf.reduce_sum(one_hot, axis=0),
+        centred_bits=centred_bits)
