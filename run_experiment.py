@@ -34,23 +34,47 @@ _NUM_CLIENTS = flags.DEFINE_integer(
 _TRUSTED = ('fedhdp', 'dp_fedavg', 'nonprivate')
 _UNTRUSTED = ('robust_hdp', 'oracle', 'weiavg', 'dpfedavg', 'pfa',
               'min_epsilon')
+_CROSS_SILO = ('local', 'fedavg', 'finetune', 'mrmtl', 'ditto', 'ifca',
+               'ifca_mrmtl')
 _ALGORITHMS = flags.DEFINE_list(
     'algorithms', ['fedhdp'],
     'Comma-separated algorithms. Trusted server (client-level DP): fedhdp, '
     'dp_fedavg, nonprivate. Untrusted server (each client runs DP-SGD at its '
     'own eps; full participation): robust_hdp, oracle, weiavg, dpfedavg, pfa, '
-    'min_epsilon.')
+    'min_epsilon. Cross-silo, silo-specific sample-level DP (DP-SGD in every '
+    'silo at its own eps; every silo every round): local, fedavg, finetune, '
+    'mrmtl, ditto, ifca, ifca_mrmtl.')
+_LAMBDAS = flags.DEFINE_list(
+    'lambdas', ['0.1'], 'Cross-silo: regularization lambda of mrmtl, ditto '
+    'and ifca_mrmtl; several values are a sweep.')
+_CLIENT_LRS = flags.DEFINE_list(
+    'client_lrs', None, 'Cross-silo: DP-SGD learning rates to sweep '
+    '(default: --client_lr).')
+_SWEEP = flags.DEFINE_bool(
+    'sweep', False, 'Cross-silo: sweep the MR-MTL paper\'s grids (lambda in '
+    '1e-4..10, learning rate in 1e-3..0.3) unless --lambdas / --client_lrs '
+    'are given; reports the best setting and the curve over lambda.')
+_NUM_CLUSTERS = flags.DEFINE_integer(
+    'num_clusters', 4, 'Cross-silo ifca, ifca_mrmtl: number of clusters.')
+_SELECTION_FRACTION = flags.DEFINE_float(
+    'selection_fraction', 0.1, 'Cross-silo ifca, ifca_mrmtl: fraction of the '
+    'rounds (the first ones) in which silos choose their cluster privately.')
+_SELECTION_SHARE = flags.DEFINE_float(
+    'selection_share', 0.03, 'Cross-silo ifca, ifca_mrmtl: epsilon of each '
+    'private cluster selection, as a fraction of the silo\'s epsilon.')
 _EPSILON_DISTRIBUTION = flags.DEFINE_enum(
     'epsilon_distribution', 'mixgauss1',
     ['mixgauss1', 'mixgauss2', 'mixgauss3', 'uniform'],
     'Untrusted server: distribution of the clients\' epsilons.')
 _DP_SGD_CLIP = flags.DEFINE_float(
-    'dp_sgd_clip', 1.0, 'Untrusted server: per-example clip norm c.')
+    'dp_sgd_clip', 1.0, 'Untrusted server and cross-silo: DP-SGD\'s '
+    'per-example clip norm c.')
 _R = flags.DEFINE_list(
     'r', ['1.0'], 'FedHDP ratio(s) r of the private groups\' weight (the '
     'opt-out group has r=1); each value is one configuration.')
 _EPSILONS = flags.DEFINE_list(
-    'epsilons', ['3.6'], 'Target epsilon of each private level.')
+    'epsilons', ['3.6'], 'Target epsilon of each private level (cross-silo: '
+    'one value for every silo, or one per silo).')
 _DELTAS = flags.DEFINE_list(
     'deltas', ['1e-4'], 'Target delta of each private level (one value, or '
     'one per level).')
@@ -67,6 +91,13 @@ _SAMPLING = flags.DEFINE_enum(
     'sampling', 'poisson', ['poisson', 'fixed'],
     'Client sampling; the accountant uses the matching event.')
 _LOCAL_EPOCHS = flags.DEFINE_integer('local_epochs', 1, 'Local epochs E.')
+_COHORT_SIZE = flags.DEFINE_integer(
+    'cohort_size', 0, 'fedhdp, dp_fedavg, nonprivate: simulate up to this '
+    'many sampled clients inside one TFF client (0 or 1: one TFF client per '
+    'client). Same training, clipping, noise and accounting per client; '
+    'rounds of 100 clients run ~15x faster (benchmarks/round_speed.py). 64 '
+    'suits small models; a cohort holds that many model-sized updates, so '
+    'use less for large ones.')
 _CLIENT_LR = flags.DEFINE_float('client_lr', 0.1, 'Client SGD learning rate.')
 _SERVER_LR = flags.DEFINE_float('server_lr', 1.0, 'Server SGD learning rate.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 10, 'Client batch size.')
@@ -130,7 +161,7 @@ def _check(condition: bool, message: str) -> None:
     raise InputError(message)
 
 
-def _validate_common() -> None:
+def validate_flags() -> None:
   _check(_ROUNDS.value >= 1, f'--rounds must be >= 1, got {_ROUNDS.value}.')
   _check(_CLIENTS_PER_ROUND.value >= 1,
          f'--clients_per_round must be >= 1, got {_CLIENTS_PER_ROUND.value}.')
@@ -151,16 +182,28 @@ def _validate_common() -> None:
          f'--ditto_lr must be > 0, got {_DITTO_LR.value}.')
   _check(_CHECKPOINT_EVERY.value >= 0,
          f'--checkpoint_every must be >= 0, got {_CHECKPOINT_EVERY.value}.')
+  _check(_COHORT_SIZE.value >= 0,
+         f'--cohort_size must be >= 0, got {_COHORT_SIZE.value}.')
+  known = _TRUSTED + _UNTRUSTED + _CROSS_SILO
   for a in _ALGORITHMS.value:
-    _check(a in _TRUSTED + _UNTRUSTED,
-           f'--algorithms: unknown algorithm {a!r}; choose from '
-           f'{", ".join(_TRUSTED + _UNTRUSTED)}.')
-  kinds = {a in _UNTRUSTED for a in _ALGORITHMS.value}
+    _check(a in known, f'--algorithms: unknown algorithm {a!r}; choose from '
+           f'{", ".join(known)}.')
+  kinds = {_setting(a) for a in _ALGORITHMS.value}
   _check(len(kinds) == 1, '--algorithms: trusted-server (fedhdp, dp_fedavg, '
-         'nonprivate) and untrusted-server algorithms cannot be mixed in one '
-         'run.')
+         'nonprivate), untrusted-server and cross-silo algorithms cannot be '
+         'mixed in one run.')
+  for lam in _floats(_LAMBDAS):
+    _check(lam >= 0, f'--lambdas must be >= 0, got {lam}.')
+  for lr in _floats(_CLIENT_LRS) if _CLIENT_LRS.value else []:
+    _check(lr > 0, f'--client_lrs must be > 0, got {lr}.')
   _check(_DP_SGD_CLIP.value > 0,
          f'--dp_sgd_clip must be > 0, got {_DP_SGD_CLIP.value}.')
+
+
+def _setting(algorithm: str) -> str:
+  if algorithm in _UNTRUSTED:
+    return 'untrusted'
+  return 'cross_silo' if algorithm in _CROSS_SILO else 'trusted'
 
 
 def _private_levels():
@@ -204,7 +247,7 @@ def _run_point_estimation() -> None:
   reporting.write_table(_OUTPUT_DIR.value, header, rows)
 
 
-def _load_task():
+def load_task():
   try:
     return tasks.load(
         _TASK.value,
@@ -218,7 +261,7 @@ def _load_task():
 def _run_untrusted() -> None:
   from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
   from tff_hdp import untrusted_experiment  # pylint: disable=g-import-not-at-top
-  task = _load_task()
+  task = load_task()
   settings = untrusted_experiment.UntrustedSettings(
       rounds=_ROUNDS.value,
       epsilon_distribution=_EPSILON_DISTRIBUTION.value,
@@ -245,14 +288,75 @@ def _run_untrusted() -> None:
   reporting.write_table(_OUTPUT_DIR.value, header, rows)
 
 
-def _run_learning() -> None:
+def _run_cross_silo() -> None:
+  from tff_hdp import cross_silo_experiment as cse  # pylint: disable=g-import-not-at-top
+  from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
+  from tff_hdp import plots  # pylint: disable=g-import-not-at-top
+  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
+  task = load_task()
+  lambdas = _floats(_LAMBDAS)
+  rates = _floats(_CLIENT_LRS) if _CLIENT_LRS.value else [_CLIENT_LR.value]
+  if _SWEEP.value:
+    if _LAMBDAS.present == 0:
+      lambdas = list(cse.LAMBDA_GRID)
+    if not _CLIENT_LRS.value:
+      rates = list(cse.LEARNING_RATE_GRID)
+  settings = cse.CrossSiloSettings(
+      rounds=_ROUNDS.value, epsilons=tuple(_floats(_EPSILONS)),
+      delta=_floats(_DELTAS)[0], learning_rate=rates[0],
+      clip_norm=_DP_SGD_CLIP.value, regularization=lambdas[0],
+      num_clusters=_NUM_CLUSTERS.value,
+      selection_fraction=_SELECTION_FRACTION.value,
+      selection_share=_SELECTION_SHARE.value, seed=_SEED.value,
+      eval_every=_EVAL_EVERY.value, checkpoint_every=_CHECKPOINT_EVERY.value)
+  rows, curves = [], {}
+  try:
+    for method in _ALGORITHMS.value:
+      result = cse.sweep(task, method, settings, lambdas, rates,
+                         _OUTPUT_DIR.value)
+      if result['best_lambda'] is not None and len(result['curve']) > 1:
+        curves[method] = result['curve']
+      low, high = result['epsilon_spent']
+      rows.append([
+          method,
+          '-' if result['best_lambda'] is None else
+          f"{result['best_lambda']:g}",
+          f"{result['best_learning_rate']:g}",
+          f"{result['best_metric']:.4g}",
+          f'{low:.3g} - {high:.3g}',
+          str(len(result['runs'])),
+      ])
+  except experiment.RUN_ERRORS as e:
+    raise InputError(str(e)) from None
+  metric = 'MSE' if task.metric == 'mse' else 'accuracy (%)'
+  header = ['Method', 'lambda', 'learning rate', f'{metric}, test-weighted',
+            'eps spent per silo (min - max)', 'runs']
+  print(f'\n{task.name}: {len(task.client_ids)} silos, every silo every '
+        f'round, {_ROUNDS.value} rounds, silo eps {",".join(_EPSILONS.value)}'
+        f', best over the swept settings\n')
+  print(reporting.markdown_table(header, rows))
+  reporting.write_table(_OUTPUT_DIR.value, header, rows)
+  for method, curve in curves.items():
+    print(f'\n{method}: best {metric} over learning rates, per lambda\n')
+    print(reporting.markdown_table(
+        ['lambda', 'learning rate', metric],
+        [[f'{lam:g}', f'{lr:g}', f'{m:.4g}'] for lam, lr, m in curve]))
+    plots.metric_vs_lambda(
+        [lam for lam, _, _ in curve], [m for _, _, m in curve],
+        os.path.join(_OUTPUT_DIR.value, f'{method}_vs_lambda.png'),
+        ylabel=metric, title=f'{task.name}: {method}')
+  print(f'\nPer-round metrics, summaries and sweeps: {_OUTPUT_DIR.value}/')
+
+
+def learning_setup(task):
+  """(settings, client choices, configurations) the flags ask for on `task`.
+
+  reproduce.py sets the flags from a preset and calls this too, so both entry
+  points train a configuration alike.
+  """
   from tff_hdp import accounting  # pylint: disable=g-import-not-at-top
   from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
-  from tff_hdp.checkpointing import CheckpointError  # pylint: disable=g-import-not-at-top
   from tff_hdp.fedhdp import ClipSettings  # pylint: disable=g-import-not-at-top
-  from tff_hdp.training_loop import BudgetExhaustedError  # pylint: disable=g-import-not-at-top
-  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
-  task = _load_task()
   n = len(task.client_ids)
   _check(_CLIENTS_PER_ROUND.value <= n,
          f'--clients_per_round={_CLIENTS_PER_ROUND.value} exceeds the '
@@ -286,19 +390,31 @@ def _run_learning() -> None:
       seed=_SEED.value,
       eval_every=_EVAL_EVERY.value,
       checkpoint_every=_CHECKPOINT_EVERY.value,
-      ditto=ditto)
+      ditto=ditto,
+      cohort_size=_COHORT_SIZE.value)
   try:
     choices = experiment.client_choices(task, levels, _OPT_OUT.value,
                                         _SEED.value, fractions)
     configs = experiment.configurations(_ALGORITHMS.value, _floats(_R),
                                         choices)
+  except ValueError as e:
+    raise InputError(str(e)) from None
+  return settings, choices, configs
+
+
+def _run_learning() -> None:
+  from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
+  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
+  task = load_task()
+  n = len(task.client_ids)
+  settings, choices, configs = learning_setup(task)
+  try:
     summaries = []
     for config in configs:
       summary, _ = experiment.run_configuration(task, config, choices,
                                                 settings, _OUTPUT_DIR.value)
       summaries.append(summary)
-  except (ValueError, accounting.InfeasiblePrivacyTargetError,
-          CheckpointError, BudgetExhaustedError) as e:
+  except experiment.RUN_ERRORS as e:
     raise InputError(str(e)) from None
   header, rows = reporting.results_table(summaries)
   print(f'\n{task.name}: {n} clients, {_ROUNDS.value} rounds, '
@@ -315,13 +431,15 @@ def main(argv: list[str]) -> None:
   try:
     if len(argv) > 1:
       raise InputError(f'unexpected arguments: {argv[1:]}')
-    _validate_common()
+    validate_flags()
     from tff_hdp import runtime  # pylint: disable=g-import-not-at-top
     runtime.init()
     if _TASK.value == 'point_estimation':
       _run_point_estimation()
-    elif _ALGORITHMS.value[0] in _UNTRUSTED:
+    elif _setting(_ALGORITHMS.value[0]) == 'untrusted':
       _run_untrusted()
+    elif _setting(_ALGORITHMS.value[0]) == 'cross_silo':
+      _run_cross_silo()
     else:
       _run_learning()
   except InputError as e:

@@ -8,6 +8,9 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CROSS_SILO_DATA = os.path.join(ROOT, '..', 'shared', 'data', 'cross_silo')
+VEHICLE_DIR = os.path.join(CROSS_SILO_DATA, 'vehicle_partial')
+SCHOOL_DIR = os.path.join(CROSS_SILO_DATA, 'school')
 
 
 def _run(*flags, cwd=ROOT):
@@ -36,11 +39,19 @@ def _run(*flags, cwd=ROOT):
      'bad/mnist.npz as an .npz archive'),
     (['--checkpoint_every=-1'], '--checkpoint_every must be >= 0, got -1.'),
     (['--algorithms=fedhdp,robust_hdp'], 'cannot be mixed in one run.'),
+    (['--algorithms=mrmtl,fedhdp'], 'cannot be mixed in one run.'),
+    (['--algorithms=mrmtl', '--lambdas=-1'], '--lambdas must be >= 0, got'),
+    (['--algorithms=local', '--task=vehicle', '--data_dir={vehicle}',
+      '--deltas=0.5'], '--deltas=0.5 must be below n_k^-1.1 for every silo'),
+    (['--algorithms=ifca', '--task=school', '--data_dir={school}',
+      '--deltas=1e-3'], 'selects clusters by error rate'),
 ])
 def test_bad_input_is_one_clear_line(flags, message, tmp_path):
   os.makedirs(tmp_path / 'bad')
   (tmp_path / 'bad' / 'mnist.npz').write_text('not an archive')
-  flags = [f.replace('{tmp}', str(tmp_path)) for f in flags]
+  flags = [f.replace('{tmp}', str(tmp_path)).replace(
+      '{vehicle}', VEHICLE_DIR).replace('{school}', SCHOOL_DIR)
+           for f in flags]
   result = _run(*flags, f'--output_dir={tmp_path}/out')
   assert result.returncode != 0
   last = result.stderr.strip().splitlines()[-1]
@@ -91,3 +102,25 @@ def test_untrusted_server_rules_run_and_report_client_spend(tmp_path):
   assert summary['epsilon_spent_max'] <= max(summary['target_epsilons']) * (
       1 + 1e-6)
   assert 1.0 <= min(summary['target_epsilons'])  # Uniform(1, 10)
+
+
+def test_cross_silo_sweep_reports_best_setting_curve_and_silo_spend(tmp_path):
+  result = _run('--task=vehicle', f'--data_dir={VEHICLE_DIR}',
+                '--algorithms=local,mrmtl', '--lambdas=0.1,1', '--rounds=2',
+                '--epsilons=1', '--deltas=1e-3', '--dp_sgd_clip=6',
+                '--batch_size=64', '--eval_every=1',
+                f'--output_dir={tmp_path}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert '| local ' in result.stdout and '| mrmtl ' in result.stdout
+  assert 'mrmtl: best accuracy (%) over learning rates, per lambda' in (
+      result.stdout)
+  for name in ('results.md', 'sweep_mrmtl.csv', 'mrmtl_vs_lambda.png',
+               'mrmtl_lr0.1_lambda1/rounds.csv'):
+    assert os.path.exists(os.path.join(tmp_path, name)), name
+  with open(os.path.join(tmp_path, 'mrmtl_lr0.1_lambda1',
+                         'summary.json')) as f:
+    summary = json.load(f)
+  assert len(summary['silos']) == 23
+  # Every silo calibrated to its own budget for exactly these rounds.
+  for silo in summary['silos']:
+    assert 0.99 <= silo['epsilon_spent'] <= 1.0 + 1e-6

@@ -46,7 +46,8 @@ class RunCheckpoint:
   def directory(self) -> str:
     return self._directory
 
-  def _check_key(self) -> None:
+  def check_key(self) -> None:
+    """Raises CheckpointError if the folder holds another run's checkpoint."""
     path = os.path.join(self._directory, _KEY_FILE)
     if not os.path.exists(path):
       return
@@ -65,7 +66,7 @@ class RunCheckpoint:
 
   def restore(self, template):
     """(state, round) of the latest checkpoint, or (None, 0) if there is none."""
-    self._check_key()
+    self.check_key()
     try:
       versions = asyncio.run(self._manager.get_versions())
       if not versions:

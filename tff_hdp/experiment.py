@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from typing import Sequence
 
@@ -17,12 +18,19 @@ import tensorflow_federated as tff
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp import accounting
 from tff_hdp import checkpointing
+from tff_hdp import cohort
 from tff_hdp import ditto
 from tff_hdp import fedhdp
 from tff_hdp import training_loop
 from tff_hdp.privacy_groups import GroupAssignment
 from tff_hdp.privacy_groups import PrivacyGroup
 from tff_hdp.privacy_groups import assign_opt_out
+
+
+# What a configuration's run raises for bad settings or data: entry points
+# report these as one line.
+RUN_ERRORS = (ValueError, accounting.InfeasiblePrivacyTargetError,
+              checkpointing.CheckpointError, training_loop.BudgetExhaustedError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +57,9 @@ class Settings:
   eval_every: int = 10
   checkpoint_every: int = 10  # 0: no checkpoints
   ditto: DittoSettings | None = None  # None: no personalization
+  # > 1: simulate up to this many clients per TFF client (tff_hdp.cohort),
+  # the same rounds for a fraction of TFF's per-client overhead.
+  cohort_size: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +114,8 @@ def _run_key(task: FederatedTask, config: Configuration,
                             choices.client_groups.items()))
   key = dataclasses.asdict(settings)
   key.pop('checkpoint_every')  # how often to save does not change the run
+  if not key['cohort_size']:
+    key.pop('cohort_size')  # keeps checkpoints of earlier versions valid
   key.update(task=task.name, configuration=config.name,
              groups=repr(choices.groups),
              client_choices=hashlib.sha256(choice_text.encode()).hexdigest())
@@ -113,20 +126,28 @@ def run_configuration(task: FederatedTask, config: Configuration,
                       choices: GroupAssignment, settings: Settings,
                       output_dir: str | None,
                       progress: bool = True,
-                      on_round=None
+                      on_round=None,
+                      release_managers=()
                       ) -> tuple[dict, tff.learning.models.ModelWeights]:
   """Trains one configuration; returns (and writes) its summary, and returns
-  the final global model weights."""
+  the final global model weights. `release_managers` get each round's row."""
   assignment = _training_groups(config, choices)
   plan = fedhdp.plan_privacy(assignment, settings.sampling, settings.rounds,
                              settings.clip, settings.denominator)
-  process = fedhdp.build_fedhdp(
-      task.tff_model_fn(),
-      fedhdp.build_aggregator(plan, settings.clip, settings.seed),
-      assignment.num_groups,
+  cohorts = settings.cohort_size > 1
+  aggregator = fedhdp.build_aggregator(plan, settings.clip, settings.seed,
+                                       cohort=cohorts)
+  training = dict(
       client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
       server_optimizer=tff.learning.optimizers.build_sgdm(settings.server_lr),
       local_epochs=settings.local_epochs)
+  if cohorts:
+    process = cohort.build_cohort_fedhdp(
+        task.tff_model_fn(), aggregator, assignment.num_groups,
+        batch_size=task.batch_size, **training)
+  else:
+    process = fedhdp.build_fedhdp(task.tff_model_fn(), aggregator,
+                                  assignment.num_groups, **training)
   personalization = None
   if settings.ditto is not None:
     lambdas = [settings.ditto.lambda_p if g.is_private else
@@ -145,12 +166,15 @@ def run_configuration(task: FederatedTask, config: Configuration,
       task, process, plan, choices, seed=settings.seed, output_dir=run_dir,
       eval_every=settings.eval_every, progress=progress,
       checkpoint=checkpoint, checkpoint_every=settings.checkpoint_every,
-      on_round=on_round, personalization=personalization)
+      on_round=on_round, personalization=personalization,
+      release_managers=release_managers, cohort_size=settings.cohort_size)
   summary = {
       'configuration': config.name,
       'algorithm': config.algorithm,
       'ratio': config.ratio,
       'task': task.name,
+      'metric': task.metric,
+      'ditto': dataclasses.asdict(settings.ditto) if settings.ditto else None,
       'dropped_clients': task.dropped_clients,
       'rounds': settings.rounds,
       'sampling_rate': settings.sampling.rate,
@@ -171,3 +195,31 @@ def run_configuration(task: FederatedTask, config: Configuration,
   if run_dir:
     training_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
   return summary, process.get_model_weights(result.state)
+
+
+def completed_summary(task: FederatedTask, config: Configuration,
+                      choices: GroupAssignment, settings: Settings,
+                      output_dir: str) -> dict | None:
+  """The summary of a finished run of exactly this configuration, or None.
+
+  Lets a sweep skip what an earlier invocation finished. A summary of other
+  rounds or another task counts as unfinished; a checkpoint of a different
+  run in the folder is a CheckpointError, as resuming it would be.
+  """
+  run_dir = os.path.join(output_dir, config.name)
+  try:
+    with open(os.path.join(run_dir, 'summary.json')) as f:
+      summary = json.load(f)
+  except (OSError, ValueError):
+    return None
+  if not (isinstance(summary, dict) and
+          summary.get('configuration') == config.name and
+          summary.get('task') == task.name and
+          summary.get('rounds') == settings.rounds and
+          (summary.get('metrics') or {}).get('acc_g') is not None):
+    return None
+  if settings.checkpoint_every > 0:
+    checkpointing.RunCheckpoint(
+        os.path.join(run_dir, 'checkpoints'),
+        _run_key(task, config, choices, settings)).check_key()
+  return summary

@@ -12,6 +12,7 @@ every round appears exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import dataclasses
 import json
@@ -28,6 +29,7 @@ from tff_hdp.federated_task import FederatedTask
 from tff_hdp import accounting
 from tff_hdp import checkpointing
 from tff_hdp import client_work
+from tff_hdp import cohort
 from tff_hdp import ditto
 from tff_hdp import evaluation
 from tff_hdp.fedhdp import PrivacyPlan
@@ -84,7 +86,7 @@ def _columns(groups) -> list[str]:
   return cols
 
 
-def _open_csv(path: str, columns: list[str], keep_through: int):
+def open_csv(path: str, columns: list[str], keep_through: int):
   """Opens the per-round CSV, keeping only rows of rounds <= keep_through."""
   kept = []
   if keep_through and os.path.exists(path):
@@ -147,6 +149,12 @@ def _fmt(value):
   return value
 
 
+def _releasable(row: dict) -> dict[str, float]:
+  """A row's finite numbers; blanks and opt-out groups' inf epsilon stay out."""
+  return {k: float(v) for k, v in row.items()
+          if k != 'round' and v is not None and math.isfinite(v)}
+
+
 def run(task: FederatedTask,
         process: tff.learning.templates.LearningProcess,
         plan: PrivacyPlan,
@@ -160,7 +168,9 @@ def run(task: FederatedTask,
         checkpoint_every: int = 10,
         on_round: Callable[[int, tff.learning.models.ModelWeights], None]
         | None = None,
-        personalization: Personalization | None = None) -> RunResult:
+        personalization: Personalization | None = None,
+        release_managers: Sequence[tff.program.ReleaseManager] = (),
+        cohort_size: int = 0) -> RunResult:
   """Trains for `plan.rounds` rounds and evaluates every `eval_every`.
 
   `plan.assignment` holds the groups the algorithm trains with;
@@ -171,6 +181,11 @@ def run(task: FederatedTask,
   sees every released global model (round number, weights), e.g. for audits.
   With `personalization`, each sampled client also takes its Ditto steps
   from the round's global model, and the personalized metrics are reported.
+  Each `release_managers` entry (e.g. `tff.program.TensorBoardReleaseManager`)
+  gets every round's row (its finite numbers), keyed by the round.
+  With `cohort_size` > 1, `process` is a cohort process
+  (`cohort.build_cohort_fedhdp`) and each round's clients reach it packed in
+  cohorts of at most `cohort_size` (the same clients, data order and groups).
   """
   groups = plan.assignment.groups
   client_ids = task.client_ids
@@ -191,7 +206,7 @@ def run(task: FederatedTask,
   writer = csv_file = None
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)
-    csv_file, writer = _open_csv(os.path.join(output_dir, 'rounds.csv'),
+    csv_file, writer = open_csv(os.path.join(output_dir, 'rounds.csv'),
                                  columns, done)
   rows = []
   metrics = {}
@@ -213,11 +228,12 @@ def run(task: FederatedTask,
       row['round'] = round_num
       row['num_clients'] = len(sampled)
       if sampled:
-        data = [
-            client_work.make_client_data(
-                task.train_dataset(c, _client_seed(seed, round_num, i)),
-                plan.assignment.one_hot(c)) for i, c in enumerate(sampled)
-        ]
+        seeds = [_client_seed(seed, round_num, i) for i in range(len(sampled))]
+        data = None
+        if cohort_size <= 1 or personalization is not None:
+          data = [client_work.make_client_data(task.train_dataset(c, s),
+                                               plan.assignment.one_hot(c))
+                  for c, s in zip(sampled, seeds)]
         if personalization is not None:
           global_weights = process.get_model_weights(state)
           personal = personalization.step(
@@ -225,6 +241,11 @@ def run(task: FederatedTask,
               [personalization.models.get(c, global_weights.trainable)
                for c in sampled], data)
           personalization.models.update(sampled, personal)
+        if cohort_size > 1:
+          data = cohort.pack_round(
+              [task.shuffled_train(c, s) for c, s in zip(sampled, seeds)],
+              [plan.assignment.one_hot(c) for c in sampled],
+              plan.assignment.num_groups, cohort_size)
         output = process.next(state, data)
         state = output.state
         agg = output.metrics['aggregator']
@@ -251,6 +272,8 @@ def run(task: FederatedTask,
       if writer:
         writer.writerow({k: _fmt(v) for k, v in row.items()})
         csv_file.flush()
+      for manager in release_managers:
+        asyncio.run(manager.release(_releasable(row), key=round_num))
       if on_round is not None:
         on_round(round_num, process.get_model_weights(state))
       if checkpoint is not None and (round_num % checkpoint_every == 0 or

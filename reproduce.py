@@ -1,0 +1,210 @@
+"""Reproduces the FeO2 / FedHDP tables: named presets, resumable sweeps.
+
+Examples:
+  python reproduce.py --presets=mnist_noniid --data_dir=../shared/data/mnist
+  python reproduce.py --presets=femnist --data_dir=DIR --rounds=100 \
+      --num_clients=500 --ditto_lambdas=0.05 --output_dir=results/small
+  python reproduce.py --presets=digits   # minutes: checks the whole pipeline
+
+A preset holds a published table's settings (SPEC.md §1, FeO2 Tables 3-7):
+task, fraction of clients per round, rounds, (eps, delta), 5% opt-out, the
+grid of r and of the Ditto lambda (lambda_p = lambda_np). It only sets
+run_experiment.py's flags, and the configurations are built and trained by
+the same code as there (`run_experiment.learning_setup`,
+`experiment.run_configuration`): same seed, same opt-out clients for every
+configuration. Any of those flags given on the command line wins over the
+preset (e.g. --rounds, --num_clients, --clients_per_round, --r, --client_lr);
+clients per round follow --num_clients at the preset's fraction. Smaller runs
+shrink the default clip-count noise (5% of the clients per round): raise
+--clip_count_stddev if the privacy target becomes infeasible, and give them
+their own --output_dir (a folder holds one run per configuration).
+
+Files, under <output_dir>/<preset>/:
+  lambda<l>/<configuration>/  rounds.csv, summary.json, checkpoints/ and
+                              tensorboard/ (TFF release manager event files)
+  results.md, results.csv     the table in the papers' layout
+  plots/<block>_*.png         accuracy and epsilon vs rounds, accuracy vs r
+Re-running the same command skips configurations whose summary.json is
+complete and resumes an interrupted one from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+import tff_hdp  # noqa: F401  (quiets TF and imports it before app.run)
+
+import run_experiment
+from tff_hdp.presets import PAPER_PRESETS
+from tff_hdp.presets import PRESETS
+
+FLAGS = flags.FLAGS
+
+
+# run_experiment.py flags a preset may set.
+_MANAGED_FLAGS = sorted(
+    {'clients_per_round', 'ditto_lambda_p', 'ditto_lambda_np'}.union(
+        *(p.flag_values() for p in PRESETS.values())))
+
+_PRESETS = flags.DEFINE_list(
+    'presets', None, 'Presets to run, in order: '
+    f'{", ".join(PRESETS)}, or "paper" for {", ".join(PAPER_PRESETS)}.')
+_DITTO_LAMBDAS = flags.DEFINE_list(
+    'ditto_lambdas', None, 'Ditto lambda blocks (lambda_p = lambda_np in '
+    'each); default: the preset\'s; empty (--ditto_lambdas=): no '
+    'personalization.')
+_TENSORBOARD = flags.DEFINE_bool(
+    'tensorboard', True, 'Release every round\'s metrics to TensorBoard '
+    'event files (tff.program.TensorBoardReleaseManager).')
+_PLOTS = flags.DEFINE_bool('plots', True, 'Draw the figures of each block.')
+
+
+def _preset_names() -> list[str]:
+  names = []
+  for name in _PRESETS.value or []:
+    names += PAPER_PRESETS if name == 'paper' else [name]
+  if not names:
+    raise run_experiment.InputError(
+        f'--presets is required: any of {", ".join(PRESETS)}, or "paper".')
+  for name in names:
+    if name not in PRESETS:
+      raise run_experiment.InputError(
+          f'--presets: unknown preset {name!r}; choose from '
+          f'{", ".join(PRESETS)} or "paper".')
+  return names
+
+
+def _lambdas_flag() -> list[float] | None:
+  """--ditto_lambdas as numbers (None: not given), checked before any work."""
+  if _DITTO_LAMBDAS.value is None:
+    return None
+  try:
+    lambdas = [float(v) for v in _DITTO_LAMBDAS.value]
+  except ValueError:
+    raise run_experiment.InputError(
+        '--ditto_lambdas must be comma-separated numbers, got '
+        f'{",".join(_DITTO_LAMBDAS.value)!r}.') from None
+  for lam in lambdas:
+    if not lam >= 0:
+      raise run_experiment.InputError(
+          f'--ditto_lambdas must be >= 0, got {lam}.')
+  return lambdas
+
+
+def _apply(values: dict[str, object]) -> None:
+  """Sets flags from a preset, except those given on the command line."""
+  for name, value in values.items():
+    if not FLAGS[name].present:
+      FLAGS[name].value = value
+
+
+def _block_name(ditto) -> str:
+  """Folder of one Ditto block, named by the lambdas it actually uses."""
+  if ditto is None:
+    return 'no_ditto'
+  if ditto.lambda_p == ditto.lambda_np:
+    return f'lambda{ditto.lambda_p:g}'
+  return f'lambda_p{ditto.lambda_p:g}_np{ditto.lambda_np:g}'
+
+
+def _run_or_skip(label, task, config, choices, settings, block_dir):
+  """A finished configuration's summary, training it first if need be."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  import tqdm  # pylint: disable=g-import-not-at-top
+  from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
+  try:
+    summary = experiment.completed_summary(task, config, choices, settings,
+                                           block_dir)
+    if summary is not None:
+      tqdm.tqdm.write(f'{label}: finished earlier, skipped (summary.json)')
+      return summary
+    managers = []
+    if _TENSORBOARD.value:
+      managers.append(tff.program.TensorBoardReleaseManager(
+          os.path.join(block_dir, config.name, 'tensorboard')))
+    summary, _ = experiment.run_configuration(
+        task, config, choices, settings, block_dir, release_managers=managers)
+    return summary
+  except experiment.RUN_ERRORS as e:
+    raise run_experiment.InputError(f'{label}: {e}') from None
+
+
+def _run_preset(name: str, output_dir: str,
+                lambdas: list[float] | None) -> None:
+  """Trains (or skips) every configuration of preset `name`; writes outputs.
+
+  `lambdas` are the Ditto blocks (None: the preset's; []: no Ditto).
+  """
+  import tqdm  # pylint: disable=g-import-not-at-top
+  from tff_hdp import plots  # pylint: disable=g-import-not-at-top
+  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
+  preset = PRESETS[name]
+  _apply(preset.flag_values())
+  run_experiment.validate_flags()
+  task = run_experiment.load_task()
+  n = len(task.client_ids)
+  _apply({'clients_per_round': max(1, round(preset.fraction_per_round * n))})
+  blocks = []
+  if lambdas is None:
+    lambdas = list(preset.ditto_lambdas)
+  for lam in lambdas or [None]:
+    _apply({'ditto_lambda_p': lam, 'ditto_lambda_np': lam})
+    run_experiment.validate_flags()
+    settings, choices, configs = run_experiment.learning_setup(task)
+    blocks.append((_block_name(settings.ditto), settings, choices, configs))
+  preset_dir = os.path.join(output_dir, name)
+  bar = tqdm.tqdm(total=sum(len(b[3]) for b in blocks),
+                  desc=f'{name} configurations', unit='config',
+                  dynamic_ncols=True)
+  summaries = []
+  for block, settings, choices, configs in blocks:
+    block_dir = os.path.join(preset_dir, block)
+    run_dirs = {}
+    for config in configs:
+      summaries.append(_run_or_skip(f'{name}/{block}/{config.name}', task,
+                                    config, choices, settings, block_dir))
+      run_dirs[config.name] = os.path.join(block_dir, config.name)
+      bar.update()
+    if _PLOTS.value:
+      plots.sweep_plots(run_dirs, os.path.join(preset_dir, 'plots'),
+                        prefix=f'{block}_', title=f'{preset.title}, {block}')
+  bar.close()
+  header, rows = reporting.results_table(summaries, paper_layout=True)
+  caption = (
+      f'{preset.title}: {n} clients, {FLAGS.rounds} rounds, '
+      f'{FLAGS.clients_per_round} clients per round ({FLAGS.sampling}), '
+      f'(eps, delta) = ({",".join(FLAGS.epsilons)}, '
+      f'{",".join(FLAGS.deltas)}), {FLAGS.opt_out_fraction:.0%} opt out, '
+      f'seed {FLAGS.seed}. Published: {preset.published}.\n\n'
+      f'{reporting.VARIANCE_NOTE}')
+  reporting.write_table(preset_dir, header, rows, caption=caption)
+  print(f'\n{caption}\n\n{reporting.markdown_table(header, rows)}\n\n'
+        f'Table, per-round files and plots: {preset_dir}/')
+
+
+def main(argv: list[str]) -> None:
+  try:
+    if len(argv) > 1:
+      raise run_experiment.InputError(f'unexpected arguments: {argv[1:]}')
+    names = _preset_names()
+    lambdas = _lambdas_flag()
+    output_dir = (FLAGS.output_dir if FLAGS['output_dir'].present else
+                  os.path.join('results', 'reproduce'))
+    from tff_hdp import runtime  # pylint: disable=g-import-not-at-top
+    runtime.init()
+    # Each preset starts from the command line's flags, not the last preset's.
+    start = {name: FLAGS[name].value for name in _MANAGED_FLAGS}
+    for name in names:
+      for flag, value in start.items():
+        FLAGS[flag].value = value
+      _run_preset(name, output_dir, lambdas)
+  except run_experiment.InputError as e:
+    sys.exit(f'reproduce.py: error: {e}')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,67 @@
+"""The results table: the papers' variance scale and layout."""
+
+import csv
+import os
+
+from tff_hdp import reporting
+
+
+def _summary(algorithm, ratio=None, metric='accuracy', ditto=None):
+  name = algorithm if ratio is None else f'{algorithm}_r{ratio:g}'
+  return {
+      'configuration': name, 'algorithm': algorithm, 'ratio': ratio,
+      'metric': metric, 'ditto': ditto, 'seconds': 1.0,
+      'groups': [{'name': 'opt_out', 'target_epsilon': None,
+                  'epsilon_spent': None}],
+      'metrics': {'acc_g': 90.0, 'acc_g_p': 88.64, 'var_g_p': 39.0,
+                  'acc_g_np': 93.75, 'var_g_np': 0.1, 'delta_g': 5.11},
+  }
+
+
+def test_accuracy_variance_is_shown_in_the_papers_scale():
+  # FeO2 Table 4 prints 88.64(0.39): Var[acc in %] = 39 -> 0.39.
+  _, rows = reporting.results_table([_summary('dp_fedavg')])
+  assert rows[0][2:4] == ['88.64 (0.39)', '93.75 (0.001)']
+
+
+def test_bernoulli_clients_give_the_papers_skewed_r0_value():
+  # Skewed non-IID MNIST, r = 0: 7.1% of private clients score 100%, the
+  # rest 0%; the papers print 7.1(6.5), i.e. 100 p (1 - p).
+  p = 0.0705
+  s = _summary('fedhdp', 0.0)
+  s['metrics'].update(acc_g_p=100 * p, var_g_p=(100.0**2) * p * (1 - p))
+  _, rows = reporting.results_table([s])
+  assert rows[0][2] == '7.05 (6.55)'
+
+
+def test_other_metrics_keep_their_variance():
+  s = _summary('fedhdp', 1.0, metric='mse')
+  _, rows = reporting.results_table([s])
+  assert rows[0][2] == '88.64 (39)'
+
+
+def test_paper_layout_names_algorithms_and_hyperparameters():
+  ditto = {'lambda_p': 0.05, 'lambda_np': 0.005, 'learning_rate': 0.1}
+  same = dict(ditto, lambda_np=0.05)
+  header, rows = reporting.results_table(
+      [_summary('nonprivate', ditto=ditto), _summary('dp_fedavg', ditto=ditto),
+       _summary('fedhdp', 0.01, ditto=ditto), _summary('fedhdp', 1, ditto=same),
+       _summary('fedhdp', 0.1)], paper_layout=True)
+  assert header[:3] == ['Algorithm', 'hyperparameters', 'Acc_g']
+  assert [r[:2] for r in rows] == [
+      ['Non-Private', 'lambda_np=0.005'],
+      ['DP-FedAvg', 'lambda_p=0.05'],
+      ['FedHDP', 'r=0.01, lambda_p=0.05, lambda_np=0.005'],
+      ['FedHDP', 'r=1, lambda_p=lambda_np=0.05'],
+      ['FedHDP', 'r=0.1']]
+  header, rows = reporting.results_table([_summary('fedhdp', 0.1)])
+  assert header[:2] == ['Algorithm', 'Acc_g'] and rows[0][0] == 'fedhdp_r0.1'
+
+
+def test_write_table_puts_the_caption_above_the_markdown_only(tmp_path):
+  reporting.write_table(str(tmp_path), ['a', 'b'], [[1, 2]],
+                        caption=reporting.VARIANCE_NOTE)
+  text = (tmp_path / 'results.md').read_text()
+  assert text.startswith(reporting.VARIANCE_NOTE + '\n\n| a')
+  with open(os.path.join(tmp_path, 'results.csv'), newline='') as f:
+    assert list(csv.reader(f)) == [['a', 'b'], ['1', '2']]

@@ -1,0 +1,224 @@
+"""reproduce.py end to end on the digits preset, its skip/resume, the presets."""
+
+import csv
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import matplotlib
+matplotlib.use('Agg')
+from matplotlib import image  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tasks  # noqa: E402
+from tff_hdp import accounting  # noqa: E402
+from tff_hdp import checkpointing  # noqa: E402
+from tff_hdp import experiment  # noqa: E402
+from tff_hdp import presets  # noqa: E402
+from tff_hdp import reporting  # noqa: E402
+from tff_hdp.federated_task import TaskOptions  # noqa: E402
+from tff_hdp.privacy_groups import PrivacyGroup  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Two configurations with Ditto (one lambda block), 2 rounds, every round
+# evaluated: the whole pipeline in about a minute.
+FLAGS = ['--presets=digits', '--rounds=2', '--eval_every=1',
+         '--algorithms=dp_fedavg,fedhdp', '--r=0.5']
+CONFIGS = ('dp_fedavg', 'fedhdp_r0.5')
+
+
+def _run(*flags):
+  return subprocess.run(
+      [sys.executable, os.path.join(ROOT, 'reproduce.py'), *flags],
+      cwd=ROOT, capture_output=True, text=True, timeout=900,
+      env=dict(os.environ, MPLBACKEND='Agg'))
+
+
+@pytest.fixture(scope='module')
+def first(tmp_path_factory):
+  out = str(tmp_path_factory.mktemp('reproduce'))
+  result = _run(*FLAGS, f'--output_dir={out}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  return out, result
+
+
+@pytest.fixture(scope='module')
+def second(first):
+  """Re-runs after deleting one configuration's summary (an unfinished run)."""
+  out, _ = first
+  block = os.path.join(out, 'digits', 'lambda0.05')
+  kept = {f: os.stat(os.path.join(block, 'dp_fedavg', f)).st_mtime_ns
+          for f in ('summary.json', 'rounds.csv')}
+  os.remove(os.path.join(block, 'fedhdp_r0.5', 'summary.json'))
+  result = _run(*FLAGS, f'--output_dir={out}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  return out, result, kept
+
+
+def _block(out, config=''):
+  return os.path.join(out, 'digits', 'lambda0.05', config)
+
+
+def _summary(out, config):
+  with open(os.path.join(_block(out, config), 'summary.json')) as f:
+    return json.load(f)
+
+
+def _rounds(out, config):
+  with open(os.path.join(_block(out, config), 'rounds.csv')) as f:
+    return list(csv.DictReader(f))
+
+
+def test_table_has_the_papers_layout_and_variance_scale(first):
+  out, result = first
+  with open(os.path.join(out, 'digits', 'results.csv'), newline='') as f:
+    rows = list(csv.reader(f))
+  assert rows[0][:3] == ['Algorithm', 'hyperparameters', 'Acc_g']
+  assert 'Acc_l,np' in rows[0]
+  assert [r[:2] for r in rows[1:]] == [
+      ['DP-FedAvg', 'lambda_p=0.05'],
+      ['FedHDP', 'r=0.5, lambda_p=lambda_np=0.05']]
+  col = rows[0].index('Acc_g,p')
+  for row, config in zip(rows[1:], CONFIGS):
+    m = _summary(out, config)['metrics']
+    assert m['var_g_p'] > 0
+    assert row[col] == f"{m['acc_g_p']:.2f} ({m['var_g_p'] / 100:.3g})"
+  with open(os.path.join(out, 'digits', 'results.md')) as f:
+    text = f.read()
+  assert reporting.VARIANCE_NOTE in text
+  assert '| FedHDP' in text and '| FedHDP' in result.stdout
+  assert '2 rounds, 5 clients per round' in text  # the overrides took effect
+
+
+def test_every_configuration_ran_the_requested_rounds(first):
+  out, _ = first
+  for config in CONFIGS:
+    summary = _summary(out, config)
+    assert summary['rounds'] == 2 and summary['ditto']['lambda_p'] == 0.05
+    assert [r['round'] for r in _rounds(out, config)] == ['1', '2']
+
+
+def test_plots_are_written(first):
+  out, _ = first
+  for name in ('accuracy_vs_rounds', 'epsilon_vs_rounds', 'accuracy_vs_r'):
+    path = os.path.join(out, 'digits', 'plots', f'lambda0.05_{name}.png')
+    assert image.imread(path).shape[0] > 100, path
+
+
+def _scalars(run_dir):
+  values = {}
+  for path in glob.glob(os.path.join(run_dir, 'tensorboard', '*tfevents*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for v in event.summary.value:
+        values[(v.tag, event.step)] = float(tf.make_ndarray(v.tensor))
+  return values
+
+
+def test_tensorboard_events_hold_each_rounds_row(first):
+  out, _ = first
+  for config in CONFIGS:
+    scalars = _scalars(_block(out, config))
+    for row in _rounds(out, config):
+      step = int(row['round'])
+      for tag in ('acc_g', 'clip_norm', 'acc_l_p'):
+        np.testing.assert_allclose(scalars[(tag, step)], float(row[tag]),
+                                   rtol=1e-5)
+    # The opt-out group's infinite epsilon is not released.
+    assert not any(tag == 'epsilon_opt_out' for tag, _ in scalars)
+  assert ('epsilon_private_eps3.6', 2) in _scalars(_block(out, 'fedhdp_r0.5'))
+
+
+def test_rerun_skips_finished_configurations_only(second):
+  out, result, kept = second
+  assert 'digits/lambda0.05/dp_fedavg: finished earlier, skipped' in (
+      result.stdout)
+  assert 'fedhdp_r0.5: finished earlier' not in result.stdout
+  for name, mtime in kept.items():
+    assert os.stat(os.path.join(_block(out, 'dp_fedavg'), name)).st_mtime_ns \
+        == mtime, name
+  # The unfinished one resumed from its final checkpoint: same rows, summary
+  # written again, and the table still lists both.
+  assert _summary(out, 'fedhdp_r0.5')['rounds'] == 2
+  assert [r['round'] for r in _rounds(out, 'fedhdp_r0.5')] == ['1', '2']
+  with open(os.path.join(out, 'digits', 'results.csv')) as f:
+    assert len(list(csv.reader(f))) == 3
+
+
+@pytest.mark.parametrize('flags,message', [
+    (['--presets=cifar'], "--presets: unknown preset 'cifar'"),
+    (['--presets=digits', '--ditto_lambdas=-1'],
+     '--ditto_lambdas must be >= 0, got -1.0.'),
+])
+def test_bad_input_is_one_clear_line(flags, message, tmp_path):
+  result = _run(*flags, f'--output_dir={tmp_path}')
+  assert result.returncode != 0
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith('reproduce.py: error: ') and message in last
+
+
+def _digits_setup(rounds):
+  task = tasks.load('digits', TaskOptions(num_clients=20, batch_size=10))
+  choices = experiment.client_choices(
+      task, [PrivacyGroup('private_eps3.6', 3.6, 1e-4)], 0.05, 0)
+  settings = experiment.Settings(rounds=rounds,
+                                 sampling=accounting.PoissonSampling(0.25))
+  return task, choices, settings
+
+
+def test_completed_summary_needs_the_same_run(tmp_path):
+  task, choices, settings = _digits_setup(rounds=3)
+  config = experiment.Configuration('fedhdp', 0.5)
+  out = str(tmp_path)
+  assert experiment.completed_summary(task, config, choices, settings,
+                                      out) is None
+  run_dir = tmp_path / config.name
+  run_dir.mkdir()
+  summary = {'configuration': config.name, 'task': 'digits', 'rounds': 3,
+             'metrics': {'acc_g': 50.0}}
+  (run_dir / 'summary.json').write_text(json.dumps(summary))
+  assert experiment.completed_summary(task, config, choices, settings,
+                                      out) == summary
+  (run_dir / 'summary.json').write_text(json.dumps(dict(summary, rounds=2)))
+  assert experiment.completed_summary(task, config, choices, settings,
+                                      out) is None
+  (run_dir / 'summary.json').write_text('{"configuration": "fedhdp_r0.5", ')
+  assert experiment.completed_summary(task, config, choices, settings,
+                                      out) is None
+  # A checkpoint of another run beside a complete summary is an error.
+  (run_dir / 'summary.json').write_text(json.dumps(summary))
+  checkpointing.RunCheckpoint(str(run_dir / 'checkpoints'), {'other': 1}).save(
+      [np.zeros(1, np.float32)], 3)
+  with pytest.raises(checkpointing.CheckpointError, match='different run'):
+    experiment.completed_summary(task, config, choices, settings, out)
+
+
+# (clients, fraction per round, epsilon, r of the FedHDP Tables 1-2 rows).
+PUBLISHED = {
+    'mnist_noniid': (2000, 0.05, 3.6, {0.01, 1}),
+    'mnist_noniid_skewed': (2000, 0.05, 3.6, {0.1, 0.9, 1}),
+    'fmnist': (3383, 0.03, 0.6, {0.01, 1}),
+    'femnist': (3400, 0.03, 4.1, {0.01, 0.1, 1}),
+}
+
+
+@pytest.mark.parametrize('name', presets.PAPER_PRESETS)
+def test_paper_presets_have_published_settings_and_feasible_budgets(name):
+  preset = presets.PRESETS[name]
+  clients, fraction, epsilon, ratios = PUBLISHED[name]
+  assert (preset.fraction_per_round, preset.epsilon) == (fraction, epsilon)
+  assert (preset.rounds, preset.delta, preset.opt_out_fraction) == (
+      500, 1e-4, 0.05)
+  assert ratios.issubset(preset.ratios)
+  assert preset.algorithms == ('nonprivate', 'dp_fedavg', 'fedhdp')
+  assert preset.flag_values()['task'] == name
+  # The default clip-count noise (5% of the expected clients per round) must
+  # leave room for the published target over 500 rounds.
+  per_round = round(fraction * clients)
+  z = accounting.calibrate_noise_multiplier(
+      epsilon, preset.delta, accounting.PoissonSampling(per_round / clients),
+      preset.rounds, 0.05 * per_round)
+  assert z > 0

@@ -1,0 +1,167 @@
+"""Figures of a sweep, drawn from the files the training loop leaves behind.
+
+Every function reads `<run_dir>/rounds.csv` / `summary.json` (or takes plain
+numbers), so plots can be redrawn at any time, also for runs still going.
+Figures are built with `matplotlib.figure.Figure` and saved with its Agg
+canvas: no pyplot state, no display needed. Each function returns the figure
+(tests look at its lines) and writes it to `path` when one is given.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from typing import Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+_BASELINE_STYLES = {'nonprivate': '--', 'dp_fedavg': ':'}
+
+
+def read_rounds(run_dir: str) -> dict[str, np.ndarray]:
+  """rounds.csv as float columns; blank cells (not evaluated) are NaN."""
+  with open(os.path.join(run_dir, 'rounds.csv'), newline='') as f:
+    rows = list(csv.DictReader(f))
+  if not rows:
+    return {}
+  return {k: np.array([float(r[k]) if r[k] not in ('', None) else math.nan
+                       for r in rows]) for k in rows[0]}
+
+
+def read_summary(run_dir: str) -> dict:
+  with open(os.path.join(run_dir, 'summary.json')) as f:
+    return json.load(f)
+
+
+def _new_axes(title: str | None, xlabel: str, ylabel: str):
+  fig = Figure(figsize=(8.4, 4.2), layout='constrained')
+  ax = fig.subplots()
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  if title:
+    ax.set_title(title)
+  ax.grid(True, alpha=0.3)
+  return fig, ax
+
+
+def _finish(fig: Figure, ax, path: str | None) -> Figure:
+  if ax.lines:
+    fig.legend(loc='outside right upper', fontsize='small')
+  if path:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=120)
+  return fig
+
+
+def accuracy_vs_rounds(run_dirs: Mapping[str, str], path: str | None = None,
+                       metric: str = 'acc_g',
+                       title: str | None = None) -> Figure:
+  """`metric` at each evaluated round, one line per labelled run."""
+  fig, ax = _new_axes(title, 'round', f'{metric} (%)')
+  for label, run_dir in run_dirs.items():
+    cols = read_rounds(run_dir)
+    if metric not in cols:
+      continue
+    keep = ~np.isnan(cols[metric])
+    ax.plot(cols['round'][keep], cols[metric][keep], marker='.', label=label)
+  return _finish(fig, ax, path)
+
+
+def epsilon_vs_rounds(run_dirs: Mapping[str, str], path: str | None = None,
+                      title: str | None = None) -> Figure:
+  """Each privacy group's epsilon spent by round (opt-out groups have none).
+
+  Runs that share a group and its spend (e.g. FedHDP at several r) draw one
+  line, labelled with the first run.
+  """
+  fig, ax = _new_axes(title, 'round', 'epsilon spent')
+  drawn = set()
+  for label, run_dir in run_dirs.items():
+    cols = read_rounds(run_dir)
+    for column, values in cols.items():
+      if not column.startswith('epsilon_') or not np.isfinite(values).all():
+        continue
+      group = column[len('epsilon_'):]
+      key = (group, tuple(np.round(values, 9)))
+      if key in drawn:
+        continue
+      drawn.add(key)
+      ax.plot(cols['round'], values, label=f'{label}: {group}')
+  return _finish(fig, ax, path)
+
+
+def _log_x(ax, xs: Sequence[float]) -> None:
+  """Log x scale, linear near 0 so that r = 0 or lambda = 0 stays visible."""
+  positive = [x for x in xs if x > 0]
+  if not positive:
+    return
+  if min(xs) > 0:
+    ax.set_xscale('log')
+  else:
+    ax.set_xscale('symlog', linthresh=min(positive))
+
+
+def accuracy_vs_ratio(summaries: Sequence[dict], path: str | None = None,
+                      metrics: Sequence[str] = ('acc_g',),
+                      title: str | None = None) -> Figure:
+  """FedHDP's final `metrics` against r; baselines as lines of the same color."""
+  fig, ax = _new_axes(title, 'r (weight ratio of private groups)',
+                      'accuracy (%)')
+  fedhdp = sorted((s for s in summaries if s['algorithm'] == 'fedhdp'),
+                  key=lambda s: s['ratio'])
+  ratios = [s['ratio'] for s in fedhdp]
+  for metric in metrics:
+    points = [(r, s['metrics'].get(metric)) for r, s in zip(ratios, fedhdp)]
+    points = [(r, v) for r, v in points if v is not None]
+    color = None
+    if points:
+      color = ax.plot(*zip(*points), marker='o',
+                      label=f'FedHDP {metric}')[0].get_color()
+    for s in summaries:
+      value = s['metrics'].get(metric)
+      if s['algorithm'] in _BASELINE_STYLES and value is not None:
+        line = ax.axhline(value, linestyle=_BASELINE_STYLES[s['algorithm']],
+                          color=color, label=f"{s['configuration']} {metric}")
+        color = line.get_color()
+  _log_x(ax, ratios)
+  return _finish(fig, ax, path)
+
+
+def metric_vs_lambda(lambdas: Sequence[float],
+                     values: Sequence[float] | Mapping[str, Sequence[float]],
+                     path: str | None = None, ylabel: str = 'accuracy (%)',
+                     title: str | None = None) -> Figure:
+  """A metric against the regularization weight lambda (e.g. MR-MTL's sweep).
+
+  `values` is one series or {label: series}; lambda = 0 (local training) is
+  kept on the axis by a symmetric-log scale.
+  """
+  series = values if isinstance(values, Mapping) else {ylabel: values}
+  fig, ax = _new_axes(title, 'lambda', ylabel)
+  for label, ys in series.items():
+    if len(ys) != len(lambdas):
+      raise ValueError(f'{label!r}: {len(ys)} values for {len(lambdas)} '
+                       'lambdas.')
+    order = np.argsort(lambdas)
+    ax.plot(np.asarray(lambdas, float)[order], np.asarray(ys, float)[order],
+            marker='o', label=label)
+  _log_x(ax, list(lambdas))
+  return _finish(fig, ax, path)
+
+
+def sweep_plots(run_dirs: Mapping[str, str], out_dir: str,
+                prefix: str = '', title: str | None = None) -> list[str]:
+  """The three figures of one sweep block; returns the files written."""
+  summaries = [read_summary(d) for d in run_dirs.values()]
+  metrics = ['acc_g', 'acc_g_p', 'acc_g_np']
+  if any(s['metrics'].get('acc_l_p') is not None for s in summaries):
+    metrics += ['acc_l_p', 'acc_l_np']
+  paths = [os.path.join(out_dir, f'{prefix}{name}.png') for name in
+           ('accuracy_vs_rounds', 'epsilon_vs_rounds', 'accuracy_vs_r')]
+  accuracy_vs_rounds(run_dirs, paths[0], title=title)
+  epsilon_vs_rounds(run_dirs, paths[1], title=title)
+  accuracy_vs_ratio(summaries, paths[2], metrics, title=title)
+  return paths
