@@ -103,6 +103,19 @@ def pack_round(client_data: Sequence, one_hots: Sequence[np.ndarray],
   return cohorts
 
 
+def train_slot(data, k, n, epochs: int, batch_size: int, step, state):
+  """`state = step(state, batch)` over slot k's batches of its n examples,
+  in order, `epochs` times: the batches of the per-client dataset
+  `batch(batch_size).repeat(epochs)`. In-graph (autograph) loops."""
+  for _ in range(epochs):
+    for start in tf.range(0, n, batch_size):
+      end = tf.minimum(start + batch_size, n)
+      batch = tf.nest.map_structure(
+          lambda t: t[k, start:end], data)  # pylint: disable=cell-var-from-loop
+      state = step(state, batch)
+  return state
+
+
 def _build_cohort_training(model_fn, epochs: int, batch_size: int):
   """The tf.function that trains every client of a cohort in turn."""
   model = model_fn()
@@ -131,15 +144,15 @@ def _build_cohort_training(model_fn, epochs: int, batch_size: int):
       saved = [tf.identity(v.read_value()) for v in metric_vars]
       opt_state = optimizer.set_hparams(optimizer.initialize(specs),
                                         optimizer_hparams)
-      n = counts[k]
-      for _ in range(epochs):
-        for start in tf.range(0, n, batch_size):
-          end = tf.minimum(start + batch_size, n)
-          batch = tf.nest.map_structure(
-              lambda t: t[k, start:end], data)  # pylint: disable=cell-var-from-loop
-          opt_state, batch_examples = client_work_lib.local_step(
-              model, optimizer, opt_state, batch)
-          num_examples += batch_examples
+
+      def step(state, batch):
+        opt_state, num_examples = state
+        opt_state, batch_examples = client_work_lib.local_step(
+            model, optimizer, opt_state, batch)
+        return opt_state, num_examples + batch_examples
+
+      _, num_examples = train_slot(data, k, counts[k], epochs, batch_size,
+                                   step, (opt_state, num_examples))
       update = [i - v for i, v in zip(initial, trainable)]
       update, weight, finite = client_work_lib.drop_if_non_finite(
           update, groups[k])

@@ -12,6 +12,10 @@ process returns nothing placed at CLIENTS, while personal models must persist
 per client. In simulation they live in `PersonalModels`, a store keyed by
 client id that the round reads and writes and that checkpoints save. Personal
 models never enter the aggregate, so they cost no privacy.
+
+`build_cohort_personalization` is the same step for cohorts (`tff_hdp.cohort`):
+one TFF client takes the steps of K simulated clients in turn, their personal
+models stacked `[K, ...]` per variable, on the cohort's padded examples.
 """
 
 from __future__ import annotations
@@ -24,6 +28,38 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp import client_work
+from tff_hdp import cohort
+
+
+def _ditto_step(model, trainable, anchor, lam, learning_rate, batch):
+  """One personal step on `batch`: loss gradient plus the pull towards
+  `anchor` (theta^t); `trainable` and `anchor` are flat lists."""
+  with tf.GradientTape() as tape:
+    output = model.forward_pass(batch, training=True)
+  grads = tape.gradient(output.loss, trainable)
+  for v, g, a in zip(trainable, grads, anchor):
+    v.assign_sub(learning_rate * (g + lam * (v - a)))
+
+
+def _group_lambda(one_hot, lambdas: np.ndarray):
+  """The client's lambda; an all-zero row (cohort padding) gives 0."""
+  return tf.reduce_sum(one_hot * tf.constant(lambdas, tf.float32))
+
+
+def _keep_if_finite(updated, personal):
+  """A personal model that went non-finite is not kept."""
+  finite = client_work.all_finite(updated)
+  return tf.nest.map_structure(lambda u, p: tf.where(finite, u, p), updated,
+                               personal)
+
+
+def _load_model(model, global_weights):
+  """Sets the model's non-trainable variables to theta^t's; returns its flat
+  trainable variables, which the caller sets to a personal model."""
+  weights = tff.learning.models.ModelWeights.from_model(model)
+  tf.nest.map_structure(lambda v, t: v.assign(t), weights.non_trainable,
+                        global_weights.non_trainable)
+  return tf.nest.flatten(weights.trainable)
 
 
 def _build_personal_training(model_fn, epochs: int, lambdas: np.ndarray,
@@ -32,33 +68,94 @@ def _build_personal_training(model_fn, epochs: int, lambdas: np.ndarray,
 
   @tf.function
   def train(global_weights, personal, data, group):
-    weights = tff.learning.models.ModelWeights.from_model(model)
-    tf.nest.map_structure(lambda v, t: v.assign(t), weights.non_trainable,
-                          global_weights.non_trainable)
-    tf.nest.map_structure(lambda v, t: v.assign(t), weights.trainable,
-                          personal)
+    trainable = _load_model(model, global_weights)
+    for v, p in zip(trainable, tf.nest.flatten(personal)):
+      v.assign(p)
     one_hot = group.reduce(tf.zeros([len(lambdas)], tf.float32),
                            lambda acc, g: acc + g)
-    lam = tf.reduce_sum(one_hot * tf.constant(lambdas, tf.float32))
+    lam = _group_lambda(one_hot, lambdas)
+    anchor = tf.nest.flatten(global_weights.trainable)
 
     def step(count, batch):
-      with tf.GradientTape() as tape:
-        output = model.forward_pass(batch, training=True)
-      grads = tape.gradient(output.loss, weights.trainable)
-      for v, g, anchor in zip(tf.nest.flatten(weights.trainable),
-                              tf.nest.flatten(grads),
-                              tf.nest.flatten(global_weights.trainable)):
-        v.assign_sub(learning_rate * (g + lam * (v - anchor)))
+      _ditto_step(model, trainable, anchor, lam, learning_rate, batch)
       return count + 1
 
     data.repeat(epochs).reduce(tf.constant(0, tf.int64), step)
-    updated = tf.nest.map_structure(tf.identity, weights.trainable)
-    # A personal model that went non-finite is not kept.
-    finite = client_work.all_finite(updated)
-    return tf.nest.map_structure(lambda u, p: tf.where(finite, u, p), updated,
-                                 personal)
+    updated = tf.nest.pack_sequence_as(
+        personal, [tf.identity(v) for v in trainable])
+    return _keep_if_finite(updated, personal)
 
   return train
+
+
+def _build_cohort_personal_training(model_fn, epochs: int, lambdas: np.ndarray,
+                                    learning_rate: float, batch_size: int):
+  """The tf.function that takes every simulated client's steps in turn."""
+  model = model_fn()
+
+  @tf.function
+  def train(global_weights, personal, cohort_data):
+    element = cohort_data.get_single_element()
+    data, counts, groups = (element[cohort.DATA_KEY],
+                            element[cohort.COUNT_KEY],
+                            element[cohort.GROUP_KEY])
+    trainable = _load_model(model, global_weights)
+    stacked = tf.nest.flatten(personal)
+    anchor = tf.nest.flatten(global_weights.trainable)
+    num_clients = tf.shape(counts)[0]
+    out = [tf.TensorArray(v.dtype, size=num_clients, element_shape=v.shape)
+           for v in trainable]
+    for k in tf.range(num_clients):
+      start_k = [p[k] for p in stacked]
+      for v, p in zip(trainable, start_k):
+        v.assign(p)
+      lam = _group_lambda(groups[k], lambdas)
+
+      def step(count, batch):
+        _ditto_step(model, trainable, anchor, lam, learning_rate, batch)  # pylint: disable=cell-var-from-loop
+        return count + 1
+
+      cohort.train_slot(data, k, counts[k], epochs, batch_size, step,
+                        tf.constant(0))
+      kept = _keep_if_finite([tf.identity(v) for v in trainable], start_k)
+      out = [ta.write(k, u) for ta, u in zip(out, kept)]
+    return tf.nest.pack_sequence_as(personal, [ta.stack() for ta in out])
+
+  return train
+
+
+def _check(lambdas, learning_rate) -> np.ndarray:
+  if any(l < 0 for l in lambdas):
+    raise ValueError(f'Ditto lambdas must be >= 0, got {list(lambdas)}.')
+  if not learning_rate > 0:
+    raise ValueError(
+        f'personal learning rate must be > 0, got {learning_rate}.')
+  return np.asarray(lambdas, np.float32)
+
+
+def _federated(model_fn, personal_type_fn, data_type_fn, build_train):
+  """The federated step around a personal-training tf.function: broadcast
+  theta^t, map the clients' (personal, data) to new personal models."""
+  with tf.Graph().as_default():
+    model = model_fn()
+  weights_type = tff.learning.models.weights_type_from_model(model)
+  personal_type = personal_type_fn(weights_type.trainable)
+  data_type = data_type_fn(model.input_spec)
+
+  @tff.tensorflow.computation(weights_type, personal_type, data_type)
+  def personal_update(global_weights, personal, client_data):
+    return build_train()(global_weights, personal, client_data)
+
+  @tff.federated_computation(
+      tff.FederatedType(weights_type, tff.SERVER),
+      tff.FederatedType(personal_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS))
+  def personalize(global_weights, personal, client_data):
+    return tff.federated_map(
+        personal_update,
+        (tff.federated_broadcast(global_weights), personal, client_data))
+
+  return personalize
 
 
 def build_personalization(
@@ -71,33 +168,65 @@ def build_personalization(
   `lambdas[j]` is the regularization weight of training group j (the client's
   group vector selects it); `learning_rate` is eta_p.
   """
-  if any(l < 0 for l in lambdas):
-    raise ValueError(f'Ditto lambdas must be >= 0, got {list(lambdas)}.')
-  if not learning_rate > 0:
-    raise ValueError(
-        f'personal learning rate must be > 0, got {learning_rate}.')
-  lambdas = np.asarray(lambdas, np.float32)
-  with tf.Graph().as_default():
-    model = model_fn()
-  weights_type = tff.learning.models.weights_type_from_model(model)
-  data_type = client_work.client_data_type(model.input_spec, len(lambdas))
+  lambdas = _check(lambdas, learning_rate)
 
-  @tff.tensorflow.computation(weights_type, weights_type.trainable, data_type)
-  def personal_update(global_weights, personal, client_data):
+  def build_train():
     train = _build_personal_training(model_fn, epochs, lambdas, learning_rate)
-    return train(global_weights, personal, client_data[client_work.DATA_KEY],
-                 client_data[client_work.GROUP_KEY])
+    return lambda w, p, d: train(w, p, d[client_work.DATA_KEY],
+                                 d[client_work.GROUP_KEY])
 
-  @tff.federated_computation(
-      tff.FederatedType(weights_type, tff.SERVER),
-      tff.FederatedType(weights_type.trainable, tff.CLIENTS),
-      tff.FederatedType(data_type, tff.CLIENTS))
-  def personalize(global_weights, personal, client_data):
-    return tff.federated_map(
-        personal_update,
-        (tff.federated_broadcast(global_weights), personal, client_data))
+  return _federated(
+      model_fn, lambda t: t,
+      lambda spec: client_work.client_data_type(spec, len(lambdas)),
+      build_train)
 
-  return personalize
+
+def _stacked_type(trainable_type):
+  """`[K, ...]` per variable, K unknown: one trace serves every cohort."""
+  return tff.StructWithPythonType(
+      [tff.TensorType(t.dtype, [None] + list(t.shape)) for t in trainable_type],
+      trainable_type.python_container)
+
+
+def build_cohort_personalization(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    lambdas: Sequence[float],
+    learning_rate: float,
+    batch_size: int,
+    epochs: int = 1) -> tff.Computation:
+  """The Ditto step on cohorts: at CLIENTS, personal models stacked `[K, ...]`
+  per variable (`stack_personal`) and `cohort.pack_cohort` data.
+
+  Every simulated client takes exactly the steps of `build_personalization`
+  on the same batches (`batch_size` examples, its own order, `epochs` times);
+  padding slots (no examples, zero group row) come back unchanged.
+  """
+  lambdas = _check(lambdas, learning_rate)
+  if batch_size < 1:
+    raise ValueError(f'batch size must be >= 1, got {batch_size}.')
+  return _federated(
+      model_fn, _stacked_type,
+      lambda spec: cohort.cohort_data_type(spec, len(lambdas)),
+      lambda: _build_cohort_personal_training(model_fn, epochs, lambdas,
+                                              learning_rate, batch_size))
+
+
+def stack_personal(models: Sequence[Sequence[np.ndarray]],
+                   sizes: Sequence[int]) -> list[list[np.ndarray]]:
+  """Clients' personal models as cohorts of `sizes` (`cohort.split_sizes`),
+  each variable stacked `[K, ...]`."""
+  out, start = [], 0
+  for k in sizes:
+    out.append([np.stack(v) for v in zip(*models[start:start + k])])
+    start += k
+  return out
+
+
+def unstack_personal(stacked: Iterable[Sequence[np.ndarray]]
+                     ) -> list[list[np.ndarray]]:
+  """The per-client personal models of `stack_personal`-shaped cohorts."""
+  return [list(m) for cohort_models in stacked
+          for m in zip(*[np.asarray(v) for v in cohort_models])]
 
 
 class PersonalModels:

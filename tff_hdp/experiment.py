@@ -152,10 +152,15 @@ def run_configuration(task: FederatedTask, config: Configuration,
   if settings.ditto is not None:
     lambdas = [settings.ditto.lambda_p if g.is_private else
                settings.ditto.lambda_np for g in assignment.groups]
-    personalization = training_loop.Personalization(
-        ditto.build_personalization(task.tff_model_fn(), lambdas,
-                                    settings.ditto.learning_rate,
-                                    settings.local_epochs))
+    if cohorts:
+      step = ditto.build_cohort_personalization(
+          task.tff_model_fn(), lambdas, settings.ditto.learning_rate,
+          task.batch_size, settings.local_epochs)
+    else:
+      step = ditto.build_personalization(task.tff_model_fn(), lambdas,
+                                         settings.ditto.learning_rate,
+                                         settings.local_epochs)
+    personalization = training_loop.Personalization(step)
   run_dir = os.path.join(output_dir, config.name) if output_dir else None
   checkpoint = None
   if run_dir and settings.checkpoint_every > 0:

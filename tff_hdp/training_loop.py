@@ -59,7 +59,8 @@ def _client_seed(seed: int, round_num: int, position: int) -> int:
 
 @dataclasses.dataclass
 class Personalization:
-  """A Ditto step (`ditto.build_personalization`) and the store it updates."""
+  """A Ditto step and the store it updates: `ditto.build_personalization`,
+  or `ditto.build_cohort_personalization` where `run` packs cohorts."""
 
   step: tff.Computation
   models: ditto.PersonalModels = dataclasses.field(
@@ -133,6 +134,21 @@ def _restore_personal(checkpoint, round_num, client_ids):
         f'cannot read personal models {path}: {e}') from None
 
 
+def _personalize(personalization, global_weights, sampled, data,
+                 cohort_size):
+  """The sampled clients' Ditto steps on the round's data (`data` is
+  cohorts when cohort_size > 1: personal models go stacked alike)."""
+  personal = [personalization.models.get(c, global_weights.trainable)
+              for c in sampled]
+  if cohort_size > 1:
+    sizes = cohort.split_sizes(len(sampled), cohort_size)
+    personal = ditto.unstack_personal(personalization.step(
+        global_weights, ditto.stack_personal(personal, sizes), data))
+  else:
+    personal = personalization.step(global_weights, personal, data)
+  personalization.models.update(sampled, personal)
+
+
 def _evaluate(task, weights, private_flags, personalization):
   metrics = evaluation.global_model_metrics(task, weights, private_flags)
   if personalization is not None:
@@ -180,7 +196,8 @@ def run(task: FederatedTask,
   last, and a run that finds a checkpoint continues from it. `on_round`
   sees every released global model (round number, weights), e.g. for audits.
   With `personalization`, each sampled client also takes its Ditto steps
-  from the round's global model, and the personalized metrics are reported.
+  from the round's global model, and the personalized metrics are reported;
+  with `cohort_size` > 1 its step must be a cohort step.
   Each `release_managers` entry (e.g. `tff.program.TensorBoardReleaseManager`)
   gets every round's row (its finite numbers), keyed by the round.
   With `cohort_size` > 1, `process` is a cohort process
@@ -229,23 +246,18 @@ def run(task: FederatedTask,
       row['num_clients'] = len(sampled)
       if sampled:
         seeds = [_client_seed(seed, round_num, i) for i in range(len(sampled))]
-        data = None
-        if cohort_size <= 1 or personalization is not None:
-          data = [client_work.make_client_data(task.train_dataset(c, s),
-                                               plan.assignment.one_hot(c))
-                  for c, s in zip(sampled, seeds)]
-        if personalization is not None:
-          global_weights = process.get_model_weights(state)
-          personal = personalization.step(
-              global_weights,
-              [personalization.models.get(c, global_weights.trainable)
-               for c in sampled], data)
-          personalization.models.update(sampled, personal)
         if cohort_size > 1:
           data = cohort.pack_round(
               [task.shuffled_train(c, s) for c, s in zip(sampled, seeds)],
               [plan.assignment.one_hot(c) for c in sampled],
               plan.assignment.num_groups, cohort_size)
+        else:
+          data = [client_work.make_client_data(task.train_dataset(c, s),
+                                               plan.assignment.one_hot(c))
+                  for c, s in zip(sampled, seeds)]
+        if personalization is not None:
+          _personalize(personalization, process.get_model_weights(state),
+                       sampled, data, cohort_size)
         output = process.next(state, data)
         state = output.state
         agg = output.metrics['aggregator']
