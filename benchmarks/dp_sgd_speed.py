@@ -1,7 +1,7 @@
 """Examples per second of one DP-SGD step, three ways, on the same model.
 
   ours:       `tff_hdp.dp_sgd.private_mean_gradient` in a `tf.function`
-              (per-example gradients by one vectorized jacobian);
+              (Dense/conv per-example gradients from one backward pass);
   TF Privacy: `DPKerasSGDOptimizer` with one microbatch per example;
   loop:       a Python loop over the examples, one tape each.
 

@@ -83,6 +83,48 @@ def test_vectorized_gradients_equal_a_per_example_loop():
                                  atol=1e-6)
 
 
+def test_per_layer_clipped_sum_equals_the_jacobian_path_on_a_cnn():
+  # Convs ('same', strided, 'valid'), pooling, Dense, and a LayerNorm whose
+  # variables the per-layer path does not handle (they take the jacobian).
+  tf.keras.utils.set_random_seed(2)
+  model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(8, 8, 2)),
+      tf.keras.layers.Conv2D(3, 3, padding='same', activation='relu'),
+      tf.keras.layers.Conv2D(4, 3, strides=2, padding='same'),
+      tf.keras.layers.MaxPool2D(2),
+      tf.keras.layers.Conv2D(2, 2, activation='tanh'),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.LayerNormalization(),
+      tf.keras.layers.Dense(5, activation='relu'),
+      tf.keras.layers.Dense(3),
+  ])
+  rng = np.random.default_rng(3)
+  x = rng.normal(size=(6, 8, 8, 2)).astype(np.float32)
+  y = rng.integers(0, 3, 6).astype(np.int32)
+  variables = model.trainable_variables
+  loss_fn = lambda: _per_example_ce(y, model(x, training=True))
+  handled = []
+
+  @tf.function
+  def which_are_per_layer():
+    loss_fn()
+    graph = tf.compat.v1.get_default_graph()
+    handled.extend(dp_sgd._per_layer_op(v, graph) is not None
+                   for v in variables)
+
+  which_are_per_layer()
+  assert handled == ['layer_normalization' not in v.name for v in variables]
+  per_example = dp_sgd.per_example_gradients(loss_fn, variables)
+  norms = np.sqrt(sum(np.sum(np.reshape(g, [6, -1])**2, 1)
+                      for g in per_example))
+  # Some examples are clipped, some are not.
+  assert np.any(norms < 1.5) and np.any(norms > 1.5)
+  fast = tf.function(
+      lambda: dp_sgd.clipped_gradient_sum(loss_fn, variables, 1.5))()
+  for f, r in zip(fast, dp_sgd.clipped_sum(per_example, 1.5)):
+    np.testing.assert_allclose(f.numpy(), r.numpy(), rtol=1e-5, atol=1e-7)
+
+
 def test_noisy_gradient_is_clipped_mean_plus_returned_noise():
   w = tf.Variable(tf.zeros([4000]))
   x = tf.constant(np.random.default_rng(0).normal(size=(3, 4000)),

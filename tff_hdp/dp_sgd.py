@@ -4,8 +4,10 @@ SPEC.md §2-3: a client clips every example's gradient to `c`, adds
 `N(0, (z c)^2 I)` to the sum and divides by its expected batch size `q n`. Each
 example joins a step independently with probability `q`, which is exactly the
 Poisson-subsampled Gaussian that `tff_hdp.accounting` composes over the steps
-(sample the way you account). Per-example gradients are one pfor-vectorized
-`GradientTape.jacobian`, never a loop over examples.
+(sample the way you account). The clipped sum never loops over examples:
+Dense and conv layers get their per-example gradients from one backward pass
+(`clipped_gradient_sum`), anything else from one pfor-vectorized
+`GradientTape.jacobian`.
 
 `private_mean_gradient` is the reusable step: MR-MTL adds its data-independent
 regularizer gradient to its result. The client work of "one local epoch of
@@ -151,6 +153,130 @@ def clipped_sum(per_example_grads, clip_norm) -> list[tf.Tensor]:
   return [tf.tensordot(scale, g, axes=1) for g in per_example_grads]
 
 
+def _per_layer_op(variable, graph):
+  """The one op that uses `variable` if its gradient can be taken per layer.
+
+  That is: the variable is read once, and the read feeds only a `MatMul`
+  (untransposed, Dense), an NHWC `Conv2D` ('SAME'/'VALID', no groups) or a
+  channels-last `BiasAdd`, as its second input. Anything else returns None
+  and the variable goes through the jacobian.
+  """
+  try:
+    handle = graph.capture(variable.handle)
+  except (AttributeError, TypeError, ValueError):
+    return None
+  reads = handle.consumers()
+  if len(reads) != 1 or reads[0].type != 'ReadVariableOp':
+    return None
+  users = reads[0].outputs[0].consumers()
+  if len(users) != 1 or len(users[0].inputs) < 2:
+    return None
+  op = users[0]
+  if op.inputs[1] is not reads[0].outputs[0]:
+    return None
+  activations = op.inputs[0]
+  if op.type == 'MatMul':
+    ok = (activations.shape.rank == 2 and not op.get_attr('transpose_a') and
+          not op.get_attr('transpose_b'))
+  elif op.type == 'Conv2D':
+    kernel_shape = op.inputs[1].shape
+    ok = (activations.shape.rank == 4 and
+          op.get_attr('data_format') == b'NHWC' and
+          op.get_attr('padding') in (b'SAME', b'VALID') and
+          kernel_shape.rank == 4 and kernel_shape.is_fully_defined() and
+          activations.shape[3] == kernel_shape[2])
+  elif op.type == 'BiasAdd':
+    ok = (activations.shape.rank is not None and
+          activations.shape.rank >= 2 and
+          op.get_attr('data_format') == b'NHWC')
+  else:
+    ok = False
+  return op if ok else None
+
+
+def _conv_per_example_kernel_gradients(op, output_grads):
+  """`[B, kh * kw * c_in, c_out]` gradients of a Conv2D's kernel, by patches."""
+  kh, kw = op.inputs[1].shape.as_list()[:2]
+  patches = tf.image.extract_patches(
+      op.inputs[0], [1, kh, kw, 1], op.get_attr('strides'),
+      op.get_attr('dilations'), op.get_attr('padding').decode())
+  return tf.einsum('bhwk,bhwc->bkc', patches, output_grads)
+
+
+def clipped_gradient_sum(per_example_loss_fn: Callable[[], tf.Tensor],
+                         variables, clip_norm) -> list[tf.Tensor]:
+  """`clipped_sum(per_example_gradients(...))`, per layer where it can.
+
+  The jacobian backpropagates each example's one-hot loss through the whole
+  batch (B^2 work: slower than a Python loop on a CNN). In graph mode (a
+  `tf.function`), variables used by a single Dense `MatMul`, NHWC `Conv2D` or
+  `BiasAdd` in the graph of `per_example_loss_fn` get their per-example
+  gradients from one backward pass instead: the gradient `g` of the summed
+  loss with respect to the op's output has example `i`'s gradient in row `i`,
+  so a Dense kernel's is `a_i g_i^T` with norm `||a_i|| ||g_i||` (never
+  materialized) and a conv kernel's is its input patches times `g_i`. Other
+  variables (other ops, shared weights, a model called through a nested
+  `tf.function` op) and eager mode fall back to the jacobian; the clip is
+  joint over all of them either way. Row `i` is example `i` only if examples
+  do not interact (no batch statistics), which DP-SGD's per-example
+  sensitivity needs anyway; an op input whose first dimension is not the
+  batch fails a runtime check.
+  """
+  variables = list(variables)
+  with tf.GradientTape(persistent=True) as tape:
+    losses = per_example_loss_fn()
+  graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+  ops = [_per_layer_op(v, graph) if graph is not None else None
+         for v in variables]
+  batch = tf.shape(losses)[0]
+  layered = [i for i, op in enumerate(ops) if op is not None]
+  rest = [i for i, op in enumerate(ops) if op is None]
+  grads = [None] * len(variables)
+  output_grads = tape.gradient(
+      losses, [ops[i].outputs[0] for i in layered],
+      output_gradients=tf.ones_like(losses),
+      unconnected_gradients=tf.UnconnectedGradients.ZERO) if layered else []
+  if rest:
+    for i, g in zip(rest, tape.jacobian(
+        losses, [variables[i] for i in rest],
+        unconnected_gradients=tf.UnconnectedGradients.ZERO,
+        experimental_use_pfor=True)):
+      grads[i] = g
+  del tape
+  squares = []
+  pieces = {}
+  for i, g in zip(layered, output_grads):
+    op = ops[i]
+    checks = [tf.debugging.assert_equal(
+        tf.shape(op.inputs[0])[0], batch,
+        message='per-layer gradients need one input row per example')]
+    with tf.control_dependencies(checks):
+      if op.type == 'MatMul':
+        a = op.inputs[0]
+        squares.append(
+            tf.reduce_sum(a * a, axis=1) * tf.reduce_sum(g * g, axis=1))
+        pieces[i] = (a, g)
+      else:
+        if op.type == 'BiasAdd':
+          g = tf.reduce_sum(tf.reshape(g, [batch, -1, tf.shape(g)[-1]]), 1)
+        else:
+          g = _conv_per_example_kernel_gradients(op, g)
+        grads[i] = g
+  squares += [tf.reduce_sum(tf.reshape(g * g, [batch, -1]), axis=1)
+              for g in grads if g is not None]
+  norms = tf.sqrt(tf.add_n(squares))
+  scale = clip_norm / tf.maximum(norms, clip_norm)
+  summed = []
+  for i, v in enumerate(variables):
+    if i in pieces:
+      a, g = pieces[i]
+      summed.append(tf.matmul(a, g * scale[:, None], transpose_a=True))
+    else:
+      summed.append(tf.reshape(tf.tensordot(scale, grads[i], axes=1),
+                               tf.shape(v)))
+  return summed
+
+
 def private_mean_gradient(per_example_loss_fn: Callable[[], tf.Tensor],
                           variables, batch_size, clip_norm, noise_multiplier,
                           expected_batch_size, seed):
@@ -163,8 +289,7 @@ def private_mean_gradient(per_example_loss_fn: Callable[[], tf.Tensor],
   """
   summed = tf.cond(
       batch_size > 0,
-      lambda: clipped_sum(per_example_gradients(per_example_loss_fn, variables),
-                          clip_norm),
+      lambda: clipped_gradient_sum(per_example_loss_fn, variables, clip_norm),
       lambda: [tf.zeros_like(v) for v in variables])
   noise = [
       noise_multiplier * clip_norm * tf.random.stateless_normal(
@@ -221,7 +346,11 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
           tf.random.experimental.stateless_fold_in(step_seed, 0))
 
       def loss_fn(idx=idx):
-        preds = model.predict_on_batch(tf.gather(x, idx), training=True)
+        # The Python body of a `tf.function` forward pass, so that its ops
+        # land in this graph, where `clipped_gradient_sum` can see them.
+        predict = getattr(model.predict_on_batch, 'python_function',
+                          model.predict_on_batch)
+        preds = predict(tf.gather(x, idx), training=True)
         return per_example_loss(tf.gather(y, idx), preds)
 
       grads, noise = private_mean_gradient(
