@@ -43,8 +43,9 @@ LEARNING_RATE_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)
 class Method:
   """How a method uses the common round (see `cross_silo_process`).
 
-  `regularized`: lambda applies. `phases`: what each stretch of rounds does,
-  decided in `_role`. `personal_epoch`: Ditto's second epoch per round.
+  `regularized`: lambda applies; `personal_epoch`: Ditto's second epoch per
+  round; `clustered`: cluster models with private selection (IFCA). What
+  each round does beyond that (reset, phases) is decided in `_role`.
   """
 
   name: str
@@ -156,7 +157,7 @@ def _switch_round(method: Method, settings: CrossSiloSettings) -> int | None:
 
 def _role(method: Method, settings: CrossSiloSettings, round_num: int,
           cluster: int, epsilon: float) -> collections.OrderedDict:
-  """What silo does in round `round_num` (1-based) of `method`."""
+  """What a silo does in round `round_num` (1-based) of `method`."""
   lam = settings.regularization if method.regularized else 0.0
   switch = _switch_round(method, settings)
   select = (settings.selection_share * epsilon
@@ -178,9 +179,7 @@ def _deployed(method: Method, settings: CrossSiloSettings,
               round_num: int) -> str:
   """Which model a silo would use after `round_num`: personal, global or its
   cluster's."""
-  if method.name in ('fedavg',):
-    return 'cluster'
-  if method.name == 'ifca':
+  if method.name in ('fedavg', 'ifca'):
     return 'cluster'
   switch = _switch_round(method, settings)
   if switch is not None and round_num <= switch:
