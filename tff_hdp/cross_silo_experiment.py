@@ -89,6 +89,10 @@ class CrossSiloSettings:
   eval_every: int = 10
   checkpoint_every: int = 10
 
+  def silo_epsilons(self, num_silos: int) -> tuple[float, ...]:
+    """Each silo's target: the one value repeated, or the given list."""
+    return self.epsilons * (num_silos // len(self.epsilons))
+
   def selection_rounds(self, method: Method) -> int:
     if not method.clustered:
       return 0
@@ -130,8 +134,7 @@ def plan_silos(task: FederatedTask, method: Method,
                progress: bool = False) -> list[dp_sgd.ClientPrivacy]:
   """Each silo's DP-SGD plan at its own budget for this method's reads."""
   _check(task, method, settings)
-  epsilons = settings.epsilons * (len(task.client_ids) //
-                                  len(settings.epsilons))
+  epsilons = settings.silo_epsilons(len(task.client_ids))
   selections = settings.selection_rounds(method)
   plans = []
   for c, eps in tqdm.tqdm(list(zip(task.client_ids, epsilons)),
@@ -191,14 +194,22 @@ def test_weighted_metric(task: FederatedTask,
                          weights_of: dict[Hashable,
                                           tff.learning.models.ModelWeights]
                          ) -> float:
-  """Silos' test metrics averaged with their test counts as weights."""
+  """Silos' test metrics averaged with their test counts as weights.
+
+  Silos that deploy the same model object (FedAvg, a cluster) are scored in
+  one forward pass.
+  """
   model = task.keras_model_fn()
-  total = count = 0.0
+  by_model = {}
   for c, weights in weights_of.items():
+    if len(task.client_test[c][0]):
+      by_model.setdefault(id(weights), (weights, []))[1].append(c)
+  total = count = 0.0
+  for weights, silos in by_model.values():
     weights.assign_weights_to(model)
-    n = len(task.client_test[c][0])
-    if n:
-      total += evaluation.client_scores(task, model, [c])[c] * n
+    for c, score in evaluation.client_scores(task, model, silos).items():
+      n = len(task.client_test[c][0])
+      total += score * n
       count += n
   return total / count
 
@@ -285,7 +296,7 @@ def run_method(task: FederatedTask, method_name: str,
       state, clusters = restored['process'], np.asarray(restored['clusters'])
       personal = ditto.PersonalModels.load(checkpoint.personal_path(done),
                                            silos)
-  epsilons = settings.epsilons * (len(silos) // len(settings.epsilons))
+  epsilons = settings.silo_epsilons(len(silos))
   weights = [float(p.num_examples) if settings.weighted else 1.0
              for p in plans]
   # Each silo's spend is accounted once, for the summary: with 100+ silos a

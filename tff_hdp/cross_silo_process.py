@@ -72,10 +72,8 @@ def make_client_data(dataset: tf.data.Dataset, privacy: dp_sgd.ClientPrivacy,
                      role: collections.OrderedDict) -> collections.OrderedDict:
   """A silo's input: its batches, its DP-SGD parameters (one epoch of steps
   per training call) and this round's role, each a sequence as TFF needs."""
-  data = dp_sgd.make_client_data(dataset, privacy, weight, seed)
-  own = data[PRIVACY_KEY].get_single_element()
-  own['steps'] = np.int32(privacy.steps_per_epoch)
-  data[PRIVACY_KEY] = tf.data.Dataset.from_tensors(own)
+  data = dp_sgd.make_client_data(dataset, privacy, weight, seed,
+                                 steps=privacy.steps_per_epoch)
   data[ROLE_KEY] = tf.data.Dataset.from_tensors(role)
   return data
 

@@ -373,17 +373,19 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
 
 
 def make_client_data(dataset: tf.data.Dataset, privacy: ClientPrivacy,
-                     weight: float, seed: int) -> collections.OrderedDict:
+                     weight: float, seed: int,
+                     steps: int | None = None) -> collections.OrderedDict:
   """A client's input: its batches and, as a one-element sequence, itself.
 
   `weight` is what the client attaches to its update for a weighted
   aggregator; `seed` is the client's own noise seed (a real client would use
   fresh randomness; a simulation needs it reproducible and distinct).
+  `steps` per training call defaults to the plan's steps per round.
   """
   own = collections.OrderedDict(
       noise_multiplier=np.float32(privacy.noise_multiplier),
       sampling_rate=np.float32(privacy.sampling_rate),
-      steps=np.int32(privacy.steps_per_round),
+      steps=np.int32(privacy.steps_per_round if steps is None else steps),
       weight=np.float32(weight),
       seed=np.int64(seed))
   return collections.OrderedDict([
