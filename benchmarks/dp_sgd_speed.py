@@ -27,8 +27,10 @@ import tensorflow as tf  # noqa: E402
 
 _BATCH = flags.DEFINE_integer('batch', 64, 'Examples per step.')
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps per method.')
-_MODEL = flags.DEFINE_enum('model', 'nn', ['nn', 'cnn'],
-                           'nn: the 1-layer NN; cnn: the FeO2 2-layer CNN.')
+_MODEL = flags.DEFINE_enum(
+    'model', 'nn', ['softmax', 'nn', 'cnn'],
+    'softmax: softmax regression; nn: the 1-layer NN (one hidden layer); '
+    'cnn: the FeO2 2-layer CNN.')
 _CLIP = 1.0
 _NOISE = 1.1
 _LR = 0.1
@@ -38,6 +40,8 @@ def _model():
   from tasks import models  # pylint: disable=g-import-not-at-top
   if _MODEL.value == 'cnn':
     return models.feo2_cnn(10)
+  if _MODEL.value == 'softmax':
+    return models.softmax_regression(models.IMAGE_PIXELS, 10)
   return models.one_layer_nn(models.IMAGE_PIXELS, 10)
 
 

@@ -16,6 +16,7 @@ epsilon-1 and epsilon-10 components. Batch sizes are uniform in
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -31,6 +32,7 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_federated as tff  # noqa: E402
 
 from tasks import mnist  # noqa: E402
+from tasks import models  # noqa: E402
 from tff_hdp import dp_sgd  # noqa: E402
 from tff_hdp import heterogeneity  # noqa: E402
 from tff_hdp.aggregators import norm_partition  # noqa: E402
@@ -62,7 +64,10 @@ def _agreement(public, truth):
 
 def main(argv):
   del argv
-  task = mnist.load(_DATA_DIR.value, num_clients=NUM_CLIENTS)
+  task = dataclasses.replace(
+      mnist.load(_DATA_DIR.value, num_clients=NUM_CLIENTS),
+      keras_model_fn=lambda: models.softmax_regression(models.IMAGE_PIXELS,
+                                                       10))
   model = task.tff_model_fn()()
   train = dp_sgd.build_local_dp_sgd(
       model, lambda y, p: tf.keras.losses.sparse_categorical_crossentropy(

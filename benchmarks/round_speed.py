@@ -1,8 +1,8 @@
 """Seconds per round: FedHDP vs TFF's DP-FedAvg vs a plain-TensorFlow floor.
 
 Same data (an MNIST-shaped non-IID task generated here: 784 features, 10
-classes, 30 examples per client, one class per client), same 1-layer NN,
-1 local epoch of SGD with batch 10, at several clients-per-round values:
+classes, 30 examples per client, one class per client), same softmax
+regression model, 1 local epoch of SGD with batch 10, at several clients-per-round values:
 
   (a) this project's FedHDP LearningProcess, 2 privacy groups, with cohort
       simulation (`tff_hdp.cohort`: up to --cohort_size clients per TFF

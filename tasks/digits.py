@@ -49,7 +49,7 @@ def load(clients_per_digit: int = 5, server_test_fraction: float = 0.2,
       client_train=train,
       client_test=test,
       server_test=(x[server_idx], y[server_idx]),
-      keras_model_fn=lambda: models.one_layer_nn(64, 10),
+      keras_model_fn=lambda: models.softmax_regression(64, 10),
       loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
           from_logits=True),
       batch_size=batch_size)

@@ -2,7 +2,7 @@
 
 Image models take the
 flat 784-pixel vectors every image task stores and reshape them, so one client
-array layout serves the 1-layer NN and the CNNs alike.
+array layout serves the dense models and the CNNs alike.
 """
 
 from __future__ import annotations
@@ -12,11 +12,30 @@ import tensorflow as tf
 IMAGE_PIXELS = 28 * 28
 
 
-def one_layer_nn(num_features: int, num_classes: int) -> tf.keras.Model:
-  """Softmax regression: the '1-layer NN' of the FeO2 experiments."""
+def softmax_regression(num_features: int, num_classes: int) -> tf.keras.Model:
+  """Multinomial logistic regression: the small convex model of the tests."""
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(num_features,)),
       tf.keras.layers.Dense(num_classes, kernel_initializer='zeros'),
+  ])
+
+
+HIDDEN_UNITS = 200
+
+
+def one_layer_nn(num_features: int, num_classes: int,
+                 hidden_units: int = HIDDEN_UNITS) -> tf.keras.Model:
+  """The '1-layer NN' of the FeO2 MNIST/FMNIST experiments: one ReLU hidden layer.
+
+  The papers do not print its width. Softmax regression cannot be it: trained
+  centrally it stays below the papers' federated non-private accuracy, and its
+  DP cost is a fifth of theirs (RESULTS.md §1). One hidden layer of 200 units
+  reproduces both.
+  """
+  return tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(num_features,)),
+      tf.keras.layers.Dense(hidden_units, activation='relu'),
+      tf.keras.layers.Dense(num_classes),
   ])
 
 

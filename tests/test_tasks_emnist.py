@@ -71,7 +71,7 @@ def test_digits_only_clients_arrays_and_model(cache_dir):
   assert sorted(y_server.tolist()) == [5, 6, 7, 8] and len(x_server) == 4
   model = task.keras_model_fn()
   assert model(x_server).shape == (4, 10)
-  assert len(model.layers) == 1  # the 1-layer NN
+  assert [l.units for l in model.layers] == [200, 10]  # the 1-layer NN
 
 
 def test_full_emnist_uses_62_classes_and_the_cnn(cache_dir):
