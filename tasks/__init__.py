@@ -24,6 +24,7 @@ REGISTRY: dict[str, Callable[[TaskOptions], FederatedTask]] = {
     'fmnist': emnist.load_digits_task,
     'gleam': cross_silo.load_gleam_task,
     'linear_regression': linear_regression.load_task,
+    'mnist_iid': mnist.load_iid_task,
     'mnist_noniid': mnist.load_task,
     'mnist_noniid_skewed': mnist.load_skewed_task,
     'rotated_masked_mnist': cross_silo.load_rotated_masked_mnist_task,

@@ -1,4 +1,5 @@
-"""Non-IID MNIST of the FeO2 experiments: every client holds one digit.
+"""MNIST tasks: FeO2's non-IID split (every client holds one digit) and an
+IID split for the untrusted-server experiments.
 
 FeO2 (SPEC.md §1) splits MNIST into 2,000 clients of equal size, each with
 images of a single digit, and scores the global model on the MNIST test set.
@@ -19,6 +20,7 @@ from tff_hdp.federated_task import FederatedTask
 from tff_hdp.federated_task import TaskOptions
 
 NUM_CLIENTS = 2000
+IID_CLIENTS = 20
 SKEWED_DIGIT = 7
 
 
@@ -57,6 +59,43 @@ def load(data_dir: str | None, num_clients: int = NUM_CLIENTS,
       train[cid], test[cid] = client_arrays.split(
           x[part], y[part], client_test_fraction, rng)
   name = 'mnist_noniid_skewed' if skewed else 'mnist_noniid'
+  return _task(name, train, test, x_test, y_test, batch_size,
+               opt_out_pool=([c for c in train
+                              if c.startswith(f'digit{SKEWED_DIGIT}_')]
+                             if skewed else None))
+
+
+def load_iid(data_dir: str | None, num_clients: int = IID_CLIENTS,
+             client_test_fraction: float = 0.2, batch_size: int = 10,
+             seed: int = 0) -> FederatedTask:
+  """MNIST's training images shuffled into `num_clients` equal shards.
+
+  The Robust-HDP experiments' setting (SPEC.md §3: 20 clients, all in every
+  round): clients differ in privacy budget and batch size, not in label
+  distribution, so the aggregation weights decide how much noise the model
+  gets, not which digits it sees.
+  """
+  if num_clients < 1:
+    raise ValueError(f'IID MNIST needs at least 1 client, got {num_clients}.')
+  x_train, y_train, x_test, y_test = data_files.read_mnist(data_dir)
+  per_client = len(x_train) // num_clients
+  if per_client < 2:
+    raise ValueError(f'{num_clients} clients leave fewer than 2 MNIST images '
+                     'per client.')
+  rng = np.random.default_rng(seed)
+  order = rng.permutation(len(x_train))
+  x = flat_images(x_train)
+  y = y_train.astype(np.int32)
+  train, test = {}, {}
+  for k in range(num_clients):
+    part = order[k * per_client:(k + 1) * per_client]
+    train[f'client{k}'], test[f'client{k}'] = client_arrays.split(
+        x[part], y[part], client_test_fraction, rng)
+  return _task('mnist_iid', train, test, x_test, y_test, batch_size)
+
+
+def _task(name, train, test, x_test, y_test, batch_size,
+          opt_out_pool=None) -> FederatedTask:
   return FederatedTask(
       name=name,
       client_train=train,
@@ -66,8 +105,7 @@ def load(data_dir: str | None, num_clients: int = NUM_CLIENTS,
       loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
           from_logits=True),
       batch_size=batch_size,
-      opt_out_pool=([c for c in train if c.startswith(f'digit{SKEWED_DIGIT}_')]
-                    if skewed else None))
+      opt_out_pool=opt_out_pool)
 
 
 def load_task(options: TaskOptions) -> FederatedTask:
@@ -78,3 +116,8 @@ def load_task(options: TaskOptions) -> FederatedTask:
 def load_skewed_task(options: TaskOptions) -> FederatedTask:
   return load(options.data_dir, options.num_clients or NUM_CLIENTS,
               skewed=True, batch_size=options.batch_size, seed=options.seed)
+
+
+def load_iid_task(options: TaskOptions) -> FederatedTask:
+  return load_iid(options.data_dir, options.num_clients or IID_CLIENTS,
+                  batch_size=options.batch_size, seed=options.seed)

@@ -1,4 +1,5 @@
-"""Non-IID MNIST tasks on the real files, their errors, and one CLI run."""
+"""MNIST tasks (non-IID, skewed, IID) on the real files, their errors, and one
+CLI run."""
 
 import gzip
 import os
@@ -51,6 +52,34 @@ def test_clients_are_disjoint_and_seeded(task):
   c = task.client_ids[17]
   np.testing.assert_array_equal(again.client_train[c][0],
                                 task.client_train[c][0])
+
+
+def test_iid_split_shards_the_training_set_with_every_digit():
+  task = tasks.load('mnist_iid', TaskOptions(data_dir=MNIST_DIR, seed=4))
+  assert len(task.client_ids) == 20 and task.name == 'mnist_iid'
+  sizes = [len(task.client_train[c][1]) + len(task.client_test[c][1])
+           for c in task.client_ids]
+  assert sizes == [3000] * 20
+  assert {len(task.client_test[c][1]) for c in task.client_ids} == {600}
+  train_labels = np.concatenate([task.client_train[c][1]
+                                 for c in task.client_ids])
+  # A shuffled split: every client sees every digit, in MNIST's proportions.
+  for c in task.client_ids:
+    assert len(set(task.client_train[c][1])) == 10
+  np.testing.assert_allclose(np.bincount(train_labels) / len(train_labels),
+                             np.bincount(data_files.read_mnist(MNIST_DIR)[1])
+                             / 60000, atol=0.005)
+  seen = np.concatenate([task.client_train[c][0] for c in task.client_ids]
+                        + [task.client_test[c][0] for c in task.client_ids])
+  assert len(np.unique(seen, axis=0)) > 0.99 * 60000
+  again = mnist.load_iid(MNIST_DIR, seed=4)
+  np.testing.assert_array_equal(again.client_train['client7'][0],
+                                task.client_train['client7'][0])
+  other = mnist.load_iid(MNIST_DIR, seed=5)
+  assert not np.array_equal(other.client_train['client7'][1],
+                            task.client_train['client7'][1])
+  with pytest.raises(ValueError, match='at least 1 client'):
+    mnist.load_iid(MNIST_DIR, num_clients=0)
 
 
 def test_full_size_default_and_skewed_opt_out_pool():
