@@ -14,8 +14,8 @@ client id that the round reads and writes and that checkpoints save. Personal
 models never enter the aggregate, so they cost no privacy.
 
 `build_cohort_personalization` is the same step for cohorts (`tff_hdp.cohort`):
-one TFF client takes the steps of K simulated clients in turn, their personal
-models stacked `[K, ...]` per variable, on the cohort's padded examples.
+one call takes the steps of K simulated clients in turn, their personal models
+stacked `[K, ...]` per variable, on the cohort's padded examples.
 """
 
 from __future__ import annotations
@@ -90,15 +90,15 @@ def _build_personal_training(model_fn, epochs: int, lambdas: np.ndarray,
 
 def _build_cohort_personal_training(model_fn, epochs: int, lambdas: np.ndarray,
                                     learning_rate: float, batch_size: int):
-  """The tf.function that takes every simulated client's steps in turn."""
+  """The tf.function that takes every simulated client's steps in turn.
+
+  It takes the cohort's tensors rather than its dataset, and relaxes their
+  shapes after the first cohorts, so cohorts of any K and n_max share a trace.
+  """
   model = model_fn()
 
-  @tf.function
-  def train(global_weights, personal, cohort_data):
-    element = cohort_data.get_single_element()
-    data, counts, groups = (element[cohort.DATA_KEY],
-                            element[cohort.COUNT_KEY],
-                            element[cohort.GROUP_KEY])
+  @tf.function(reduce_retracing=True)
+  def train(global_weights, personal, data, counts, groups):
     trainable = _load_model(model, global_weights)
     stacked = tf.nest.flatten(personal)
     anchor = tf.nest.flatten(global_weights.trainable)
@@ -124,6 +124,34 @@ def _build_cohort_personal_training(model_fn, epochs: int, lambdas: np.ndarray,
   return train
 
 
+class CohortPersonalization:
+  """Ditto's step on cohorts: `step(global_weights, personal, data)` with
+  personal models stacked `[K, ...]` per variable (`stack_personal`) and
+  `cohort.pack_cohort` data, one entry per cohort; returns the new stacked
+  personal models.
+
+  Personal models never leave their clients, so in simulation each cohort
+  runs its clients' tf.function directly, as the clients themselves would. A
+  TFF computation around it would copy every stacked personal model into and
+  out of TFF's executor each round: for 100 clients of the 784-200-10 network
+  that copying took 1.8 s of a 2.2 s step (the training itself 0.4 s).
+  """
+
+  def __init__(self, train):
+    self._train = train
+
+  def __call__(self, global_weights, personal, data):
+    weights = tf.nest.map_structure(tf.convert_to_tensor, global_weights)
+    out = []
+    for models, cohort_data in zip(personal, data):
+      element = cohort_data.get_single_element()
+      out.append(self._train(
+          weights, [tf.convert_to_tensor(m) for m in models],
+          element[cohort.DATA_KEY], element[cohort.COUNT_KEY],
+          element[cohort.GROUP_KEY]))
+    return out
+
+
 def _check(lambdas, learning_rate) -> np.ndarray:
   if any(l < 0 for l in lambdas):
     raise ValueError(f'Ditto lambdas must be >= 0, got {list(lambdas)}.')
@@ -133,18 +161,29 @@ def _check(lambdas, learning_rate) -> np.ndarray:
   return np.asarray(lambdas, np.float32)
 
 
-def _federated(model_fn, personal_type_fn, data_type_fn, build_train):
-  """The federated step around a personal-training tf.function: broadcast
-  theta^t, map the clients' (personal, data) to new personal models."""
+def build_personalization(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    lambdas: Sequence[float],
+    learning_rate: float,
+    epochs: int = 1) -> tff.Computation:
+  """The Ditto step as a federated computation: broadcast theta^t, map the
+  clients' (personal model, data) to new personal models.
+
+  `lambdas[j]` is the regularization weight of training group j (the client's
+  group vector selects it); `learning_rate` is eta_p.
+  """
+  lambdas = _check(lambdas, learning_rate)
   with tf.Graph().as_default():
     model = model_fn()
   weights_type = tff.learning.models.weights_type_from_model(model)
-  personal_type = personal_type_fn(weights_type.trainable)
-  data_type = data_type_fn(model.input_spec)
+  personal_type = weights_type.trainable
+  data_type = client_work.client_data_type(model.input_spec, len(lambdas))
 
   @tff.tensorflow.computation(weights_type, personal_type, data_type)
   def personal_update(global_weights, personal, client_data):
-    return build_train()(global_weights, personal, client_data)
+    train = _build_personal_training(model_fn, epochs, lambdas, learning_rate)
+    return train(global_weights, personal, client_data[client_work.DATA_KEY],
+                 client_data[client_work.GROUP_KEY])
 
   @tff.federated_computation(
       tff.FederatedType(weights_type, tff.SERVER),
@@ -158,44 +197,13 @@ def _federated(model_fn, personal_type_fn, data_type_fn, build_train):
   return personalize
 
 
-def build_personalization(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    lambdas: Sequence[float],
-    learning_rate: float,
-    epochs: int = 1) -> tff.Computation:
-  """The Ditto step as a federated computation.
-
-  `lambdas[j]` is the regularization weight of training group j (the client's
-  group vector selects it); `learning_rate` is eta_p.
-  """
-  lambdas = _check(lambdas, learning_rate)
-
-  def build_train():
-    train = _build_personal_training(model_fn, epochs, lambdas, learning_rate)
-    return lambda w, p, d: train(w, p, d[client_work.DATA_KEY],
-                                 d[client_work.GROUP_KEY])
-
-  return _federated(
-      model_fn, lambda t: t,
-      lambda spec: client_work.client_data_type(spec, len(lambdas)),
-      build_train)
-
-
-def _stacked_type(trainable_type):
-  """`[K, ...]` per variable, K unknown: one trace serves every cohort."""
-  return tff.StructWithPythonType(
-      [tff.TensorType(t.dtype, [None] + list(t.shape)) for t in trainable_type],
-      trainable_type.python_container)
-
-
 def build_cohort_personalization(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     lambdas: Sequence[float],
     learning_rate: float,
     batch_size: int,
-    epochs: int = 1) -> tff.Computation:
-  """The Ditto step on cohorts: at CLIENTS, personal models stacked `[K, ...]`
-  per variable (`stack_personal`) and `cohort.pack_cohort` data.
+    epochs: int = 1) -> CohortPersonalization:
+  """The Ditto step on cohorts (`CohortPersonalization`).
 
   Every simulated client takes exactly the steps of `build_personalization`
   on the same batches (`batch_size` examples, its own order, `epochs` times);
@@ -204,11 +212,8 @@ def build_cohort_personalization(
   lambdas = _check(lambdas, learning_rate)
   if batch_size < 1:
     raise ValueError(f'batch size must be >= 1, got {batch_size}.')
-  return _federated(
-      model_fn, _stacked_type,
-      lambda spec: cohort.cohort_data_type(spec, len(lambdas)),
-      lambda: _build_cohort_personal_training(model_fn, epochs, lambdas,
-                                              learning_rate, batch_size))
+  return CohortPersonalization(_build_cohort_personal_training(
+      model_fn, epochs, lambdas, learning_rate, batch_size))
 
 
 def stack_personal(models: Sequence[Sequence[np.ndarray]],
