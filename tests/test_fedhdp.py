@@ -73,6 +73,31 @@ def test_learning_process_is_a_tff_learning_process(task):
   assert isinstance(process, tff.learning.templates.LearningProcess)
 
 
+def test_randomly_initialized_models_start_from_the_same_weights(task):
+  """A hidden layer's initializer draws at random; each configuration of a
+  comparison (and each re-run) must still start from the same weights."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from tasks import models  # pylint: disable=g-import-not-at-top
+  mlp = dataclasses.replace(
+      task, keras_model_fn=lambda: models.one_layer_nn(64, 10, 16))
+
+  def initial_weights(num_groups):
+    factory = fedhdp.build_aggregator(
+        fedhdp.plan_privacy(
+            _choices(task.client_ids), accounting.PoissonSampling(0.5), 2,
+            fedhdp.ClipSettings(count_stddev=5.0)),
+        fedhdp.ClipSettings(count_stddev=5.0), seed=0)
+    process = fedhdp.build_fedhdp(mlp.tff_model_fn(), factory, num_groups,
+                                  tff.learning.optimizers.build_sgdm(0.1))
+    state = process.initialize()
+    return [np.asarray(w) for w in process.get_model_weights(state).trainable]
+
+  first, again = initial_weights(3), initial_weights(3)
+  assert np.std(first[0]) > 0.05  # drawn, not zeros
+  for a, b in zip(first, again):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_short_run_writes_every_round_and_reports_epsilon(task, tmp_path):
   choices = experiment.client_choices(
       task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.2, seed=0)

@@ -218,6 +218,7 @@ def build_cross_silo_process(
 
   @tff.tensorflow.computation
   def initial_models():
+    tf.keras.utils.set_random_seed(seed)  # the initializers: same start always
     weights = tff.learning.models.ModelWeights.from_model(model_fn())
     clusters = [weights.trainable]
     if num_clusters > 1:

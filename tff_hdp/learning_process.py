@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+import tensorflow as tf
 import tensorflow_federated as tff
+
+INITIAL_WEIGHTS_SEED = 0
 
 
 def compose(model_fn: Callable[[], tff.learning.models.VariableModel],
@@ -30,6 +33,9 @@ def compose(model_fn: Callable[[], tff.learning.models.VariableModel],
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
+    # Seeds Keras's initializers (and TF's graph): every configuration
+    # of a comparison, and every re-run, starts from the same weights.
+    tf.keras.utils.set_random_seed(INITIAL_WEIGHTS_SEED)
     return tff.learning.models.ModelWeights.from_model(model_fn())
 
   weights_type = initial_model_weights_fn.type_signature.result
