@@ -61,14 +61,17 @@ def test_algorithm_groupings():
     fedhdp.groups_for_algorithm('fedprox', choices)
 
 
-def test_learning_process_is_a_tff_learning_process(task):
-  factory = fedhdp.build_aggregator(
+def _factory(task):
+  return fedhdp.build_aggregator(
       fedhdp.plan_privacy(
           _choices(task.client_ids), accounting.PoissonSampling(0.5), 2,
           fedhdp.ClipSettings(count_stddev=5.0)),
       fedhdp.ClipSettings(count_stddev=5.0), seed=0)
+
+
+def test_learning_process_is_a_tff_learning_process(task):
   process = fedhdp.build_fedhdp(
-      task.tff_model_fn(), factory, 3,
+      task.tff_model_fn(), _factory(task), 3,
       tff.learning.optimizers.build_sgdm(0.1))
   assert isinstance(process, tff.learning.templates.LearningProcess)
 
@@ -81,18 +84,13 @@ def test_randomly_initialized_models_start_from_the_same_weights(task):
   mlp = dataclasses.replace(
       task, keras_model_fn=lambda: models.one_layer_nn(64, 10, 16))
 
-  def initial_weights(num_groups):
-    factory = fedhdp.build_aggregator(
-        fedhdp.plan_privacy(
-            _choices(task.client_ids), accounting.PoissonSampling(0.5), 2,
-            fedhdp.ClipSettings(count_stddev=5.0)),
-        fedhdp.ClipSettings(count_stddev=5.0), seed=0)
-    process = fedhdp.build_fedhdp(mlp.tff_model_fn(), factory, num_groups,
+  def initial_weights():
+    process = fedhdp.build_fedhdp(mlp.tff_model_fn(), _factory(task), 3,
                                   tff.learning.optimizers.build_sgdm(0.1))
     state = process.initialize()
     return [np.asarray(w) for w in process.get_model_weights(state).trainable]
 
-  first, again = initial_weights(3), initial_weights(3)
+  first, again = initial_weights(), initial_weights()
   assert np.std(first[0]) > 0.05  # drawn, not zeros
   for a, b in zip(first, again):
     np.testing.assert_array_equal(a, b)
