@@ -2,7 +2,8 @@
 
 Same data (an MNIST-shaped non-IID task generated here: 784 features, 10
 classes, 30 examples per client, one class per client), same softmax
-regression model, 1 local epoch of SGD with batch 10, at several clients-per-round values:
+regression model, 1 local epoch of SGD with batch 10, at several
+clients-per-round values:
 
   (a) this project's FedHDP LearningProcess, 2 privacy groups, with cohort
       simulation (`tff_hdp.cohort`: up to --cohort_size clients per TFF

@@ -1,6 +1,7 @@
 """Privacy plans, algorithm groupings and a short end-to-end training run."""
 
 import csv
+import dataclasses
 import math
 import os
 
@@ -9,6 +10,7 @@ import pytest
 import tensorflow_federated as tff
 
 from tasks import digits
+from tasks import models
 from tff_hdp import accounting
 from tff_hdp import experiment
 from tff_hdp import fedhdp
@@ -79,8 +81,6 @@ def test_learning_process_is_a_tff_learning_process(task):
 def test_randomly_initialized_models_start_from_the_same_weights(task):
   """A hidden layer's initializer draws at random; each configuration of a
   comparison (and each re-run) must still start from the same weights."""
-  import dataclasses  # pylint: disable=g-import-not-at-top
-  from tasks import models  # pylint: disable=g-import-not-at-top
   mlp = dataclasses.replace(
       task, keras_model_fn=lambda: models.one_layer_nn(64, 10, 16))
 
