@@ -4,9 +4,11 @@ import csv
 import dataclasses
 import math
 import os
+import random
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import digits
@@ -14,6 +16,7 @@ from tasks import models
 from tff_hdp import accounting
 from tff_hdp import experiment
 from tff_hdp import fedhdp
+from tff_hdp import learning_process
 from tff_hdp import privacy_groups as pg
 from tff_hdp import training_loop
 
@@ -94,6 +97,20 @@ def test_randomly_initialized_models_start_from_the_same_weights(task):
   assert np.std(first[0]) > 0.05  # drawn, not zeros
   for a, b in zip(first, again):
     np.testing.assert_array_equal(a, b)
+
+
+def test_seeding_the_initial_weights_leaves_global_generators_alone(task):
+  """Keras's initializers are seeded through Python's and NumPy's global
+  generators; building a process must not reset a caller's."""
+  mlp = dataclasses.replace(
+      task, keras_model_fn=lambda: models.one_layer_nn(64, 10, 16))
+  random.seed(7)
+  np.random.seed(7)
+  python_state, numpy_state = random.getstate(), np.random.get_state()
+  with tf.Graph().as_default():  # where a TF computation builds the weights
+    learning_process.seeded_initial_weights(mlp.tff_model_fn())
+  assert random.getstate() == python_state
+  np.testing.assert_array_equal(np.random.get_state()[1], numpy_state[1])
 
 
 def test_short_run_writes_every_round_and_reports_epsilon(task, tmp_path):

@@ -33,6 +33,7 @@ import tensorflow_federated as tff
 
 from tff_hdp import client_work
 from tff_hdp import dp_sgd
+from tff_hdp import learning_process
 from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
 
 DATA_KEY = dp_sgd.DATA_KEY
@@ -218,8 +219,7 @@ def build_cross_silo_process(
 
   @tff.tensorflow.computation
   def initial_models():
-    tf.keras.utils.set_random_seed(seed)  # the initializers: same start always
-    weights = tff.learning.models.ModelWeights.from_model(model_fn())
+    weights = learning_process.seeded_initial_weights(model_fn, seed)
     clusters = [weights.trainable]
     if num_clusters > 1:
       clusters = [

@@ -8,12 +8,35 @@ weight it takes.
 
 from __future__ import annotations
 
+import random
 from typing import Callable
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 INITIAL_WEIGHTS_SEED = 0
+
+
+def seeded_initial_weights(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    seed: int = INITIAL_WEIGHTS_SEED) -> tff.learning.models.ModelWeights:
+  """The model's weights as its initializers draw them from `seed`.
+
+  Every configuration of a comparison, and every re-run, starts alike. Keras
+  initializers without a seed draw theirs from Python's generator, so it is
+  seeded (with NumPy's and TF's, by `set_random_seed`), then Python's and
+  NumPy's global states are put back: building a process must not reset a
+  caller's generators. Call it where the weights are built (inside the TF
+  computation).
+  """
+  python_state, numpy_state = random.getstate(), np.random.get_state()
+  try:
+    tf.keras.utils.set_random_seed(seed)
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+  finally:
+    random.setstate(python_state)
+    np.random.set_state(numpy_state)
 
 
 def compose(model_fn: Callable[[], tff.learning.models.VariableModel],
@@ -33,10 +56,7 @@ def compose(model_fn: Callable[[], tff.learning.models.VariableModel],
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
-    # Seeds Keras's initializers (and TF's graph): every configuration
-    # of a comparison, and every re-run, starts from the same weights.
-    tf.keras.utils.set_random_seed(INITIAL_WEIGHTS_SEED)
-    return tff.learning.models.ModelWeights.from_model(model_fn())
+    return seeded_initial_weights(model_fn)
 
   weights_type = initial_model_weights_fn.type_signature.result
   distributor = tff.learning.templates.build_broadcast_process(weights_type)
