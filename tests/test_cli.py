@@ -98,6 +98,7 @@ def test_untrusted_server_rules_run_and_report_client_spend(tmp_path):
   with open(os.path.join(tmp_path, 'robust_hdp', 'summary.json')) as f:
     summary = json.load(f)
   assert len(summary['target_epsilons']) == 10
+  assert (summary['settings']['seed'], summary['settings']['rounds']) == (0, 2)
   # Calibrated for exactly these rounds: spent up to each client's target.
   assert summary['epsilon_spent_max'] <= max(summary['target_epsilons']) * (
       1 + 1e-6)
