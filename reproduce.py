@@ -30,6 +30,7 @@ complete and resumes an interrupted one from its last checkpoint.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -141,6 +142,7 @@ def _run_preset(name: str, output_dir: str,
   """
   import tqdm  # pylint: disable=g-import-not-at-top
   from tff_hdp import plots  # pylint: disable=g-import-not-at-top
+  from tff_hdp import published  # pylint: disable=g-import-not-at-top
   from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
   preset = PRESETS[name]
   _apply(preset.flag_values())
@@ -173,7 +175,9 @@ def _run_preset(name: str, output_dir: str,
       plots.sweep_plots(run_dirs, os.path.join(preset_dir, 'plots'),
                         prefix=f'{block}_', title=f'{preset.title}, {block}')
   bar.close()
-  header, rows = reporting.results_table(summaries, paper_layout=True)
+  header, rows = reporting.results_table(
+      summaries, paper_layout=True,
+      published=functools.partial(published.summary_acc_g, name))
   caption = (
       f'{preset.title}: {n} clients, {FLAGS.rounds} rounds, '
       f'{FLAGS.clients_per_round} clients per round ({FLAGS.sampling}), '

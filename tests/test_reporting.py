@@ -3,6 +3,7 @@
 import csv
 import os
 
+from tff_hdp import published
 from tff_hdp import reporting
 
 
@@ -65,3 +66,15 @@ def test_write_table_puts_the_caption_above_the_markdown_only(tmp_path):
   assert text.startswith(reporting.VARIANCE_NOTE + '\n\n| a')
   with open(os.path.join(tmp_path, 'results.csv'), newline='') as f:
     assert list(csv.reader(f)) == [['a', 'b'], ['1', '2']]
+
+
+def test_published_column_shows_the_figure_or_range_of_the_papers():
+  block = {'lambda_p': 0.005, 'lambda_np': 0.005, 'learning_rate': 0.1}
+  header, rows = reporting.results_table(
+      [_summary('fedhdp', 0.01, ditto=block), _summary('dp_fedavg'),
+       _summary('fedhdp', 0.5)], paper_layout=True,
+      published=lambda s: published.summary_acc_g('mnist_noniid', s))
+  assert header[-1] == 'published Acc_g'
+  # FeO2 Table 4: 92.48 in the 0.005 block; DP-FedAvg 87.98-88.75 over the
+  # blocks; r = 0.5 is not in the paper's grid.
+  assert [r[-1] for r in rows] == ['92.48', '87.98-88.75', '-']

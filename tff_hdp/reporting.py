@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
@@ -78,12 +78,22 @@ def _hyperparameters(summary: dict) -> str:
   return ', '.join(parts) or '-'
 
 
-def results_table(summaries: Sequence[dict], paper_layout: bool = False):
+def _published(figures: Sequence[float]) -> str:
+  if not figures:
+    return '-'
+  low, high = min(figures), max(figures)
+  return f'{low:g}' if low == high else f'{low:g}-{high:g}'
+
+
+def results_table(summaries: Sequence[dict], paper_layout: bool = False,
+                  published: Callable[[dict], Sequence[float]] | None = None):
   """SPEC.md §1 metrics, variance across clients in parentheses.
 
   Accuracy variances are shown in the papers' scale (`VARIANCE_NOTE`; other
   metrics, e.g. MSE, as they are). `paper_layout` names the algorithms as
   the papers do and adds their "hyperparameters" column (r, Ditto lambdas).
+  `published(summary)` gives the papers' Acc_g for a run (a range where
+  their Ditto blocks differ) for a last column beside the measured one.
   """
   personalized = any(s['metrics'].get('acc_l_p') is not None or
                      s['metrics'].get('acc_l_np') is not None
@@ -93,6 +103,8 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False):
   if personalized:
     header += ['Acc_l,p', 'Acc_l,np', 'Delta_l']
   header += ['eps spent (target) per group', 'seconds']
+  if published:
+    header += ['published Acc_g']
   rows = []
   for s in summaries:
     m = s['metrics']
@@ -113,5 +125,6 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False):
       row += [_acc(m.get('acc_l_p'), m.get('var_l_p'), scale),
               _acc(m.get('acc_l_np'), m.get('var_l_np'), scale),
               _acc(m.get('delta_l'))]
-    rows.append(row + [eps, f"{s['seconds']:.0f}"])
+    row += [eps, f"{s['seconds']:.0f}"]
+    rows.append(row + [_published(published(s))] if published else row)
   return header, rows
