@@ -1,0 +1,92 @@
+"""Checks the papers' claims on finished runs; exits 1 if one fails.
+
+Reads the summary.json files that reproduce.py and run_experiment.py wrote
+(`tff_hdp.paper_claims` says what each claim compares), prints each claim
+as HOLDS or FAILS with its numbers, and the untrusted-server table. E.g.
+
+  .venv/bin/python benchmarks/paper_claims.py \\
+      --preset_dirs=results/mnist/mnist_noniid,results/skewed/mnist_noniid_skewed \\
+      --cross_silo_dirs=results/school_eps6 --untrusted_dirs=results/untrusted
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
+
+from tff_hdp import paper_claims  # noqa: E402
+from tff_hdp import reporting  # noqa: E402
+from tff_hdp.presets import PRESETS  # noqa: E402
+
+_PRESET_DIRS = flags.DEFINE_list(
+    'preset_dirs', [], 'reproduce.py preset folders (<output_dir>/<preset>); '
+    'the folder name is the preset.')
+_CROSS_SILO_DIRS = flags.DEFINE_list(
+    'cross_silo_dirs', [], 'Folders of cross-silo runs of one task and '
+    'privacy setting (any depth): local, fedavg and mrmtl sweeps.')
+_UNTRUSTED_DIRS = flags.DEFINE_list(
+    'untrusted_dirs', [], 'Folders of untrusted-server runs of one setting '
+    '(any depth), over seeds and learning rates.')
+_MARGIN = flags.DEFINE_float(
+    'margin', 2.0, 'Points by which FedHDP r=0.01 must beat DP-FedAvg.')
+_TEST_EXAMPLES = flags.DEFINE_integer(
+    'test_examples', 10_000, 'Size of the server test set the accuracies are '
+    'measured on (MNIST: 10,000); sets what counts as a tie.')
+_MIN_SEEDS = flags.DEFINE_integer(
+    'min_seeds', 3, 'Seeds every untrusted-server rule must have run.')
+
+
+def _claims() -> list[paper_claims.Claim]:
+  claims = []
+  for preset_dir in _PRESET_DIRS.value:
+    preset = os.path.basename(os.path.normpath(preset_dir))
+    if preset not in PRESETS:
+      raise ValueError(f'--preset_dirs: {preset_dir} is not named after a '
+                       f'preset ({", ".join(PRESETS)}).')
+    claims += paper_claims.fedhdp_claims(preset, preset_dir, _MARGIN.value,
+                                         _TEST_EXAMPLES.value)
+    if preset == 'mnist_noniid_skewed':
+      claims += paper_claims.opt_out_gain_claims(preset, preset_dir)
+  claims += [paper_claims.cross_silo_claim(d) for d in _CROSS_SILO_DIRS.value]
+  for directory in _UNTRUSTED_DIRS.value:
+    rows = paper_claims.untrusted_table(directory)
+    print(f'\n{directory}: Acc_g over seeds, each rule at its best learning '
+          'rate\n')
+    print(reporting.markdown_table(
+        ['rule', 'lr (tried)', 'Acc_g mean +- sd', 'per seed'],
+        [[r['rule'],
+          f"{r['learning_rate']:g} ({', '.join(f'{x:g}' for x in r['learning_rates_tried'])})",
+          f"{r['mean']:.2f} +- {r['sd']:.2f}",
+          ' / '.join(f'{a:.2f}' for a in r['acc_g'])] for r in rows]))
+    claims.append(paper_claims.untrusted_claim(rows, _MIN_SEEDS.value))
+  return claims
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    sys.exit(f'paper_claims.py: error: unexpected arguments: {argv[1:]}')
+  try:
+    claims = _claims()
+  except (OSError, ValueError) as e:
+    sys.exit(f'paper_claims.py: error: {e}')
+  if not claims:
+    sys.exit('paper_claims.py: error: nothing to check; give --preset_dirs, '
+             '--cross_silo_dirs or --untrusted_dirs.')
+  print()
+  for claim in claims:
+    print(f"{'HOLDS' if claim.holds else 'FAILS'}  {claim.name}: "
+          f'{claim.detail}')
+  failed = sum(not c.holds for c in claims)
+  print(f'\n{len(claims) - failed} of {len(claims)} claims hold.')
+  sys.exit(1 if failed else 0)
+
+
+if __name__ == '__main__':
+  app.run(main)

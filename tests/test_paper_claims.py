@@ -1,0 +1,158 @@
+"""The claims check on summaries written here: it holds and fails where the
+numbers say so, and refuses runs that are not comparable."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tff_hdp import paper_claims
+from tff_hdp import published
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _write(path, summary):
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, 'summary.json'), 'w') as f:
+    json.dump(summary, f)
+
+
+def _fedhdp_run(preset_dir, block, algorithm, acc_g, ratio=None,
+                acc_p=80.0, acc_np=90.0):
+  name = f'fedhdp_r{ratio:g}' if algorithm == 'fedhdp' else algorithm
+  lam = None if block == 'no_ditto' else float(block[len('lambda'):])
+  _write(os.path.join(preset_dir, block, name), {
+      'configuration': name, 'algorithm': algorithm, 'ratio': ratio,
+      'ditto': lam and {'lambda_p': lam, 'lambda_np': lam},
+      'metrics': {'acc_g': acc_g, 'acc_g_p': acc_p, 'acc_g_np': acc_np}})
+
+
+def test_tie_margin_is_two_standard_errors_of_the_difference():
+  # 90% and 90% on 10,000 images: 2 sqrt(2 * 0.9 * 0.1 / 10^4) = 0.8485 pts.
+  assert paper_claims.tie_margin(90, 90, 10_000) == pytest.approx(
+      2 * math.sqrt(2 * 0.09 / 1e4) * 100)
+
+
+def test_published_figures_by_block_and_across_blocks():
+  assert published.acc_g('mnist_noniid', 'fedhdp', 0.01, 0.005) == [92.48]
+  assert published.acc_g('mnist_noniid', 'dp_fedavg') == [88.75, 87.98, 88.26]
+  assert published.acc_g('mnist_noniid', 'fedhdp', 0.5) == []  # not in grid
+  assert published.acc_g('digits', 'nonprivate') == []
+
+
+def test_fedhdp_margin_and_order_hold_or_fail_on_the_numbers(tmp_path):
+  preset_dir = str(tmp_path / 'mnist_noniid')
+  _fedhdp_run(preset_dir, 'lambda0.005', 'nonprivate', 92.0)
+  _fedhdp_run(preset_dir, 'lambda0.005', 'dp_fedavg', 87.0)
+  _fedhdp_run(preset_dir, 'lambda0.005', 'fedhdp', 90.0, ratio=0.01)
+  _fedhdp_run(preset_dir, 'lambda0.005', 'fedhdp', 90.5, ratio=0.1)  # tie
+  # Without Ditto: r=0.01 only 1.5 above DP-FedAvg, and below r=1 by more
+  # than a tie (published: 92.41-92.48 against 87.71-89.64).
+  _fedhdp_run(preset_dir, 'no_ditto', 'dp_fedavg', 87.0)
+  _fedhdp_run(preset_dir, 'no_ditto', 'fedhdp', 88.5, ratio=0.01)
+  _fedhdp_run(preset_dir, 'no_ditto', 'fedhdp', 89.6, ratio=1)
+  claims = {c.name: c for c in paper_claims.fedhdp_claims(
+      'mnist_noniid', preset_dir)}
+  assert claims['mnist_noniid/lambda0.005: FedHDP r=0.01 beats DP-FedAvg by '
+                '>= 2'].holds
+  order = claims["mnist_noniid/lambda0.005: the published table's order of "
+                 'Acc_g']
+  assert order.holds and 'FedHDP r=0.01 90.00 ~ FedHDP r=0.1 90.50' in (
+      order.detail)
+  assert not claims['mnist_noniid/no_ditto: FedHDP r=0.01 beats DP-FedAvg by '
+                    '>= 2'].holds
+  order = claims["mnist_noniid/no_ditto: the published table's order of Acc_g"]
+  assert not order.holds
+  assert 'reversed: FedHDP r=0.01 88.50 < FedHDP r=1 89.60' in order.detail
+
+
+def test_opt_out_gain_fails_where_opt_out_clients_score_lower(tmp_path):
+  preset_dir = str(tmp_path / 'mnist_noniid_skewed')
+  _fedhdp_run(preset_dir, 'no_ditto', 'fedhdp', 87.0, 0.1, 85.0, 98.0)
+  _fedhdp_run(preset_dir, 'no_ditto', 'fedhdp', 87.0, 1, 88.0, 87.5)
+  claims = paper_claims.opt_out_gain_claims('mnist_noniid_skewed', preset_dir)
+  assert [c.holds for c in claims] == [True, False]
+
+
+def _silo_run(directory, method, lr, metric, lam=0.0, epsilon=6.0):
+  _write(os.path.join(directory, f'{method}_lr{lr}_lambda{lam}'), {
+      'method': method, 'task': 'school', 'metric_name': 'mse',
+      'metric': metric, 'settings': {
+          'rounds': 200, 'epsilons': [epsilon], 'delta': 1e-3,
+          'clip_norm': 1.0, 'seed': 0, 'learning_rate': lr,
+          'regularization': lam}})
+
+
+def test_cross_silo_claim_compares_best_settings_lower_mse_better(tmp_path):
+  _silo_run(tmp_path, 'local', 0.01, 0.026)
+  _silo_run(tmp_path, 'local', 0.1, 0.25)
+  _silo_run(tmp_path, 'fedavg', 0.03, 0.024)
+  _silo_run(tmp_path, 'mrmtl', 0.01, 0.0226, lam=1.0)
+  _silo_run(tmp_path, 'mrmtl', 0.03, 0.030, lam=3.0)
+  claim = paper_claims.cross_silo_claim(str(tmp_path))
+  assert claim.holds, claim.detail
+  assert 'mrmtl 0.0226 (lr 0.01, lambda 1)' in claim.detail
+  _silo_run(tmp_path / 'more', 'fedavg', 0.1, 0.02)  # FedAvg now better
+  assert not paper_claims.cross_silo_claim(str(tmp_path)).holds
+  _silo_run(tmp_path / 'other_eps', 'local', 0.01, 0.01, epsilon=1.0)
+  with pytest.raises(ValueError, match='differ in task or settings'):
+    paper_claims.cross_silo_claim(str(tmp_path))
+
+
+def _untrusted_run(directory, rule, lr, seed, acc):
+  _write(os.path.join(directory, f'lr{lr}', f'seed{seed}', rule), {
+      'configuration': rule, 'epsilon_distribution': 'uniform',
+      'settings': {'learning_rate': lr, 'seed': seed},
+      'metrics': {'acc_g': acc}})
+
+
+def test_untrusted_table_takes_each_rules_best_learning_rate(tmp_path):
+  for seed, (robust, weiavg) in enumerate([(90, 89), (91, 88), (89, 89.5)]):
+    _untrusted_run(tmp_path, 'robust_hdp', 1.0, seed, robust)
+    _untrusted_run(tmp_path, 'robust_hdp', 0.1, seed, robust - 4)
+    _untrusted_run(tmp_path, 'weiavg', 0.3, seed, weiavg)
+  _untrusted_run(tmp_path, 'weiavg', 1.0, 0, 95)  # one seed only: not chosen
+  rows = {r['rule']: r for r in paper_claims.untrusted_table(str(tmp_path))}
+  assert rows['robust_hdp']['learning_rate'] == 1.0
+  assert rows['robust_hdp']['mean'] == pytest.approx(90)
+  assert rows['weiavg']['learning_rate'] == 0.3
+  assert rows['weiavg']['acc_g'] == [89, 88, 89.5]
+  assert paper_claims.untrusted_claim(list(rows.values())).holds
+  # Robust-HDP behind on average: the claim fails.
+  _untrusted_run(tmp_path, 'dpfedavg', 0.3, 0, 92)
+  _untrusted_run(tmp_path, 'dpfedavg', 0.3, 1, 92)
+  _untrusted_run(tmp_path, 'dpfedavg', 0.3, 2, 92)
+  assert not paper_claims.untrusted_claim(
+      paper_claims.untrusted_table(str(tmp_path))).holds
+
+
+def test_untrusted_claim_needs_the_same_seeds_for_every_rule(tmp_path):
+  for seed in range(3):
+    _untrusted_run(tmp_path, 'robust_hdp', 1.0, seed, 95)
+  _untrusted_run(tmp_path, 'weiavg', 0.3, 0, 80)
+  claim = paper_claims.untrusted_claim(
+      paper_claims.untrusted_table(str(tmp_path)))
+  assert not claim.holds and 'not all run on the same 3+ seeds' in claim.detail
+
+
+def test_command_exits_1_when_a_claim_fails_and_names_missing_folders(
+    tmp_path):
+  preset_dir = str(tmp_path / 'mnist_noniid')
+  _fedhdp_run(preset_dir, 'no_ditto', 'dp_fedavg', 87.0)
+  _fedhdp_run(preset_dir, 'no_ditto', 'fedhdp', 88.0, ratio=0.01)
+  script = os.path.join(ROOT, 'benchmarks', 'paper_claims.py')
+  result = subprocess.run([sys.executable, script,
+                           f'--preset_dirs={preset_dir}'],
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode == 1, result.stderr[-2000:]
+  assert 'FAILS  mnist_noniid/no_ditto: FedHDP r=0.01 beats DP-FedAvg' in (
+      result.stdout)
+  result = subprocess.run([sys.executable, script,
+                           f'--cross_silo_dirs={tmp_path}/nowhere'],
+                          capture_output=True, text=True, timeout=300)
+  assert result.returncode != 0
+  assert 'nowhere is not a folder of runs' in result.stderr

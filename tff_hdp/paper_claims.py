@@ -1,0 +1,230 @@
+"""The papers' claims, checked on the summaries finished runs wrote.
+
+A reproduction counts when its numbers say what the paper says, so each
+claim reads the runs' `summary.json` files and either holds or fails with
+the numbers that decide it (`benchmarks/paper_claims.py` is the command):
+
+- FedHDP (a reproduce.py preset folder): FedHDP r=0.01 beats DP-FedAvg's
+  Acc_g by a margin; the published table's order of Acc_g holds; on skewed
+  non-IID MNIST the opt-out clients score above the private ones.
+- Cross-silo (run_experiment.py sweep folders): MR-MTL's best setting is at
+  least as good as the best of local training and of FedAvg.
+- Untrusted server (run_experiment.py folders, one per seed and learning
+  rate): each rule's accuracy over seeds, at the learning rate best for it,
+  and whether Robust-HDP's mean is the highest.
+
+Accuracies are in % on a test set of `test_examples` images; two
+configurations whose Acc_g differ by less than two standard errors of the
+difference (binomial, as if independent) are a tie, not an order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+
+from tff_hdp import published
+from tff_hdp.cross_silo_experiment import better
+
+UNTRUSTED_RULES = ('robust_hdp', 'weiavg', 'dpfedavg', 'min_epsilon')
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  name: str
+  holds: bool
+  detail: str
+
+
+def load_summaries(directory: str) -> list[dict]:
+  """Every summary.json under `directory`, each with its folder as `_dir`."""
+  if not os.path.isdir(directory):
+    raise FileNotFoundError(f'{directory} is not a folder of runs.')
+  summaries = []
+  for root, _, files in sorted(os.walk(directory)):
+    if 'summary.json' in files:
+      with open(os.path.join(root, 'summary.json')) as f:
+        summaries.append(dict(json.load(f), _dir=root))
+  if not summaries:
+    raise FileNotFoundError(f'no summary.json under {directory}.')
+  return summaries
+
+
+def tie_margin(acc_a: float, acc_b: float, test_examples: int) -> float:
+  """Two standard errors (in points) of the difference of two accuracies."""
+  var = sum(p / 100 * (1 - p / 100) for p in (acc_a, acc_b)) / test_examples
+  return 200 * math.sqrt(var)
+
+
+def _label(summary: dict) -> str:
+  if summary['algorithm'] == 'fedhdp':
+    return f"FedHDP r={summary['ratio']:g}"
+  return {'nonprivate': 'Non-Private', 'dp_fedavg': 'DP-FedAvg'}.get(
+      summary['algorithm'], summary['algorithm'])
+
+
+def _blocks(summaries: list[dict]) -> dict[str, list[dict]]:
+  """FedHDP runs grouped by Ditto block (the folder above each run)."""
+  blocks = {}
+  for s in summaries:
+    if 'algorithm' in s:
+      blocks.setdefault(os.path.basename(os.path.dirname(s['_dir'])),
+                        []).append(s)
+  if not blocks:
+    raise ValueError('no FedHDP / DP-FedAvg / Non-Private runs found '
+                     '(reproduce.py writes them under <preset>/<block>/).')
+  return dict(sorted(blocks.items()))
+
+
+def fedhdp_claims(preset: str, preset_dir: str, margin: float = 2.0,
+                  test_examples: int = 10_000) -> list[Claim]:
+  """r=0.01 vs DP-FedAvg, and the published order, in each Ditto block."""
+  claims = []
+  for block, runs in _blocks(load_summaries(preset_dir)).items():
+    acc = {_label(s): s['metrics']['acc_g'] for s in runs}
+    if 'FedHDP r=0.01' in acc and 'DP-FedAvg' in acc:
+      gain = acc['FedHDP r=0.01'] - acc['DP-FedAvg']
+      claims.append(Claim(
+          f'{preset}/{block}: FedHDP r=0.01 beats DP-FedAvg by >= {margin:g}',
+          gain >= margin,
+          f"{acc['FedHDP r=0.01']:.2f} - {acc['DP-FedAvg']:.2f} = "
+          f'{gain:+.2f} points'))
+    order = _order_claim(preset, block, runs, test_examples)
+    if order:
+      claims.append(order)
+  return claims
+
+
+def _order_claim(preset, block, runs, test_examples) -> Claim | None:
+  """Every pair the paper orders (published gap beyond a tie) keeps its
+  order, or ties; a reversal beyond a tie fails. None: no such pair ran."""
+  rows = []
+  for s in runs:
+    figures = published.summary_acc_g(preset, s)
+    if figures:
+      rows.append((_label(s), s['metrics']['acc_g'], figures))
+  rows.sort(key=lambda r: -min(r[2]))
+  reversed_pairs, ties, compared = [], [], 0
+  for i, (name_a, acc_a, pub_a) in enumerate(rows):
+    for name_b, acc_b, pub_b in rows[i + 1:]:
+      # Ordered by the paper only if every published figure says so.
+      if min(pub_a) - max(pub_b) < tie_margin(min(pub_a), max(pub_b),
+                                              test_examples):
+        continue
+      compared += 1
+      gap, tie = acc_a - acc_b, tie_margin(acc_a, acc_b, test_examples)
+      if gap < -tie:
+        reversed_pairs.append(f'{name_a} {acc_a:.2f} < {name_b} {acc_b:.2f}')
+      elif gap <= tie:
+        ties.append(f'{name_a} {acc_a:.2f} ~ {name_b} {acc_b:.2f}')
+  if not compared:
+    return None
+  order = ' > '.join(f'{name} {acc:.2f}' for name, acc, _ in
+                     sorted(rows, key=lambda r: -r[1]))
+  detail = f'measured {order}; {compared} published pairs compared'
+  if ties:
+    detail += f"; ties (within 2 SE): {', '.join(ties)}"
+  if reversed_pairs:
+    detail += f"; reversed: {', '.join(reversed_pairs)}"
+  return Claim(f"{preset}/{block}: the published table's order of Acc_g",
+               not reversed_pairs, detail)
+
+
+def opt_out_gain_claims(preset: str, preset_dir: str) -> list[Claim]:
+  """Skewed non-IID MNIST: Acc_g,np > Acc_g,p under every FedHDP run."""
+  claims = []
+  for block, runs in _blocks(load_summaries(preset_dir)).items():
+    for s in runs:
+      if s['algorithm'] != 'fedhdp':
+        continue
+      m = s['metrics']
+      claims.append(Claim(
+          f'{preset}/{block}: {_label(s)} opt-out gain, Acc_g,np > Acc_g,p',
+          m['acc_g_np'] > m['acc_g_p'],
+          f"Acc_g,np {m['acc_g_np']:.2f} vs Acc_g,p {m['acc_g_p']:.2f}"))
+  return claims
+
+
+_CROSS_SILO_SHARED = ('rounds', 'epsilons', 'delta', 'clip_norm', 'seed')
+
+
+def cross_silo_claim(directory: str) -> Claim:
+  """MR-MTL's best run is at least as good as local's and FedAvg's best.
+
+  The runs must share task, rounds, privacy and clipping (they may differ in
+  learning rate and lambda, the swept hyperparameters)."""
+  runs = [s for s in load_summaries(directory) if 'method' in s]
+  settings = {(s['task'], s['metric_name'],
+               json.dumps([s['settings'][k] for k in _CROSS_SILO_SHARED]))
+              for s in runs}
+  if len(settings) != 1:
+    raise ValueError(f'{directory}: the runs differ in task or settings '
+                     f'({len(settings)} kinds); compare like with like.')
+  metric = runs[0]['metric_name']
+  best = {}
+  for s in runs:
+    if s['method'] not in best or better(metric, s['metric'],
+                                         best[s['method']]['metric']):
+      best[s['method']] = s
+  missing = {'mrmtl', 'local', 'fedavg'} - set(best)
+  if missing:
+    raise ValueError(f'{directory}: no run of {", ".join(sorted(missing))}.')
+  mrmtl = best['mrmtl']
+  holds = all(not better(metric, best[m]['metric'], mrmtl['metric'])
+              for m in ('local', 'fedavg'))
+  detail = ', '.join(
+      f"{m} {best[m]['metric']:.5g} (lr {best[m]['settings']['learning_rate']:g}"
+      + (f", lambda {best[m]['settings']['regularization']:g}"
+         if m == 'mrmtl' else '') + ')'
+      for m in ('mrmtl', 'local', 'fedavg'))
+  eps = ','.join(f'{e:g}' for e in mrmtl['settings']['epsilons'])
+  return Claim(f"{runs[0]['task']} at eps {eps}: MR-MTL's best {metric} at "
+               'least as good as local and FedAvg', holds, f'best: {detail}')
+
+
+def untrusted_table(directory: str) -> list[dict]:
+  """Per rule, the learning rate whose mean accuracy over seeds is highest
+  (among those run on the most seeds), with that mean, sd and the seeds."""
+  by_rule = {}
+  for s in load_summaries(directory):
+    if 'epsilon_distribution' not in s:
+      continue
+    if 'settings' not in s:
+      raise ValueError(f"{s['_dir']}: summary has no settings (written "
+                       'before they were recorded); re-run it.')
+    lr, seed = s['settings']['learning_rate'], s['settings']['seed']
+    by_rule.setdefault(s['configuration'], {}).setdefault(lr, {})[seed] = (
+        s['metrics']['acc_g'])
+  rows = []
+  for rule in sorted(by_rule, key=lambda r: (r not in UNTRUSTED_RULES, r)):
+    most = max(len(runs) for runs in by_rule[rule].values())
+    lr, runs = max(((lr, runs) for lr, runs in by_rule[rule].items()
+                    if len(runs) == most),
+                   key=lambda item: statistics.mean(item[1].values()))
+    accs = [runs[seed] for seed in sorted(runs)]
+    rows.append({'rule': rule, 'learning_rate': lr, 'seeds': sorted(runs),
+                 'acc_g': accs, 'mean': statistics.mean(accs),
+                 'sd': statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                 'learning_rates_tried': sorted(by_rule[rule])})
+  return rows
+
+
+def untrusted_claim(rows: list[dict], min_seeds: int = 3) -> Claim:
+  """Robust-HDP has the highest mean accuracy, every rule over the same
+  `min_seeds` or more seeds."""
+  seeds = {tuple(r['seeds']) for r in rows}
+  rules = {r['rule'] for r in rows}
+  if 'robust_hdp' not in rules or len(rules) < 2:
+    raise ValueError('need robust_hdp and at least one baseline rule.')
+  same = len(seeds) == 1 and len(next(iter(seeds))) >= min_seeds
+  top = max(rows, key=lambda r: r['mean'])
+  detail = '; '.join(f"{r['rule']} {r['mean']:.2f} +- {r['sd']:.2f} "
+                     f"(lr {r['learning_rate']:g}, seeds {r['seeds']})"
+                     for r in rows)
+  if not same:
+    detail += f'; the rules were not all run on the same {min_seeds}+ seeds'
+  return Claim('untrusted server: Robust-HDP has the highest mean Acc_g',
+               same and top['rule'] == 'robust_hdp', detail)
