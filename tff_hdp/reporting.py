@@ -126,5 +126,7 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
               _acc(m.get('acc_l_np'), m.get('var_l_np'), scale),
               _acc(m.get('delta_l'))]
     row += [eps, f"{s['seconds']:.0f}"]
-    rows.append(row + [_published(published(s))] if published else row)
+    if published:
+      row.append(_published(published(s)))
+    rows.append(row)
   return header, rows
