@@ -199,7 +199,8 @@ def untrusted_table(directory: str) -> list[dict]:
     by_rule.setdefault(s['configuration'], {}).setdefault(lr, {})[seed] = (
         s['metrics']['acc_g'])
   rows = []
-  for rule in sorted(by_rule, key=lambda r: (r not in UNTRUSTED_RULES, r)):
+  order = {rule: i for i, rule in enumerate(UNTRUSTED_RULES)}
+  for rule in sorted(by_rule, key=lambda r: (order.get(r, len(order)), r)):
     most = max(len(runs) for runs in by_rule[rule].values())
     lr, runs = max(((lr, runs) for lr, runs in by_rule[rule].items()
                     if len(runs) == most),
