@@ -55,8 +55,8 @@ def _eps(value) -> str:
 
 
 _PERCENT_METRICS = ('accuracy', 'sign_accuracy')
-_PAPER_NAMES = {'nonprivate': 'Non-Private', 'dp_fedavg': 'DP-FedAvg',
-                'fedhdp': 'FedHDP'}
+PAPER_NAMES = {'nonprivate': 'Non-Private', 'dp_fedavg': 'DP-FedAvg',
+               'fedhdp': 'FedHDP'}
 
 
 def _hyperparameters(summary: dict) -> str:
@@ -113,7 +113,7 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
         f"{g['name']}: {_eps(g['epsilon_spent'])}" +
         (f" ({g['target_epsilon']:g})" if g['target_epsilon'] else '')
         for g in s['groups'])
-    row = ([_PAPER_NAMES.get(s['algorithm'], s['algorithm']),
+    row = ([PAPER_NAMES.get(s['algorithm'], s['algorithm']),
             _hyperparameters(s)] if paper_layout else [s['configuration']])
     row += [
         _acc(m.get('acc_g')),
