@@ -5,6 +5,8 @@ import math
 import dp_accounting
 import pytest
 from dp_accounting import rdp
+from scipy import optimize
+from scipy import stats
 
 from tff_hdp import accounting
 
@@ -31,16 +33,86 @@ def test_epsilon_matches_dp_accounting(z, z_b, q, rounds, delta):
                                abs=1e-6)
 
 
-def test_fixed_size_sampling_uses_sampling_without_replacement():
+def _replace_one_epsilon(multiplier, population, per_round, rounds, delta):
   acc = rdp.RdpAccountant(
       neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
   acc.compose(dp_accounting.SelfComposedDpEvent(
       dp_accounting.SampledWithoutReplacementDpEvent(
-          2000, 100, dp_accounting.GaussianDpEvent(1.2)), 100))
-  ours = accounting.epsilon_spent(1.2, None,
+          population, per_round, dp_accounting.GaussianDpEvent(multiplier)),
+      rounds))
+  return acc.get_epsilon(delta)
+
+
+def _gaussian_dp_epsilon(mu, delta):
+  """Exact epsilon of mu-GDP at delta (Dong, Roth & Su 2019, Cor. 2.13)."""
+
+  def excess(eps):
+    return (stats.norm.cdf(-eps / mu + mu / 2) -
+            math.exp(eps + stats.norm.logcdf(-eps / mu - mu / 2)) - delta)
+
+  return optimize.brentq(excess, 0.0, 500.0, xtol=1e-12)
+
+
+def test_fixed_size_sampling_uses_sampling_without_replacement():
+  # Replace-one moves the clipped sum by 2S and the centred count by 1, so
+  # the Gaussian's multiplier per unit of sensitivity is z_eff / 2.
+  z_eff = (1.2**-2 + (2 * 5.0)**-2)**-0.5
+  ours = accounting.epsilon_spent(1.2, 5.0,
                                   accounting.FixedSizeSampling(2000, 100), 100,
                                   1e-4)
-  assert ours == pytest.approx(acc.get_epsilon(1e-4), abs=1e-6)
+  assert ours == pytest.approx(
+      _replace_one_epsilon(z_eff / 2, 2000, 100, 100, 1e-4), abs=1e-6)
+
+
+@pytest.mark.parametrize('z,z_b,rounds,delta', [
+    (5.8933, 5.0, 20, 1e-4),  # The old calibration for (3.6, 1e-4).
+    (1.0, 5.0, 20, 1e-4),
+    (2.0, 1.0, 100, 1e-5),
+    (0.7, 10.0, 1, 1e-3),
+    (20.0, 3.0, 500, 1e-6),
+])
+def test_every_client_every_round_covers_exact_gaussian(z, z_b, rounds, delta):
+  # With m = N the run is a Gaussian mechanism: T rounds at replace-one
+  # sensitivity (2S, 1) and noise (z S, z_b) are mu-GDP, mu = sqrt(T) 2/z_eff.
+  z_eff = (z**-2 + (2 * z_b)**-2)**-0.5
+  exact = _gaussian_dp_epsilon(math.sqrt(rounds) * 2 / z_eff, delta)
+  ours = accounting.epsilon_spent(z, z_b, accounting.FixedSizeSampling(50, 50),
+                                  rounds, delta)
+  assert ours >= exact
+  # The unhalved multiplier (the old event) under-reports: the test can fail.
+  assert _replace_one_epsilon(z_eff, 50, 50, rounds, delta) < exact
+
+
+def test_calibrated_full_participation_meets_exact_gaussian():
+  sampling = accounting.FixedSizeSampling(100, 100)
+  # At z_b = 5 even z_eff -> 2 z_b = 10 spends 3.67 > 3.6 over 20 rounds.
+  with pytest.raises(accounting.InfeasiblePrivacyTargetError,
+                     match='clip-count noise'):
+    accounting.calibrate_noise_multiplier(3.6, 1e-4, sampling, 20, 5.0)
+  z = accounting.calibrate_noise_multiplier(3.6, 1e-4, sampling, 20, 10.0)
+  ours = accounting.epsilon_spent(z, 10.0, sampling, 20, 1e-4)
+  z_eff = (z**-2 + (2 * 10.0)**-2)**-0.5
+  exact = _gaussian_dp_epsilon(math.sqrt(20) * 2 / z_eff, 1e-4)
+  assert ours <= 3.6 * (1 + 1e-6)
+  assert exact <= ours <= 1.15 * exact
+  assert _replace_one_epsilon(z_eff, 100, 100, 20, 1e-4) < exact
+
+
+def test_mnist_fixed_size_sampling_calibration():
+  # The papers' MNIST setting with 100 of 2000 clients a round, z_b = 5.
+  z_b = 5.0
+  z_eff = dp_accounting.calibrate_dp_mechanism(
+      lambda: rdp.RdpAccountant(
+          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE),
+      lambda x: dp_accounting.SelfComposedDpEvent(
+          dp_accounting.SampledWithoutReplacementDpEvent(
+              2000, 100, dp_accounting.GaussianDpEvent(x / 2)), 500),
+      3.6, 1e-4, dp_accounting.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-7)
+  expected = (z_eff**-2 - (2 * z_b)**-2)**-0.5
+  ours = accounting.calibrate_noise_multiplier(
+      3.6, 1e-4, accounting.FixedSizeSampling(2000, 100), 500, z_b)
+  assert ours == pytest.approx(expected, rel=1e-3)
+  assert ours == pytest.approx(6.39, abs=0.01)
 
 
 def test_effective_multiplier_closed_form():

@@ -94,11 +94,15 @@ def value_noise_multiplier(effective: float,
 
 
 def _round_event(effective: float, sampling: Sampling) -> dp_accounting.DpEvent:
-  gaussian = dp_accounting.GaussianDpEvent(effective)
   if isinstance(sampling, PoissonSampling):
-    return dp_accounting.PoissonSampledDpEvent(sampling.q, gaussian)
+    return dp_accounting.PoissonSampledDpEvent(
+        sampling.q, dp_accounting.GaussianDpEvent(effective))
+  # z_eff is per unit of add/remove-one sensitivity (S for the sum, 1/2 for
+  # the centred clip count). Replacing one client moves the sum by 2S and the
+  # count by 1, twice as much, so the multiplier per unit is z_eff / 2.
   return dp_accounting.SampledWithoutReplacementDpEvent(
-      sampling.population, sampling.clients_per_round, gaussian)
+      sampling.population, sampling.clients_per_round,
+      dp_accounting.GaussianDpEvent(effective / 2))
 
 
 def _new_accountant(sampling: Sampling) -> rdp.RdpAccountant:
