@@ -20,6 +20,26 @@ class InfeasiblePrivacyTargetError(ValueError):
   """No noise multiplier meets a group's (epsilon, delta) target."""
 
 
+def check_delta(delta: float, population: int, unit: str,
+                allow_large: bool = False, members: str = 'clients') -> None:
+  """Refuses delta >= 1/population unless `allow_large`.
+
+  With population members, a mechanism that publishes one random member's
+  data outright is (0, 1/population)-DP, so such a delta protects nobody.
+  `unit` names who is protected ("privacy group 'p'", "client 3") and
+  `members` what it counts ('clients' for a group, 'examples' for a DP-SGD
+  client).
+  """
+  bound = 1.0 / population
+  if delta >= bound and not allow_large:
+    symbol = 'N' if members == 'clients' else 'n'
+    raise InfeasiblePrivacyTargetError(
+        f'--deltas={delta:g} must be below 1/{symbol} = {bound:.3g} for '
+        f'{unit} ({population} {members}): a larger delta allows releasing a '
+        f"whole {members[:-1]}'s data outright; pass "
+        '--unsafe_allow_large_delta to accept it for an experiment.')
+
+
 @dataclasses.dataclass(frozen=True)
 class PoissonSampling:
   """Each client joins a round independently with probability q."""
@@ -239,6 +259,11 @@ class PrivacyLedger:
   @property
   def budgets(self) -> list[GroupBudget | None]:
     return list(self._budgets)
+
+  @property
+  def clip_count_stddev(self) -> float | None:
+    """z_b of the accounted clip-count query; None without adaptive clipping."""
+    return self._clip_count_stddev
 
   def epsilon(self, group_index: int, rounds: int) -> float:
     """eps spent by group `group_index` after `rounds` rounds (inf if opt-out)."""

@@ -92,20 +92,24 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
                         batch_size: int, rounds: int,
                         epochs_per_round: int = 1,
                         selection_epsilon: float = 0.0,
-                        selection_rounds: int = 0) -> ClientPrivacy:
+                        selection_rounds: int = 0,
+                        allow_large_delta: bool = False) -> ClientPrivacy:
   """Calibrates z for `rounds` rounds of `epochs_per_round` DP-SGD epochs.
 
   One epoch is `ceil(num_examples / batch_size)` Poisson-sampled steps. With
   `selection_rounds` > 0, that many (selection_epsilon, 0)-DP selections share
-  the budget: DP-SGD gets what they leave. Plans are cached: a sweep or a
-  comparison of methods plans each distinct silo once (a calibration runs the
-  accountant a dozen times).
+  the budget: DP-SGD gets what they leave. delta must be below 1/num_examples
+  unless `allow_large_delta` (experiments only). Plans are cached: a sweep or
+  a comparison of methods plans each distinct silo once (a calibration runs
+  the accountant a dozen times).
   """
   num_examples, batch_size = int(num_examples), int(batch_size)
   if num_examples < 1 or not 1 <= batch_size <= num_examples:
     raise ValueError(
         f'batch size must be in [1, {num_examples}] (the client\'s examples), '
         f'got {batch_size}.')
+  accounting.check_delta(delta, num_examples, 'the client', allow_large_delta,
+                         members='examples')
   if rounds < 1 or epochs_per_round < 1:
     raise ValueError('rounds and epochs per round must be >= 1, got '
                      f'{rounds} and {epochs_per_round}.')

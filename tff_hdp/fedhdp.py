@@ -50,16 +50,30 @@ class PrivacyPlan:
   expected_clients_per_round: float | None
   ledger: accounting.PrivacyLedger
 
+  @property
+  def accounted(self) -> bool:
+    """Whether the ledger's epsilon covers the released model. Realized
+    denominators divide by noise-free counts of private clients (adding one
+    client with a zero update rescales the output), which no event models."""
+    return self.expected_clients_per_round is not None
+
+  @property
+  def adaptive_clipping(self) -> bool:
+    """Whether the clip norm follows the (accounted) noisy clip count."""
+    return self.ledger.clip_count_stddev is not None
+
 
 def plan_privacy(assignment: GroupAssignment, sampling: accounting.Sampling,
                  rounds: int, clip: ClipSettings,
-                 denominator: str = 'expected') -> PrivacyPlan:
+                 denominator: str = 'expected',
+                 allow_large_delta: bool = False) -> PrivacyPlan:
   """Calibrates z_j per private group for `rounds` rounds of `sampling`.
 
   `denominator='expected'` divides each private group's noisy sum by its
   expected size q N_j and the clip count by q N (the privacy-sound TF Privacy
   convention); 'realized' uses the round's counts as the paper writes them.
-  Non-private groups always use their realized count.
+  Non-private groups always use their realized count. A private group's
+  delta must be below 1/N_j unless `allow_large_delta` (experiments only).
   """
   if denominator not in ('expected', 'realized'):
     raise ValueError(
@@ -85,6 +99,9 @@ def plan_privacy(assignment: GroupAssignment, sampling: accounting.Sampling,
     if group.is_private:
       if sizes[j] == 0:
         raise ValueError(f'privacy group {group.name!r} has no clients.')
+      accounting.check_delta(group.delta, int(sizes[j]),
+                             f'privacy group {group.name!r}',
+                             allow_large_delta)
       z = accounting.calibrate_noise_multiplier(
           group.epsilon, group.delta, sampling, rounds, accounted_count_stddev)
       budgets.append(

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp import accounting
 from tff_hdp import dp_sgd
 from tff_hdp import learning_process
 from tff_hdp.aggregators import pfa
@@ -67,14 +68,23 @@ def _rule(name: str) -> Rule:
 
 def plan_clients(name: str, epsilons: Sequence[float], delta: float,
                  num_examples: Sequence[int], batch_sizes: Sequence[int],
-                 rounds: int) -> list[dp_sgd.ClientPrivacy]:
-  """Each client's DP-SGD plan for rule `name` (min_epsilon: all at the min)."""
+                 rounds: int,
+                 allow_large_delta: bool = False) -> list[dp_sgd.ClientPrivacy]:
+  """Each client's DP-SGD plan for rule `name` (min_epsilon: all at the min).
+
+  delta must be below 1/n_i for every client unless `allow_large_delta`;
+  every client is checked, by index, before any calibration runs.
+  """
   if not len(epsilons) == len(num_examples) == len(batch_sizes):
     raise ValueError('one epsilon, dataset size and batch size per client.')
+  for i, n in enumerate(num_examples):
+    accounting.check_delta(delta, int(n), f'client {i}', allow_large_delta,
+                           members='examples')
   if _rule(name).min_epsilon:
     epsilons = [min(epsilons)] * len(epsilons)
   return [
-      dp_sgd.plan_client_privacy(e, delta, n, b, rounds)
+      dp_sgd.plan_client_privacy(e, delta, n, b, rounds,
+                                 allow_large_delta=allow_large_delta)
       for e, n, b in zip(epsilons, num_examples, batch_sizes)
   ]
 
