@@ -72,9 +72,9 @@ def main(argv):
   @tf.function
   def ours_step():
     grads, _ = dp_sgd.private_mean_gradient(
-        lambda: per_example(y, ours(x, training=True)),
-        ours.trainable_variables, tf.constant(b), _CLIP, _NOISE, float(b),
-        seed)
+        lambda batch: per_example(batch[1], ours(batch[0], training=True)),
+        (x, y), ours.trainable_variables, tf.constant(b), _CLIP, _NOISE,
+        float(b), seed)
     for v, g in zip(ours.trainable_variables, grads):
       v.assign_sub(_LR * g)
     seed.assign_add([0, 1])

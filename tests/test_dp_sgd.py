@@ -43,7 +43,7 @@ def test_clipping_is_exact_for_known_per_example_gradients():
   x = np.array([[3.0, 4.0], [0.3, 0.4], [0.0, 0.0], [-6.0, 8.0]], np.float32)
   w = tf.Variable(tf.zeros([2]))
   grads = dp_sgd.per_example_gradients(
-      lambda: tf.linalg.matvec(tf.constant(x), w), [w])
+      lambda batch: tf.linalg.matvec(batch, w), tf.constant(x), [w])
   np.testing.assert_allclose(grads[0].numpy(), x)
   clipped = dp_sgd.clipped_sum(grads, 1.0)[0].numpy()
   norms = np.linalg.norm(x, axis=1)
@@ -57,7 +57,7 @@ def test_clip_norm_is_over_all_variables_jointly():
   a, b = tf.Variable(tf.zeros([1])), tf.Variable(tf.zeros([1]))
   x = tf.constant([[3.0, 4.0]])
   grads = dp_sgd.per_example_gradients(
-      lambda: x[:, 0] * a[0] + x[:, 1] * b[0], [a, b])
+      lambda batch: batch[:, 0] * a[0] + batch[:, 1] * b[0], x, [a, b])
   clipped = dp_sgd.clipped_sum(grads, 1.0)
   np.testing.assert_allclose([clipped[0].numpy()[0], clipped[1].numpy()[0]],
                              [0.6, 0.8], rtol=1e-6)
@@ -73,7 +73,8 @@ def test_vectorized_gradients_equal_a_per_example_loop():
   x, y = _data(7)
   variables = model.trainable_variables
   vectorized = dp_sgd.per_example_gradients(
-      lambda: _per_example_ce(y, model(x)), variables)
+      lambda batch: _per_example_ce(batch[1], model(batch[0])), (x, y),
+      variables)
   for j in range(len(x)):
     with tf.GradientTape() as tape:
       loss = _per_example_ce(y[j:j + 1], model(x[j:j + 1]))[0]
@@ -102,25 +103,26 @@ def test_per_layer_clipped_sum_equals_the_jacobian_path_on_a_cnn():
   x = rng.normal(size=(6, 8, 8, 2)).astype(np.float32)
   y = rng.integers(0, 3, 6).astype(np.int32)
   variables = model.trainable_variables
-  loss_fn = lambda: _per_example_ce(y, model(x, training=True))
+  loss_fn = lambda batch: _per_example_ce(batch[1],
+                                          model(batch[0], training=True))
   handled = []
 
   @tf.function
   def which_are_per_layer():
-    loss_fn()
+    loss_fn((x, y))
     graph = tf.compat.v1.get_default_graph()
     handled.extend(dp_sgd._per_layer_op(v, graph) is not None
                    for v in variables)
 
   which_are_per_layer()
   assert handled == ['layer_normalization' not in v.name for v in variables]
-  per_example = dp_sgd.per_example_gradients(loss_fn, variables)
+  per_example = dp_sgd.per_example_gradients(loss_fn, (x, y), variables)
   norms = np.sqrt(sum(np.sum(np.reshape(g, [6, -1])**2, 1)
                       for g in per_example))
   # Some examples are clipped, some are not.
   assert np.any(norms < 1.5) and np.any(norms > 1.5)
   fast = tf.function(
-      lambda: dp_sgd.clipped_gradient_sum(loss_fn, variables, 1.5))()
+      lambda: dp_sgd.clipped_gradient_sum(loss_fn, (x, y), variables, 1.5))()
   for f, r in zip(fast, dp_sgd.clipped_sum(per_example, 1.5)):
     np.testing.assert_allclose(f.numpy(), r.numpy(), rtol=1e-5, atol=1e-7)
 
@@ -129,24 +131,25 @@ def test_noisy_gradient_is_clipped_mean_plus_returned_noise():
   w = tf.Variable(tf.zeros([4000]))
   x = tf.constant(np.random.default_rng(0).normal(size=(3, 4000)),
                   tf.float32)
-  loss_fn = lambda: tf.linalg.matvec(x, w)
+  loss_fn = lambda batch: tf.linalg.matvec(batch, w)
   seed = tf.constant([1, 2], tf.int64)
-  clean = dp_sgd.clipped_sum(dp_sgd.per_example_gradients(loss_fn, [w]),
+  clean = dp_sgd.clipped_sum(dp_sgd.per_example_gradients(loss_fn, x, [w]),
                              2.0)[0] / 5.0
-  noisy, noise = dp_sgd.private_mean_gradient(loss_fn, [w], tf.constant(3),
+  noisy, noise = dp_sgd.private_mean_gradient(loss_fn, x, [w], tf.constant(3),
                                               2.0, 1.5, 5.0, seed)
   np.testing.assert_allclose(noisy[0] - noise[0], clean, atol=1e-5)
   assert np.std(noise[0].numpy()) == pytest.approx(1.5 * 2.0 / 5.0, rel=0.05)
-  noiseless, _ = dp_sgd.private_mean_gradient(loss_fn, [w], tf.constant(3),
-                                              2.0, 0.0, 5.0, seed)
+  noiseless, _ = dp_sgd.private_mean_gradient(loss_fn, x, [w],
+                                              tf.constant(3), 2.0, 0.0, 5.0,
+                                              seed)
   np.testing.assert_allclose(noiseless[0], clean, atol=1e-6)
 
 
 def test_empty_batch_gives_noise_only():
   w = tf.Variable(tf.zeros([3]))
   noisy, noise = dp_sgd.private_mean_gradient(
-      lambda: tf.zeros([0]), [w], tf.constant(0), 1.0, 2.0, 4.0,
-      tf.constant([0, 0], tf.int64))
+      lambda batch: tf.zeros([0]), tf.zeros([0, 3]), [w], tf.constant(0),
+      1.0, 2.0, 4.0, tf.constant([0, 0], tf.int64))
   np.testing.assert_array_equal(noisy[0], noise[0])
   assert np.all(noise[0].numpy() != 0)
 

@@ -6,8 +6,8 @@ example joins a step independently with probability `q`, which is exactly the
 Poisson-subsampled Gaussian that `tff_hdp.accounting` composes over the steps
 (sample the way you account). The clipped sum never loops over examples:
 Dense and conv layers get their per-example gradients from one backward pass
-(`clipped_gradient_sum`), anything else from one pfor-vectorized
-`GradientTape.jacobian`.
+(`clipped_gradient_sum`), anything else from a forward and backward pass per
+example, vectorized by pfor (`per_example_gradients`).
 
 `private_mean_gradient` is the reusable step: MR-MTL adds its data-independent
 regularizer gradient to its result. The client work of "one local epoch of
@@ -28,6 +28,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp import accounting
+from tff_hdp import clipping
 
 DATA_KEY = 'data'
 PRIVACY_KEY = 'privacy'
@@ -135,35 +136,51 @@ def poisson_sample(num_examples, rate, seed) -> tf.Tensor:
   return tf.reshape(tf.where(keep), [-1])
 
 
-def per_example_gradients(per_example_loss_fn: Callable[[], tf.Tensor],
-                          variables) -> list[tf.Tensor]:
-  """`[B, *v.shape]` gradients of each example's loss, vectorized by pfor."""
-  with tf.GradientTape() as tape:
-    losses = per_example_loss_fn()
-  return tape.jacobian(
-      losses, variables,
-      unconnected_gradients=tf.UnconnectedGradients.ZERO,
-      experimental_use_pfor=True)
+def per_example_gradients(per_example_loss_fn: Callable[[object], tf.Tensor],
+                          inputs, variables) -> list[tf.Tensor]:
+  """`[B, *v.shape]` gradients of each example's loss, vectorized by pfor.
+
+  `per_example_loss_fn(batch)` maps a structure of `[b, ...]` tensors (e.g.
+  `(x, y)`) to the `[b]` losses; `inputs` is the batch. Each example runs its
+  own forward and backward pass (`tf.vectorized_map` over batches of one), so
+  a non-finite value in one example never reaches another's gradient, as it
+  would through a batch jacobian (a weight gradient sums rows: 0 * NaN).
+  """
+  variables = list(variables)
+
+  def one(example):
+    single = tf.nest.map_structure(lambda t: t[tf.newaxis], example)
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(per_example_loss_fn(single))
+    return tape.gradient(loss, variables,
+                         unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+  return tf.vectorized_map(one, inputs)
 
 
 def clipped_sum(per_example_grads, clip_norm) -> list[tf.Tensor]:
-  """Sum over examples of `g * c / max(||g||, c)`, norms over all variables."""
+  """Sum over examples of `g * c / max(||g||, c)`, norms over all variables.
+
+  An example whose norm is not finite adds zero (`safe_clip_scale`).
+  """
   squares = [
       tf.reduce_sum(tf.reshape(g * g, [tf.shape(g)[0], -1]), axis=1)
       for g in per_example_grads
   ]
   norms = tf.sqrt(tf.add_n(squares))
-  scale = clip_norm / tf.maximum(norms, clip_norm)
-  return [tf.tensordot(scale, g, axes=1) for g in per_example_grads]
+  scale, finite = clipping.safe_clip_scale(norms, clip_norm)
+  return [tf.tensordot(scale, clipping.zero_rows(g, finite), axes=1)
+          for g in per_example_grads]
 
 
 def _per_layer_op(variable, graph):
   """The one op that uses `variable` if its gradient can be taken per layer.
 
   That is: the variable is read once, and the read feeds only a `MatMul`
-  (untransposed, Dense), an NHWC `Conv2D` ('SAME'/'VALID', no groups) or a
-  channels-last `BiasAdd`, as its second input. Anything else returns None
-  and the variable goes through the jacobian.
+  (untransposed, Dense), an NHWC `Conv2D` ('SAME'/'VALID', no groups, not on
+  `SpaceToBatchND` blocks) or a channels-last `BiasAdd`, as its second input.
+  Anything else returns None and the variable goes through
+  `per_example_gradients`.
   """
   try:
     handle = graph.capture(variable.handle)
@@ -184,7 +201,11 @@ def _per_layer_op(variable, graph):
           not op.get_attr('transpose_b'))
   elif op.type == 'Conv2D':
     kernel_shape = op.inputs[1].shape
+    # Keras runs a dilated conv as an undilated one on SpaceToBatchND
+    # blocks, whose rows are not examples (a Conv2D's own `dilations` are
+    # fine: the patches take them).
     ok = (activations.shape.rank == 4 and
+          activations.op.type != 'SpaceToBatchND' and
           op.get_attr('data_format') == b'NHWC' and
           op.get_attr('padding') in (b'SAME', b'VALID') and
           kernel_shape.rank == 4 and kernel_shape.is_fully_defined() and
@@ -207,12 +228,12 @@ def _conv_per_example_kernel_gradients(op, output_grads):
   return tf.einsum('bhwk,bhwc->bkc', patches, output_grads)
 
 
-def clipped_gradient_sum(per_example_loss_fn: Callable[[], tf.Tensor],
-                         variables, clip_norm) -> list[tf.Tensor]:
+def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
+                         inputs, variables, clip_norm) -> list[tf.Tensor]:
   """`clipped_sum(per_example_gradients(...))`, per layer where it can.
 
-  The jacobian backpropagates each example's one-hot loss through the whole
-  batch (B^2 work: slower than a Python loop on a CNN). In graph mode (a
+  `per_example_gradients` runs a forward and backward pass per example. In
+  graph mode (a
   `tf.function`), variables used by a single Dense `MatMul`, NHWC `Conv2D` or
   `BiasAdd` in the graph of `per_example_loss_fn` get their per-example
   gradients from one backward pass instead: the gradient `g` of the summed
@@ -220,19 +241,22 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[], tf.Tensor],
   so a Dense kernel's is `a_i g_i^T` with norm `||a_i|| ||g_i||` (never
   materialized) and a conv kernel's is its input patches times `g_i`. Other
   variables (other ops, shared weights, a model called through a nested
-  `tf.function` op) and eager mode fall back to the jacobian; the clip is
+  `tf.function` op) and eager mode fall back to `per_example_gradients`; the
+  clip is
   joint over all of them either way. Row `i` is example `i` only if examples
   do not interact (no batch statistics), which DP-SGD's per-example
   sensitivity needs anyway; an op input whose first dimension is not the
-  batch fails a runtime check.
+  batch fails a runtime check. An example whose norm is not finite (a NaN
+  input, an overflow) adds zero, as in `clipped_sum`.
   """
   variables = list(variables)
-  with tf.GradientTape(persistent=True) as tape:
-    losses = per_example_loss_fn()
-  graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
-  ops = [_per_layer_op(v, graph) if graph is not None else None
-         for v in variables]
-  batch = tf.shape(losses)[0]
+  batch = tf.shape(tf.nest.flatten(inputs)[0])[0]
+  ops = [None] * len(variables)
+  if not tf.executing_eagerly():
+    with tf.GradientTape() as tape:
+      losses = per_example_loss_fn(inputs)
+    graph = tf.compat.v1.get_default_graph()
+    ops = [_per_layer_op(v, graph) for v in variables]
   layered = [i for i, op in enumerate(ops) if op is not None]
   rest = [i for i, op in enumerate(ops) if op is None]
   grads = [None] * len(variables)
@@ -241,12 +265,9 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[], tf.Tensor],
       output_gradients=tf.ones_like(losses),
       unconnected_gradients=tf.UnconnectedGradients.ZERO) if layered else []
   if rest:
-    for i, g in zip(rest, tape.jacobian(
-        losses, [variables[i] for i in rest],
-        unconnected_gradients=tf.UnconnectedGradients.ZERO,
-        experimental_use_pfor=True)):
+    for i, g in zip(rest, per_example_gradients(
+        per_example_loss_fn, inputs, [variables[i] for i in rest])):
       grads[i] = g
-  del tape
   squares = []
   pieces = {}
   for i, g in zip(layered, output_grads):
@@ -269,31 +290,36 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[], tf.Tensor],
   squares += [tf.reduce_sum(tf.reshape(g * g, [batch, -1]), axis=1)
               for g in grads if g is not None]
   norms = tf.sqrt(tf.add_n(squares))
-  scale = clip_norm / tf.maximum(norms, clip_norm)
+  scale, finite = clipping.safe_clip_scale(norms, clip_norm)
   summed = []
   for i, v in enumerate(variables):
     if i in pieces:
-      a, g = pieces[i]
+      # The product sums over rows: a dropped example's NaN in either factor
+      # would reach every entry.
+      a, g = (clipping.zero_rows(t, finite) for t in pieces[i])
       summed.append(tf.matmul(a, g * scale[:, None], transpose_a=True))
     else:
-      summed.append(tf.reshape(tf.tensordot(scale, grads[i], axes=1),
-                               tf.shape(v)))
+      summed.append(tf.reshape(
+          tf.tensordot(scale, clipping.zero_rows(grads[i], finite), axes=1),
+          tf.shape(v)))
   return summed
 
 
-def private_mean_gradient(per_example_loss_fn: Callable[[], tf.Tensor],
-                          variables, batch_size, clip_norm, noise_multiplier,
-                          expected_batch_size, seed):
+def private_mean_gradient(per_example_loss_fn: Callable[[object], tf.Tensor],
+                          inputs, variables, batch_size, clip_norm,
+                          noise_multiplier, expected_batch_size, seed):
   """One DP-SGD gradient: `(clipped sum + N(0, (z c)^2 I)) / B`.
 
-  `per_example_loss_fn` returns the `[batch_size]` losses of the sampled
-  examples; an empty batch contributes noise only. Returns the noisy mean
+  `inputs` are the `batch_size` sampled examples and `per_example_loss_fn`
+  maps such a batch to its losses (see `per_example_gradients`); an empty
+  batch contributes noise only. Returns the noisy mean
   gradient and, separately, the noise it contains (for measuring noise power;
   never sent anywhere).
   """
   summed = tf.cond(
       batch_size > 0,
-      lambda: clipped_gradient_sum(per_example_loss_fn, variables, clip_norm),
+      lambda: clipped_gradient_sum(per_example_loss_fn, inputs, variables,
+                                   clip_norm),
       lambda: [tf.zeros_like(v) for v in variables])
   noise = [
       noise_multiplier * clip_norm * tf.random.stateless_normal(
@@ -335,6 +361,14 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   weights = tff.learning.models.ModelWeights.from_model(model)
   trainable = tf.nest.flatten(weights.trainable)
 
+  def loss_fn(batch):
+    # The Python body of a `tf.function` forward pass, so that its ops land
+    # in the calling graph, where `clipped_gradient_sum` can see them.
+    predict = getattr(model.predict_on_batch, 'python_function',
+                      model.predict_on_batch)
+    x, y = batch
+    return per_example_loss(y, predict(x, training=True))
+
   @tf.function
   def train(initial_weights, data, noise_multiplier, sampling_rate, steps,
             seed, regularization=0.0, anchor=None, step_size=None):
@@ -349,17 +383,9 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
           num_examples, sampling_rate,
           tf.random.experimental.stateless_fold_in(step_seed, 0))
 
-      def loss_fn(idx=idx):
-        # The Python body of a `tf.function` forward pass, so that its ops
-        # land in this graph, where `clipped_gradient_sum` can see them.
-        predict = getattr(model.predict_on_batch, 'python_function',
-                          model.predict_on_batch)
-        preds = predict(tf.gather(x, idx), training=True)
-        return per_example_loss(tf.gather(y, idx), preds)
-
       grads, noise = private_mean_gradient(
-          loss_fn, trainable, tf.size(idx), clip_norm, noise_multiplier,
-          expected_batch_size,
+          loss_fn, (tf.gather(x, idx), tf.gather(y, idx)), trainable,
+          tf.size(idx), clip_norm, noise_multiplier, expected_batch_size,
           tf.random.experimental.stateless_fold_in(step_seed, 1))
       if anchor is not None:
         grads = [g + regularization * (v - a) for g, v, a in zip(

@@ -22,6 +22,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp import clipping
+
 
 def _validate(noise_multipliers, ratios, expected_group_sizes,
               initial_clip_norm, target_unclipped_quantile, clip_learning_rate,
@@ -132,6 +134,10 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     leaves = tf.nest.flatten(value)
     norm = tf.linalg.global_norm(leaves)
     clipped, _ = tf.clip_by_global_norm(leaves, clip_norm, use_norm=norm)
+    # It returns NaN for a non-finite norm (NaN, inf, or overflowed squares):
+    # such an update adds zero instead, and its bit says clipped.
+    finite = tf.math.is_finite(norm)
+    clipped = [clipping.zero_rows(x, finite) for x in clipped]
     counted = tf.reduce_sum(one_hot)
     stacked = [
         tf.reshape(one_hot, [l] + [1] * x.shape.rank) * x[tf.newaxis]
@@ -258,11 +264,12 @@ class CohortHeterogeneousDPFactory(HeterogeneousDPFactory):
     squares = [tf.reduce_sum(tf.reshape(tf.square(x), [tf.shape(x)[0], -1]),
                              axis=1) for x in leaves]
     norms = tf.sqrt(tf.add_n(squares))
-    # As tf.clip_by_global_norm: scale by S / max(||Delta||, S), row by row.
-    scale = clip_norm / tf.maximum(norms, clip_norm)
+    # As tf.clip_by_global_norm: scale by S / max(||Delta||, S), row by row;
+    # a row with a non-finite norm adds zero, even in a zero-weight slot.
+    scale, finite = clipping.safe_clip_scale(norms, clip_norm)
     group_sums = [
-        tf.tensordot(one_hot, x * tf.reshape(scale, [-1] + [1] *
-                                             (x.shape.rank - 1)), [[0], [0]])
+        tf.tensordot(one_hot, clipping.zero_rows(x, finite) * tf.reshape(
+            scale, [-1] + [1] * (x.shape.rank - 1)), [[0], [0]])
         for x in leaves
     ]
     counted = tf.reduce_sum(one_hot, axis=1)

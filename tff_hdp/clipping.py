@@ -1,0 +1,33 @@
+"""Clipping that keeps every contribution inside the clip ball.
+
+DP's sensitivity bound needs each client's update (FedHDP) or each example's
+gradient (DP-SGD) to add at most the clip norm to a sum, whatever its values.
+`tf.clip_by_global_norm` returns NaN for a non-finite norm, and NaN times a
+zero factor is still NaN; these two ops are what both the aggregators and
+DP-SGD use instead.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def safe_clip_scale(norms, clip_norm):
+  """Per-norm clip factors `c / max(norm, c)` and whether each norm is finite.
+
+  A NaN or inf entry, or finite entries whose squares overflow, make a norm
+  non-finite: that contribution counts as infinitely large, gets factor 0 and
+  must add exactly zero, so also zero its rows with `zero_rows` (NaN times 0
+  is NaN).
+  """
+  finite = tf.math.is_finite(norms)
+  scale = tf.where(finite, clip_norm / tf.maximum(norms, clip_norm),
+                   tf.zeros_like(norms))
+  return scale, finite
+
+
+def zero_rows(x, keep):
+  """`x` with zeros where `keep`, over its leading dimensions, is False."""
+  shape = tf.concat(
+      [tf.shape(keep), tf.ones([tf.rank(x) - tf.rank(keep)], tf.int32)], 0)
+  return tf.where(tf.reshape(keep, shape), x, tf.zeros_like(x))
