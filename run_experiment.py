@@ -122,7 +122,26 @@ _DITTO_LAMBDA_NP = flags.DEFINE_float(
 _DITTO_LR = flags.DEFINE_float(
     'ditto_lr', None, 'Personal model learning rate eta_p (default: '
     '--client_lr).')
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of everything random.')
+_SEED = flags.DEFINE_integer(
+    'seed', 0, 'Seed of the public random choices: data order, initial '
+    'weights, which clients opt out, the clients\' epsilons. The DP noise and '
+    'the sampling are drawn from a secret seed (OS entropy, kept in the '
+    'checkpoint), so that the printed epsilon holds.')
+_RELEASE_UNPROTECTED = flags.DEFINE_bool(
+    'release_unprotected_stats', False, 'fedhdp, dp_fedavg, nonprivate: also '
+    'write statistics of private clients that the printed epsilon does NOT '
+    'cover (realized counts, training loss and accuracy, Acc_g,p, Acc_l,p and '
+    'Delta columns) to rounds.csv, TensorBoard and summary.json. Not private; '
+    'announced in the output.')
+_UNSAFE_SEEDED = flags.DEFINE_bool(
+    'unsafe_seeded_dp_randomness', False, 'Draw the DP noise and the sampling '
+    'from --seed so that runs repeat exactly. Anyone who knows the seed can '
+    'remove the noise: this VOIDS the privacy guarantee. For experiments '
+    'only; announced in the output.')
+_UNSAFE_LARGE_DELTA = flags.DEFINE_bool(
+    'unsafe_allow_large_delta', False, 'Accept a --deltas value at or above '
+    '1/N (N: the group\'s clients, or a DP-SGD client\'s examples), which '
+    'allows releasing someone\'s data outright. For experiments only.')
 _EVAL_EVERY = flags.DEFINE_integer('eval_every', 10, 'Evaluate every k rounds.')
 _CHECKPOINT_EVERY = flags.DEFINE_integer(
     'checkpoint_every', 10, 'Save the run state every k rounds (0: never); '
@@ -269,7 +288,11 @@ def _run_untrusted() -> None:
       learning_rate=_CLIENT_LR.value,
       clip_norm=_DP_SGD_CLIP.value,
       seed=_SEED.value,
-      eval_every=_EVAL_EVERY.value)
+      eval_every=_EVAL_EVERY.value,
+      unsafe_seeded_dp_randomness=_UNSAFE_SEEDED.value,
+      allow_large_delta=_UNSAFE_LARGE_DELTA.value)
+  if _UNSAFE_SEEDED.value:
+    print(dp_randomness.UNSAFE_SEEDED_WARNING)
   rows = []
   try:
     for rule in _ALGORITHMS.value:
@@ -308,7 +331,11 @@ def _run_cross_silo() -> None:
       num_clusters=_NUM_CLUSTERS.value,
       selection_fraction=_SELECTION_FRACTION.value,
       selection_share=_SELECTION_SHARE.value, seed=_SEED.value,
-      eval_every=_EVAL_EVERY.value, checkpoint_every=_CHECKPOINT_EVERY.value)
+      eval_every=_EVAL_EVERY.value, checkpoint_every=_CHECKPOINT_EVERY.value,
+      unsafe_seeded_dp_randomness=_UNSAFE_SEEDED.value,
+      allow_large_delta=_UNSAFE_LARGE_DELTA.value)
+  if _UNSAFE_SEEDED.value:
+    print(dp_randomness.UNSAFE_SEEDED_WARNING)
   rows, curves = [], {}
   try:
     for method in _ALGORITHMS.value:
@@ -391,7 +418,10 @@ def learning_setup(task):
       eval_every=_EVAL_EVERY.value,
       checkpoint_every=_CHECKPOINT_EVERY.value,
       ditto=ditto,
-      cohort_size=_COHORT_SIZE.value)
+      cohort_size=_COHORT_SIZE.value,
+      release_unprotected_stats=_RELEASE_UNPROTECTED.value,
+      unsafe_seeded_dp_randomness=_UNSAFE_SEEDED.value,
+      allow_large_delta=_UNSAFE_LARGE_DELTA.value)
   try:
     choices = experiment.client_choices(task, levels, _OPT_OUT.value,
                                         _SEED.value, fractions)

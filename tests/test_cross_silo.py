@@ -39,10 +39,12 @@ def _clustered_task(num_silos=6, examples=120, seed=0) -> FederatedTask:
 
 
 def _settings(**kw):
+  # Seeded DP randomness, so that runs can be compared (the resume test
+  # uses the secret seed).
   base = dict(rounds=4, epsilons=(4.0,), delta=1e-4, learning_rate=0.2,
               clip_norm=2.0, regularization=0.5, num_clusters=2,
               selection_fraction=0.5, selection_share=0.3, eval_every=2,
-              checkpoint_every=2)
+              checkpoint_every=2, unsafe_seeded_dp_randomness=True)
   base.update(kw)
   return cse.CrossSiloSettings(**base)
 
@@ -203,9 +205,16 @@ def test_ifca_recovers_the_two_clusters(task):
 
 def test_resume_restores_personal_models_and_clusters_bit_for_bit(
     task, tmp_path, monkeypatch):
-  s = _settings(rounds=4, checkpoint_every=2)
+  s = _settings(rounds=4, checkpoint_every=2,
+                unsafe_seeded_dp_randomness=False)
   straight = cse.run_method(task, 'ifca_mrmtl', s, str(tmp_path / 'a'),
                             progress=False)
+  # The crashed run gets the straight run's secret seed (its checkpoint keeps
+  # it), so that the two runs can be compared.
+  name = cse.configuration_name(cse.METHODS['ifca_mrmtl'], s)
+  (tmp_path / 'b' / name / 'checkpoints').mkdir(parents=True)
+  (tmp_path / 'b' / name / 'checkpoints' / 'dp_secret_seed').write_text(
+      (tmp_path / 'a' / name / 'checkpoints' / 'dp_secret_seed').read_text())
   build = cse.build_process
 
   class Crash(Exception):
@@ -235,7 +244,6 @@ def test_resume_restores_personal_models_and_clusters_bit_for_bit(
                            progress=False)
   assert resumed['metric'] == straight['metric']
   assert resumed['final_clusters'] == straight['final_clusters']
-  name = cse.configuration_name(cse.METHODS['ifca_mrmtl'], s)
   a = _personal(tmp_path / 'a', task, 'ifca_mrmtl', s, 4)
   b = _personal(tmp_path / 'b', task, 'ifca_mrmtl', s, 4)
   for c in task.client_ids:

@@ -164,4 +164,5 @@ def test_budget_guard_refuses_rounds_beyond_the_target(task):
                                 tff.learning.optimizers.build_sgdm(0.1))
   with pytest.raises(training_loop.BudgetExhaustedError,
                      match=r"round 3 refused: privacy group 'p'"):
-    training_loop.run(task, process, longer, choices, seed=0, progress=False)
+    training_loop.run(task, process, longer, choices, seed=0, sampling_seed=0,
+                      progress=False)

@@ -1,7 +1,9 @@
 """Killing a run with SIGKILL and re-running it equals an uninterrupted run.
 
 The runs use Ditto, so the clients' personal models are part of what must
-survive the kill.
+survive the kill. Their DP noise and sampling come from a secret seed that
+only the checkpoint keeps: the uninterrupted run is given the same secret by
+planting the killed run's secret file in its checkpoint folder first.
 """
 
 import csv
@@ -10,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import shutil
 
 import numpy as np
 
@@ -39,9 +43,12 @@ def _finish(output_dir, *extra):
                         text=True, timeout=600)
 
 
+def _final_model(output_dir):
+  return np.load(os.path.join(output_dir, 'fedhdp_r0.5', 'final_model.npz'))
+
+
 def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
   whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
-  assert _finish(whole).returncode == 0
 
   # A new session, so the kill takes TFF's worker process down with it.
   proc = subprocess.Popen(_command(resumed), stdout=subprocess.DEVNULL,
@@ -57,11 +64,15 @@ def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
 
   result = _finish(resumed)
   assert result.returncode == 0, result.stderr[-2000:]
+  secret = os.path.join('fedhdp_r0.5', 'checkpoints', 'dp_secret_seed')
+  assert oct(os.stat(os.path.join(resumed, secret)).st_mode & 0o777) == '0o600'
+  os.makedirs(os.path.dirname(os.path.join(whole, secret)))
+  shutil.copy(os.path.join(resumed, secret), os.path.join(whole, secret))
+  assert _finish(whole).returncode == 0
   rows = _rows(resumed)
   assert [int(r['round']) for r in rows] == list(range(1, ROUNDS + 1))
   assert rows == _rows(whole)
-  a = np.load(os.path.join(whole, 'fedhdp_r0.5', 'final_model.npz'))
-  b = np.load(os.path.join(resumed, 'fedhdp_r0.5', 'final_model.npz'))
+  a, b = _final_model(whole), _final_model(resumed)
   assert sorted(a.files) == sorted(b.files)
   for name in a.files:
     np.testing.assert_array_equal(a[name], b[name])
@@ -71,7 +82,25 @@ def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
   assert len(a.files) > 1 and sorted(a.files) == sorted(b.files)
   for name in a.files:
     np.testing.assert_array_equal(a[name], b[name])
-  assert rows[-1]['acc_l_p'] and rows[-1]['acc_l_np']
+  assert rows[-1]['acc_l_np'] and 'acc_l_p' not in rows[-1]  # withheld
+
+
+def test_runs_with_identical_flags_draw_different_noise(tmp_path):
+  first, second = str(tmp_path / 'first'), str(tmp_path / 'second')
+  for out in (first, second):
+    assert _finish(out, '--rounds=2', '--ditto_lambda_p=0',
+                   '--ditto_lambda_np=0').returncode == 0
+  a, b = _final_model(first), _final_model(second)
+  assert any(not np.array_equal(a[name], b[name]) for name in a.files)
+  # --unsafe_seeded_dp_randomness repeats a run exactly, and says so.
+  seeded = [str(tmp_path / 'seeded_a'), str(tmp_path / 'seeded_b')]
+  for out in seeded:
+    result = _finish(out, '--rounds=2', '--unsafe_seeded_dp_randomness')
+    assert result.returncode == 0
+    assert 'WARNING: --unsafe_seeded_dp_randomness' in result.stdout
+  a, b = _final_model(seeded[0]), _final_model(seeded[1])
+  for name in a.files:
+    np.testing.assert_array_equal(a[name], b[name])
 
 
 def test_checkpoint_of_another_configuration_is_refused(tmp_path):

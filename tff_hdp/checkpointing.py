@@ -1,13 +1,16 @@
 """Resumable runs: program state saved with `tff.program.FileProgramStateManager`.
 
-Everything random in a run is a function of the seed and the round number
-(client sampling, data order) or lives in the learning process state (the
-aggregator's noise seed and round counter), and each group's privacy spend is
-a function of the round number. Saving the process state with the round as
-the version is therefore enough for a resumed run to equal an uninterrupted
-one. A checkpoint belongs to one configuration: the run's key (its settings)
-is stored beside it and a mismatch is an error, as is a checkpoint that cannot
-be read or whose structure differs from the process's state.
+Everything random in a run is a function of the round number and either the
+public seed (data order) or the run's secret seed (DP noise and sampling,
+`tff_hdp.dp_randomness`), or lives in the learning process state, and each
+group's privacy spend is a function of the round number. Saving the process
+state with the round as the version, and the secret seed once, is therefore
+enough for a resumed run to equal an uninterrupted one. The secret seed is
+written readable by its owner only: the checkpoint folder is the run's
+private state, never a release. A checkpoint belongs to one configuration:
+the run's key (its settings) is stored beside it and a mismatch is an error,
+as is a checkpoint that cannot be read or whose structure differs from the
+process's state.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +30,7 @@ class CheckpointError(RuntimeError):
 
 
 _KEY_FILE = 'run_key.json'
+_SECRET_FILE = 'dp_secret_seed'
 
 
 def _leaves_signature(structure) -> list[tuple[tuple[int, ...], str]]:
@@ -41,6 +46,7 @@ class RunCheckpoint:
     self._run_key = json.loads(json.dumps(run_key, sort_keys=True, default=str))
     self._manager = tff.program.FileProgramStateManager(
         directory, prefix='round_', keep_total=keep, keep_first=False)
+    self._secret = None
 
   @property
   def directory(self) -> str:
@@ -63,6 +69,25 @@ class RunCheckpoint:
           f'{self._directory} holds a checkpoint of a different run '
           f'(differs in: {", ".join(changed)}); use another --output_dir or '
           'delete that folder to start over.')
+
+  def dp_secret(self, draw: Callable[[], int]) -> int:
+    """The run's secret seed: the saved one when a checkpoint exists, else
+    `draw()`, which the first `save` writes (owner-only) beside the state."""
+    self.check_key()
+    path = os.path.join(self._directory, _SECRET_FILE)
+    if os.path.exists(path):
+      try:
+        with open(path) as f:
+          self._secret = int(f.read())
+      except (OSError, ValueError) as e:
+        raise CheckpointError(f'cannot read {path}: {e}') from None
+    elif asyncio.run(self._manager.get_versions()):
+      raise CheckpointError(
+          f'checkpoint in {self._directory} has no secret seed ({path}), so '
+          'its DP noise cannot be continued; delete the folder to start over.')
+    else:
+      self._secret = draw()
+    return self._secret
 
   def restore(self, template):
     """(state, round) of the latest checkpoint, or (None, 0) if there is none."""
@@ -103,6 +128,11 @@ class RunCheckpoint:
     os.makedirs(self._directory, exist_ok=True)
     with open(os.path.join(self._directory, _KEY_FILE), 'w') as f:
       json.dump(self._run_key, f, indent=2, sort_keys=True)
+    secret_path = os.path.join(self._directory, _SECRET_FILE)
+    if self._secret is not None and not os.path.exists(secret_path):
+      fd = os.open(secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+      with os.fdopen(fd, 'w') as f:
+        f.write(str(self._secret))
     if personal is not None:
       personal.save(self.personal_path(round_num))
     asyncio.run(self._manager.save(state, round_num))

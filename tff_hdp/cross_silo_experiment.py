@@ -29,6 +29,7 @@ import tqdm
 from tff_hdp import checkpointing
 from tff_hdp import cross_silo_process
 from tff_hdp import ditto
+from tff_hdp import dp_randomness
 from tff_hdp import dp_sgd
 from tff_hdp import evaluation
 from tff_hdp import training_loop
@@ -88,6 +89,9 @@ class CrossSiloSettings:
   seed: int = 0
   eval_every: int = 10
   checkpoint_every: int = 10
+  # Voids the guarantee: see tff_hdp.dp_randomness.
+  unsafe_seeded_dp_randomness: bool = False
+  allow_large_delta: bool = False  # accept delta >= n_k^-1.1
 
   def silo_epsilons(self, num_silos: int) -> tuple[float, ...]:
     """Each silo's target: the one value repeated, or the given list."""
@@ -108,10 +112,11 @@ def _check(task: FederatedTask, method: Method,
     raise ValueError(f'--epsilons needs one value or one per silo ({k}), got '
                      f'{len(settings.epsilons)}.')
   small = min(len(x) for x, _ in task.client_train.values())
-  if not settings.delta < small**-1.1:
+  if not (settings.delta < small**-1.1 or settings.allow_large_delta):
     raise ValueError(
         f'--deltas={settings.delta:g} must be below n_k^-1.1 for every silo; '
-        f'the smallest silo has {small} examples (bound {small**-1.1:.3g}).')
+        f'the smallest silo has {small} examples (bound {small**-1.1:.3g}); '
+        'pass --unsafe_allow_large_delta to accept it for an experiment.')
   if settings.regularization < 0:
     raise ValueError(f'lambda must be >= 0, got {settings.regularization}.')
   if method.clustered:
@@ -145,7 +150,8 @@ def plan_silos(task: FederatedTask, method: Method,
         eps, settings.delta, n, min(task.batch_size, n), settings.rounds,
         epochs_per_round=2 if method.personal_epoch else 1,
         selection_epsilon=settings.selection_share * eps,
-        selection_rounds=selections))
+        selection_rounds=selections,
+        allow_large_delta=settings.allow_large_delta))
   return plans
 
 
@@ -296,6 +302,15 @@ def run_method(task: FederatedTask, method_name: str,
       state, clusters = restored['process'], np.asarray(restored['clusters'])
       personal = ditto.PersonalModels.load(checkpoint.personal_path(done),
                                            silos)
+  # Each silo's DP-SGD noise, example sampling and private selections follow
+  # its own seed, derived from the run's secret (kept in the checkpoint).
+  if settings.unsafe_seeded_dp_randomness:
+    silo_seeds = [settings.seed * 100003 + i for i in range(len(silos))]
+  else:
+    secret = (checkpoint.dp_secret(dp_randomness.fresh_secret)
+              if checkpoint is not None else dp_randomness.fresh_secret())
+    silo_seeds = [dp_randomness.client_secret(secret, i)
+                  for i in range(len(silos))]
   epsilons = settings.silo_epsilons(len(silos))
   weights = [float(p.num_examples) if settings.weighted else 1.0
              for p in plans]
@@ -319,7 +334,7 @@ def run_method(task: FederatedTask, method_name: str,
       data = [
           cross_silo_process.make_client_data(
               task.train_dataset(c, settings.seed * 100003 + r), plans[i],
-              weights[i], settings.seed * 100003 + i,
+              weights[i], silo_seeds[i],
               _role(method, settings, r, int(clusters[i]), epsilons[i]))
           for i, c in enumerate(silos)
       ]
@@ -361,6 +376,8 @@ def run_method(task: FederatedTask, method_name: str,
       'metric_name': task.metric,
       'metric': metric,
       'settings': dataclasses.asdict(settings),
+      'privacy_warnings': ([dp_randomness.UNSAFE_SEEDED_WARNING]
+                           if settings.unsafe_seeded_dp_randomness else []),
       'silos': [{
           'silo': str(c),
           'examples': p.num_examples,

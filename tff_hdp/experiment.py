@@ -133,9 +133,22 @@ def run_configuration(task: FederatedTask, config: Configuration,
   the final global model weights. `release_managers` get each round's row."""
   assignment = _training_groups(config, choices)
   plan = fedhdp.plan_privacy(assignment, settings.sampling, settings.rounds,
-                             settings.clip, settings.denominator)
+                             settings.clip, settings.denominator,
+                             allow_large_delta=settings.allow_large_delta)
+  run_dir = os.path.join(output_dir, config.name) if output_dir else None
+  checkpoint = None
+  if run_dir and settings.checkpoint_every > 0:
+    checkpoint = checkpointing.RunCheckpoint(
+        os.path.join(run_dir, 'checkpoints'),
+        _run_key(task, config, choices, settings))
+  if settings.unsafe_seeded_dp_randomness:
+    secret = settings.seed
+  elif checkpoint is not None:
+    secret = checkpoint.dp_secret(dp_randomness.fresh_secret)
+  else:
+    secret = dp_randomness.fresh_secret()
   cohorts = settings.cohort_size > 1
-  aggregator = fedhdp.build_aggregator(plan, settings.clip, settings.seed,
+  aggregator = fedhdp.build_aggregator(plan, settings.clip, secret,
                                        cohort=cohorts)
   training = dict(
       client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
@@ -161,18 +174,19 @@ def run_configuration(task: FederatedTask, config: Configuration,
                                          settings.ditto.learning_rate,
                                          settings.local_epochs)
     personalization = training_loop.Personalization(step)
-  run_dir = os.path.join(output_dir, config.name) if output_dir else None
-  checkpoint = None
-  if run_dir and settings.checkpoint_every > 0:
-    checkpoint = checkpointing.RunCheckpoint(
-        os.path.join(run_dir, 'checkpoints'),
-        _run_key(task, config, choices, settings))
   result = training_loop.run(
-      task, process, plan, choices, seed=settings.seed, output_dir=run_dir,
+      task, process, plan, choices, seed=settings.seed, sampling_seed=secret,
+      output_dir=run_dir,
       eval_every=settings.eval_every, progress=progress,
       checkpoint=checkpoint, checkpoint_every=settings.checkpoint_every,
       on_round=on_round, personalization=personalization,
-      release_managers=release_managers, cohort_size=settings.cohort_size)
+      release_managers=release_managers, cohort_size=settings.cohort_size,
+      release_unprotected=settings.release_unprotected_stats)
+  metrics = result.final_metrics
+  if not settings.release_unprotected_stats:
+    metrics = {k: v for k, v in metrics.items()
+               if k not in release_policy.PRIVATE_CLIENT_METRICS}
+  fixed = isinstance(settings.sampling, accounting.FixedSizeSampling)
   summary = {
       'configuration': config.name,
       'algorithm': config.algorithm,

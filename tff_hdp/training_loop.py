@@ -177,6 +177,7 @@ def run(task: FederatedTask,
         client_choices: GroupAssignment,
         *,
         seed: int,
+        sampling_seed: int,
         output_dir: str | None = None,
         eval_every: int = 10,
         progress: bool = True,
@@ -186,12 +187,15 @@ def run(task: FederatedTask,
         | None = None,
         personalization: Personalization | None = None,
         release_managers: Sequence[tff.program.ReleaseManager] = (),
-        cohort_size: int = 0) -> RunResult:
+        cohort_size: int = 0,
+        release_unprotected: bool = False) -> RunResult:
   """Trains for `plan.rounds` rounds and evaluates every `eval_every`.
 
   `plan.assignment` holds the groups the algorithm trains with;
   `client_choices` holds the clients' own choices, used for the private /
-  non-private metrics so that all algorithms are scored alike. With
+  non-private metrics so that all algorithms are scored alike. `seed` orders
+  each client's data; `sampling_seed` (secret, see `tff_hdp.dp_randomness`)
+  draws the clients of each round. With
   `checkpoint`, state is saved every `checkpoint_every` rounds and after the
   last, and a run that finds a checkpoint continues from it. `on_round`
   sees every released global model (round number, weights), e.g. for audits.
@@ -240,8 +244,9 @@ def run(task: FederatedTask,
             f'round {round_num} refused: privacy group {budget.name!r} would '
             f'spend epsilon={eps:.4g}, above its target '
             f'{budget.target_epsilon:.4g}.')
-      sampled = sample_clients(client_ids, plan.sampling, seed, round_num)
-      row = dict.fromkeys(columns, None)
+      sampled = sample_clients(client_ids, plan.sampling, sampling_seed,
+                               round_num)
+      row = dict.fromkeys(_columns(groups), None)
       row['round'] = round_num
       row['num_clients'] = len(sampled)
       if sampled:

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tqdm
 
+from tff_hdp import dp_randomness
 from tff_hdp import dp_sgd
 from tff_hdp import evaluation
 from tff_hdp import heterogeneity
@@ -37,6 +38,9 @@ class UntrustedSettings:
   clip_norm: float = 1.0
   seed: int = 0
   eval_every: int = 10
+  # Voids the guarantee: see tff_hdp.dp_randomness.
+  unsafe_seeded_dp_randomness: bool = False
+  allow_large_delta: bool = False  # accept delta >= 1 / n_i
 
 
 def _epsilons(name: str, num_clients: int, seed: int) -> np.ndarray:
@@ -58,7 +62,8 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
       heterogeneity.sample_batch_sizes(n, settings.seed), sizes)
   plans = untrusted_server.plan_clients(
       rule, _epsilons(settings.epsilon_distribution, n, settings.seed),
-      settings.delta, sizes, batch_sizes, settings.rounds)
+      settings.delta, sizes, batch_sizes, settings.rounds,
+      allow_large_delta=settings.allow_large_delta)
   loss = task.loss_fn()
   loss.reduction = tf.keras.losses.Reduction.NONE
   process = untrusted_server.build_noise_aware_fedavg(
@@ -70,6 +75,14 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
   weights = [untrusted_server.client_weight(rule, p, settings.learning_rate,
                                             settings.clip_norm, num_params)
              for p in plans]
+  # Each client's DP-SGD noise and example sampling follow its own seed,
+  # secret unless the run is explicitly seeded (in memory only: these runs
+  # are not resumable).
+  if settings.unsafe_seeded_dp_randomness:
+    client_seeds = [settings.seed * 100003 + i for i in range(n)]
+  else:
+    secret = dp_randomness.fresh_secret()
+    client_seeds = [dp_randomness.client_secret(secret, i) for i in range(n)]
   everyone_private = {c: True for c in clients}
   run_dir = os.path.join(output_dir, rule) if output_dir else None
   writer = None
@@ -83,9 +96,8 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
   try:
     for r in tqdm.trange(1, settings.rounds + 1, desc=f'{rule} rounds',
                          unit='round', disable=not progress):
-      data = [dp_sgd.make_client_data(task.train_dataset(c, r), p, w,
-                                      seed=settings.seed * 100003 + i)
-              for i, (c, p, w) in enumerate(zip(clients, plans, weights))]
+      data = [dp_sgd.make_client_data(task.train_dataset(c, r), p, w, seed=s)
+              for c, p, w, s in zip(clients, plans, weights, client_seeds)]
       state = process.next(state, data).state
       row = [r, '', f'{max(p.epsilon_after(r) for p in plans):.6g}']
       if r % settings.eval_every == 0 or r == settings.rounds:
@@ -105,6 +117,8 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
       'rounds': settings.rounds,
       'epsilon_distribution': settings.epsilon_distribution,
       'settings': dataclasses.asdict(settings),
+      'privacy_warnings': ([dp_randomness.UNSAFE_SEEDED_WARNING]
+                           if settings.unsafe_seeded_dp_randomness else []),
       'target_epsilons': [p.epsilon for p in plans],
       'batch_sizes': [int(b) for b in batch_sizes],
       'epsilon_spent_max': max(spent),
