@@ -141,6 +141,7 @@ def _run_preset(name: str, output_dir: str,
   `lambdas` are the Ditto blocks (None: the preset's; []: no Ditto).
   """
   import tqdm  # pylint: disable=g-import-not-at-top
+  from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
   from tff_hdp import plots  # pylint: disable=g-import-not-at-top
   from tff_hdp import published  # pylint: disable=g-import-not-at-top
   from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
@@ -159,6 +160,9 @@ def _run_preset(name: str, output_dir: str,
     settings, choices, configs = run_experiment.learning_setup(task)
     blocks.append((_block_name(settings.ditto), settings, choices, configs))
   preset_dir = os.path.join(output_dir, name)
+  warnings = experiment.privacy_warnings(blocks[0][1])
+  for line in warnings:
+    print(line)
   bar = tqdm.tqdm(total=sum(len(b[3]) for b in blocks),
                   desc=f'{name} configurations', unit='config',
                   dynamic_ncols=True)
@@ -183,8 +187,9 @@ def _run_preset(name: str, output_dir: str,
       f'{FLAGS.clients_per_round} clients per round ({FLAGS.sampling}), '
       f'(eps, delta) = ({",".join(FLAGS.epsilons)}, '
       f'{",".join(FLAGS.deltas)}), {FLAGS.opt_out_fraction:.0%} opt out, '
-      f'seed {FLAGS.seed}. Published: {preset.published}.\n\n'
-      f'{reporting.VARIANCE_NOTE}')
+      f'seed {FLAGS.seed}. Published: {preset.published}.\n\n' +
+      '\n'.join(warnings + reporting.table_notes(
+          FLAGS.release_unprotected_stats)))
   reporting.write_table(preset_dir, header, rows, caption=caption)
   print(f'\n{caption}\n\n{reporting.markdown_table(header, rows)}\n\n'
         f'Table, per-round files and plots: {preset_dir}/')

@@ -278,6 +278,7 @@ def load_task():
 
 
 def _run_untrusted() -> None:
+  from tff_hdp import dp_randomness  # pylint: disable=g-import-not-at-top
   from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
   from tff_hdp import untrusted_experiment  # pylint: disable=g-import-not-at-top
   task = load_task()
@@ -313,6 +314,7 @@ def _run_untrusted() -> None:
 
 def _run_cross_silo() -> None:
   from tff_hdp import cross_silo_experiment as cse  # pylint: disable=g-import-not-at-top
+  from tff_hdp import dp_randomness  # pylint: disable=g-import-not-at-top
   from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
   from tff_hdp import plots  # pylint: disable=g-import-not-at-top
   from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
@@ -438,6 +440,9 @@ def _run_learning() -> None:
   task = load_task()
   n = len(task.client_ids)
   settings, choices, configs = learning_setup(task)
+  warnings = experiment.privacy_warnings(settings)
+  for line in warnings:
+    print(line)
   try:
     summaries = []
     for config in configs:
@@ -452,8 +457,11 @@ def _run_learning() -> None:
         f'{_OPT_OUT.value:.0%} opt out' + (
             f', {task.dropped_clients} clients without examples dropped'
             if task.dropped_clients else '') + '\n')
+  caption = '\n'.join(warnings + reporting.table_notes(
+      settings.release_unprotected_stats))
+  print(caption + '\n')
   print(reporting.markdown_table(header, rows))
-  reporting.write_table(_OUTPUT_DIR.value, header, rows)
+  reporting.write_table(_OUTPUT_DIR.value, header, rows, caption=caption)
   print(f'\nPer-round metrics and summaries: {_OUTPUT_DIR.value}/')
 
 

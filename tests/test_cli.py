@@ -45,6 +45,12 @@ def _run(*flags, cwd=ROOT):
       '--deltas=0.5'], '--deltas=0.5 must be below n_k^-1.1 for every silo'),
     (['--algorithms=ifca', '--task=school', '--data_dir={school}',
       '--deltas=1e-3'], 'selects clusters by error rate'),
+    # delta >= 1/N: digits has 95 private clients by default.
+    (['--deltas=0.02', '--rounds=1'],
+     "--deltas=0.02 must be below 1/N = 0.0105 for privacy group "
+     "'private_eps3.6' (95 clients)"),
+    (['--algorithms=weiavg', '--num_clients=10', '--deltas=0.01',
+      '--rounds=1'], '--deltas=0.01 must be below 1/n = '),
 ])
 def test_bad_input_is_one_clear_line(flags, message, tmp_path):
   os.makedirs(tmp_path / 'bad')

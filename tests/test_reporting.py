@@ -78,3 +78,18 @@ def test_published_column_shows_the_figure_or_range_of_the_papers():
   # FeO2 Table 4: 92.48 in the 0.005 block; DP-FedAvg 87.98-88.75 over the
   # blocks; r = 0.5 is not in the paper's grid.
   assert [r[-1] for r in rows] == ['92.48', '87.98-88.75', '-']
+
+
+def test_epsilon_cells_name_why_a_group_has_no_epsilon():
+  nonprivate = dict(_summary('nonprivate'), groups=[
+      {'name': 'all_non_private', 'target_epsilon': None,
+       'epsilon_spent': None}])
+  fedhdp = dict(_summary('fedhdp', 0.1), sampling='fixed', groups=[
+      {'name': 'p', 'target_epsilon': 3.6, 'epsilon_spent': 3.59},
+      {'name': 'opt_out', 'target_epsilon': None, 'epsilon_spent': None}])
+  header, rows = reporting.results_table([nonprivate, fedhdp])
+  col = header.index('eps spent (target) per group')
+  assert rows[0][col] == 'all_non_private: not private'
+  assert rows[1][col] == 'p: 3.59 (3.6), opt_out: none (opt-out)'
+  assert [r[header.index('sampling, denominator')] for r in rows] == [
+      'poisson, expected', 'fixed, expected']

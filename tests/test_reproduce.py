@@ -85,14 +85,15 @@ def test_table_has_the_papers_layout_and_variance_scale(first):
   assert [r[:2] for r in rows[1:]] == [
       ['DP-FedAvg', 'lambda_p=0.05'],
       ['FedHDP', 'r=0.5, lambda_p=lambda_np=0.05']]
-  col = rows[0].index('Acc_g,p')
+  col = rows[0].index('Acc_g,np')
   for row, config in zip(rows[1:], CONFIGS):
     m = _summary(out, config)['metrics']
-    assert m['var_g_p'] > 0
-    assert row[col] == f"{m['acc_g_p']:.2f} ({m['var_g_p'] / 100:.3g})"
+    assert row[col] == f"{m['acc_g_np']:.2f} ({m['var_g_np'] / 100:.3g})"
+    # Private clients' metrics are withheld by default.
+    assert row[rows[0].index('Acc_g,p')] == '-' and 'acc_g_p' not in m
   with open(os.path.join(out, 'digits', 'results.md')) as f:
     text = f.read()
-  assert reporting.VARIANCE_NOTE in text
+  assert reporting.VARIANCE_NOTE in text and reporting.WITHHELD_NOTE in text
   assert '| FedHDP' in text and '| FedHDP' in result.stdout
   assert '2 rounds, 5 clients per round' in text  # the overrides took effect
 
@@ -127,11 +128,14 @@ def test_tensorboard_events_hold_each_rounds_row(first):
     scalars = _scalars(_block(out, config))
     for row in _rounds(out, config):
       step = int(row['round'])
-      for tag in ('acc_g', 'clip_norm', 'acc_l_p'):
+      for tag in ('acc_g', 'clip_norm', 'acc_l_np'):
         np.testing.assert_allclose(scalars[(tag, step)], float(row[tag]),
                                    rtol=1e-5)
-    # The opt-out group's infinite epsilon is not released.
-    assert not any(tag == 'epsilon_opt_out' for tag, _ in scalars)
+    # The opt-out group's infinite epsilon is not released, nor are
+    # statistics of private clients.
+    tags = {tag for tag, _ in scalars}
+    assert not tags & {'epsilon_opt_out', 'acc_l_p', 'train_loss',
+                       'num_clients', 'count_private_eps3.6', 'count_all_private'}
   assert ('epsilon_private_eps3.6', 2) in _scalars(_block(out, 'fedhdp_r0.5'))
 
 

@@ -20,7 +20,9 @@ from tff_hdp import accounting
 from tff_hdp import checkpointing
 from tff_hdp import cohort
 from tff_hdp import ditto
+from tff_hdp import dp_randomness
 from tff_hdp import fedhdp
+from tff_hdp import release_policy
 from tff_hdp import training_loop
 from tff_hdp.privacy_groups import GroupAssignment
 from tff_hdp.privacy_groups import PrivacyGroup
@@ -60,6 +62,34 @@ class Settings:
   # > 1: simulate up to this many clients per TFF client (tff_hdp.cohort),
   # the same rounds for a fraction of TFF's per-client overhead.
   cohort_size: int = 0
+  # Each of these voids part of the privacy promise; a run that sets one
+  # says so in its header and summary (`privacy_warnings`).
+  release_unprotected_stats: bool = False  # tff_hdp.release_policy
+  unsafe_seeded_dp_randomness: bool = False  # tff_hdp.dp_randomness
+  allow_large_delta: bool = False  # accept delta >= 1 / N_j
+
+
+def privacy_warnings(settings: Settings) -> list[str]:
+  """One line per setting under which the printed epsilon does not cover
+  everything the run releases."""
+  warnings = []
+  if settings.denominator == 'realized':
+    warnings.append(REALIZED_WARNING)
+  if settings.release_unprotected_stats:
+    warnings.append(release_policy.UNPROTECTED_WARNING)
+  if settings.unsafe_seeded_dp_randomness:
+    warnings.append(dp_randomness.UNSAFE_SEEDED_WARNING)
+  if settings.allow_large_delta:
+    warnings.append(
+        'WARNING: --unsafe_allow_large_delta: a private group may have delta '
+        '>= 1/N_j, which allows releasing some client\'s data outright.')
+  return warnings
+
+
+REALIZED_WARNING = (
+    'NOTE: --denominator=realized divides private groups\' sums by their '
+    'noise-free realized counts, which no accountant covers: no epsilon is '
+    'reported ("not accounted").')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +226,12 @@ def run_configuration(task: FederatedTask, config: Configuration,
       'ditto': dataclasses.asdict(settings.ditto) if settings.ditto else None,
       'dropped_clients': task.dropped_clients,
       'rounds': settings.rounds,
+      'sampling': 'fixed' if fixed else 'poisson',
       'sampling_rate': settings.sampling.rate,
+      'denominator': settings.denominator,
+      'adjacency': 'replace one client' if fixed else 'add or remove one client',
+      'privacy_accounted': plan.accounted,
+      'privacy_warnings': privacy_warnings(settings),
       'groups': [{
           'name': g.name,
           'clients': int(n),
@@ -204,11 +239,12 @@ def run_configuration(task: FederatedTask, config: Configuration,
           'delta': g.delta,
           'ratio': g.ratio,
           'noise_multiplier': z,
-          'epsilon_spent': result.epsilons[g.name],
+          'epsilon_spent': (result.epsilons[g.name] if plan.accounted
+                            else None),
       } for g, n, z in zip(assignment.groups, assignment.group_sizes(),
                            plan.noise_multipliers)],
       'clip_count_stddev': plan.clip_count_stddev,
-      'metrics': result.final_metrics,
+      'metrics': metrics,
       'seconds': result.seconds,
   }
   if run_dir:

@@ -141,9 +141,14 @@ def opt_out_gain_claims(preset: str, preset_dir: str) -> list[Claim]:
       if s['algorithm'] != 'fedhdp':
         continue
       m = s['metrics']
+      name = f'{preset}/{block}: {_label(s)} opt-out gain, Acc_g,np > Acc_g,p'
+      if m.get('acc_g_p') is None:
+        claims.append(Claim(
+            name, False, 'Acc_g,p was withheld: re-run with '
+            '--release_unprotected_stats to check this claim'))
+        continue
       claims.append(Claim(
-          f'{preset}/{block}: {_label(s)} opt-out gain, Acc_g,np > Acc_g,p',
-          m['acc_g_np'] > m['acc_g_p'],
+          name, m['acc_g_np'] > m['acc_g_p'],
           f"Acc_g,np {m['acc_g_np']:.2f} vs Acc_g,p {m['acc_g_p']:.2f}"))
   return claims
 

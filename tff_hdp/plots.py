@@ -156,9 +156,9 @@ def sweep_plots(run_dirs: Mapping[str, str], out_dir: str,
                 prefix: str = '', title: str | None = None) -> list[str]:
   """The three figures of one sweep block; returns the files written."""
   summaries = [read_summary(d) for d in run_dirs.values()]
-  metrics = ['acc_g', 'acc_g_p', 'acc_g_np']
-  if any(s['metrics'].get('acc_l_p') is not None for s in summaries):
-    metrics += ['acc_l_p', 'acc_l_np']
+  # Metrics of private clients are withheld by default: plot what is there.
+  metrics = [m for m in ('acc_g', 'acc_g_p', 'acc_g_np', 'acc_l_p', 'acc_l_np')
+             if any(s['metrics'].get(m) is not None for s in summaries)]
   paths = [os.path.join(out_dir, f'{prefix}{name}.png') for name in
            ('accuracy_vs_rounds', 'epsilon_vs_rounds', 'accuracy_vs_r')]
   accuracy_vs_rounds(run_dirs, paths[0], title=title)

@@ -11,7 +11,6 @@ Var[accuracy in %] / 100. The per-round CSVs and summaries keep Var in %^2.
 from __future__ import annotations
 
 import csv
-import math
 import os
 from typing import Callable, Sequence
 
@@ -28,6 +27,20 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
 VARIANCE_NOTE = ('In parentheses: variance across clients of their accuracy, '
                  "in the papers' scale, Var[accuracy in %] / 100 "
                  '(= 100 x Var[accuracy as a fraction]).')
+
+
+WITHHELD_NOTE = (
+    "'-' under Acc_g,p, Acc_l,p and the Delta columns: statistics of private "
+    'clients that the printed epsilon does not cover are withheld '
+    '(--release_unprotected_stats shows them, without privacy).')
+EPSILON_NOTE = ('eps spent (target) per group: epsilon spent at the group\'s '
+                'delta over the run, its target in parentheses.')
+
+
+def table_notes(release_unprotected: bool) -> list[str]:
+  """What the results table's cells mean, printed above it."""
+  return [VARIANCE_NOTE, EPSILON_NOTE] + (
+      [] if release_unprotected else [WITHHELD_NOTE])
 
 
 def write_table(output_dir: str, header, rows, stem: str = 'results',
@@ -49,9 +62,20 @@ def _acc(mean, var=None, var_scale: float = 1.0) -> str:
           f'{mean:.2f} ({var * var_scale:.3g})')
 
 
-def _eps(value) -> str:
-  return 'none (opt-out)' if value is None or not math.isfinite(value) else (
-      f'{value:.3g}')
+def _eps(summary: dict, group: dict) -> str:
+  """A group's epsilon cell: the spend, or why there is none."""
+  if group['target_epsilon'] is None:
+    return 'none (opt-out)' if group['name'] == 'opt_out' else 'not private'
+  if not summary.get('privacy_accounted', True):
+    return 'not accounted (realized denominator)'
+  value = group['epsilon_spent']
+  return f'{value:.3g} ({group["target_epsilon"]:g})'
+
+
+def _accounting(summary: dict) -> str:
+  """How the run was sampled and its private means divided."""
+  return (f"{summary.get('sampling', 'poisson')}, "
+          f"{summary.get('denominator', 'expected')}")
 
 
 _PERCENT_METRICS = ('accuracy', 'sign_accuracy')
@@ -102,17 +126,15 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
   header += ['Acc_g', 'Acc_g,p', 'Acc_g,np', 'Delta_g']
   if personalized:
     header += ['Acc_l,p', 'Acc_l,np', 'Delta_l']
-  header += ['eps spent (target) per group', 'seconds']
+  header += ['eps spent (target) per group', 'sampling, denominator',
+             'seconds']
   if published:
     header += ['published Acc_g']
   rows = []
   for s in summaries:
     m = s['metrics']
     scale = 0.01 if s.get('metric', 'accuracy') in _PERCENT_METRICS else 1.0
-    eps = ', '.join(
-        f"{g['name']}: {_eps(g['epsilon_spent'])}" +
-        (f" ({g['target_epsilon']:g})" if g['target_epsilon'] else '')
-        for g in s['groups'])
+    eps = ', '.join(f"{g['name']}: {_eps(s, g)}" for g in s['groups'])
     row = ([PAPER_NAMES.get(s['algorithm'], s['algorithm']),
             _hyperparameters(s)] if paper_layout else [s['configuration']])
     row += [
@@ -125,7 +147,7 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
       row += [_acc(m.get('acc_l_p'), m.get('var_l_p'), scale),
               _acc(m.get('acc_l_np'), m.get('var_l_np'), scale),
               _acc(m.get('delta_l'))]
-    row += [eps, f"{s['seconds']:.0f}"]
+    row += [eps, _accounting(s), f"{s['seconds']:.0f}"]
     if published:
       row.append(_published(published(s)))
     rows.append(row)

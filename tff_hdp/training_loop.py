@@ -1,13 +1,16 @@
 """Runs a learning process round by round: sampling, budget, metrics, files.
 
-Client sampling is drawn from `(seed, round)` alone, so every algorithm of a
-comparison sees the same clients in the same rounds and a round can be
-re-drawn without replaying the ones before it. Before each round the ledger is
-asked whether it would push any private group past its target; such a round is
-refused. Every round appends one CSV row (flushed), so the file a person reads
-is complete up to the last finished round. With a checkpoint, a re-run resumes
-after the last saved round and first drops the CSV rows written after it, so
-every round appears exactly once.
+Client sampling is drawn from `(sampling seed, round)` alone, so a round can
+be re-drawn without replaying the ones before it; the sampling seed is the
+run's secret (`tff_hdp.dp_randomness`), because the accountant's amplification
+by subsampling assumes nobody knows who took part. Before each round the
+ledger is asked whether it would push any private group past its target; such
+a round is refused. Every round appends one CSV row (flushed), so the file a
+person reads is complete up to the last finished round; its columns, and what
+the release managers get, are those the printed epsilon covers
+(`tff_hdp.release_policy`). With a checkpoint, a re-run resumes after the last
+saved round and first drops the CSV rows written after it, so every round
+appears exactly once.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from tff_hdp import client_work
 from tff_hdp import cohort
 from tff_hdp import ditto
 from tff_hdp import evaluation
+from tff_hdp import release_policy
 from tff_hdp.fedhdp import PrivacyPlan
 from tff_hdp.privacy_groups import GroupAssignment
 
@@ -165,10 +169,11 @@ def _fmt(value):
   return value
 
 
-def _releasable(row: dict) -> dict[str, float]:
-  """A row's finite numbers; blanks and opt-out groups' inf epsilon stay out."""
-  return {k: float(v) for k, v in row.items()
-          if k != 'round' and v is not None and math.isfinite(v)}
+def _releasable(row: dict, columns: Sequence[str]) -> dict[str, float]:
+  """A row's finite numbers in `columns`; blanks and opt-out groups' inf
+  epsilon stay out."""
+  return {k: float(row[k]) for k in columns
+          if k != 'round' and row[k] is not None and math.isfinite(row[k])}
 
 
 def run(task: FederatedTask,
@@ -207,6 +212,10 @@ def run(task: FederatedTask,
   With `cohort_size` > 1, `process` is a cohort process
   (`cohort.build_cohort_fedhdp`) and each round's clients reach it packed in
   cohorts of at most `cohort_size` (the same clients, data order and groups).
+  `rounds.csv` and the release managers get only the statistics the printed
+  epsilon covers (`release_policy.withheld_columns`), all of them with
+  `release_unprotected`; in a run whose plan is not `accounted` the epsilon
+  columns stay blank. `RunResult.rows` holds everything measured.
   """
   groups = plan.assignment.groups
   client_ids = task.client_ids
@@ -214,7 +223,9 @@ def run(task: FederatedTask,
       c: client_choices.groups[client_choices.group_of(c)].is_private
       for c in client_ids
   }
-  columns = _columns(groups)
+  withheld = (() if release_unprotected else release_policy.withheld_columns(
+      groups, plan.adaptive_clipping))
+  columns = [c for c in _columns(groups) if c not in withheld]
   state = process.initialize()
   done = 0
   if checkpoint is not None:
@@ -278,8 +289,9 @@ def run(task: FederatedTask,
           row[f'count_{g.name}'] = int(agg['group_client_counts'][j])
           row[f'weight_{g.name}'] = float(agg['group_weights'][j])
           row[f'noise_std_{g.name}'] = float(agg['group_noise_stddev'][j])
-      for j, g in enumerate(groups):
-        row[f'epsilon_{g.name}'] = plan.ledger.epsilon(j, round_num)
+      if plan.accounted:
+        for j, g in enumerate(groups):
+          row[f'epsilon_{g.name}'] = plan.ledger.epsilon(j, round_num)
       if round_num % eval_every == 0 or round_num == plan.rounds:
         metrics = _evaluate(task, process.get_model_weights(state),
                             private_flags, personalization)
@@ -287,10 +299,11 @@ def run(task: FederatedTask,
         bar.set_postfix(acc_g=f"{metrics['acc_g']:.2f}")
       rows.append(row)
       if writer:
-        writer.writerow({k: _fmt(v) for k, v in row.items()})
+        writer.writerow({k: _fmt(row[k]) for k in columns})
         csv_file.flush()
       for manager in release_managers:
-        asyncio.run(manager.release(_releasable(row), key=round_num))
+        asyncio.run(manager.release(_releasable(row, columns),
+                                    key=round_num))
       if on_round is not None:
         on_round(round_num, process.get_model_weights(state))
       if checkpoint is not None and (round_num % checkpoint_every == 0 or
