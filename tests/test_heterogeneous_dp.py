@@ -179,3 +179,71 @@ def test_bad_configurations_are_refused():
   with pytest.raises(TypeError, match='one-hot privacy-group'):
     HeterogeneousDPFactory([0.0], [1.0], [None], 1.0).create(
         VEC, tff.TensorType(np.float32))
+
+
+class _CountingSumFactory(tff.aggregators.UnweightedAggregationFactory):
+  """An inner sum that also counts its calls in its state and reports the
+  number of contributions it summed: a stand-in for secure aggregation."""
+
+  def create(self, value_type):
+    inner = tff.aggregators.SumFactory().create(value_type)
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_value(np.int32(0), tff.SERVER)
+
+    @tff.tensorflow.computation(np.int32)
+    def plus_one(calls):
+      return calls + 1
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(calls, value):
+      summed = inner.next(inner.initialize(), value)
+      return tff.templates.MeasuredProcessOutput(
+          tff.federated_map(plus_one, calls), summed.result,
+          tff.federated_sum(tff.federated_value(np.int32(1), tff.CLIENTS)))
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def test_type_signatures_hold_the_inner_sum():
+  factory = HeterogeneousDPFactory([1.0, 0.0], [0.5, 1.0], [3.0, None],
+                                   initial_clip_norm=1.0,
+                                   clip_count_stddev=1.0,
+                                   value_sum_factory=_CountingSumFactory())
+  process = factory.create(VEC, tff.TensorType(np.float32, [2]))
+  state = process.initialize.type_signature.result
+  assert state.placement == tff.SERVER
+  assert tff.structure.name_list(state.member) == [
+      'clip_norm', 'round_num', 'seed', 'value_sum']
+  assert state.member['value_sum'] == tff.TensorType(np.int32)
+  next_type = process.next.type_signature
+  assert next_type.result.result == tff.FederatedType(VEC, tff.SERVER)
+  assert 'value_sum' in tff.structure.name_list(
+      next_type.result.measurements.member)
+  with pytest.raises(TypeError, match='one-hot privacy-group vector'):
+    factory.create(VEC, tff.TensorType(np.float32, [3]))
+
+
+def test_another_inner_sum_factory_composes_and_changes_nothing():
+  rng = np.random.default_rng(5)
+  values = [rng.normal(size=4).astype(np.float32) for _ in range(5)]
+  weights = [_one_hot(i % 2) for i in range(5)]
+  args = dict(noise_multipliers=[1.0, 0.0], ratios=[0.5, 1.0],
+              expected_group_sizes=[3.0, None], initial_clip_norm=1.0,
+              clip_count_stddev=1.0, expected_clients_per_round=5.0, seed=3)
+  default = HeterogeneousDPFactory(**args).create(
+      VEC, tff.TensorType(np.float32, [2]))
+  counting = HeterogeneousDPFactory(
+      **args, value_sum_factory=_CountingSumFactory()).create(
+          VEC, tff.TensorType(np.float32, [2]))
+  a, b = default.initialize(), counting.initialize()
+  for round_num in range(1, 3):
+    a_out = default.next(a, values, weights)
+    b_out = counting.next(b, values, weights)
+    a, b = a_out.state, b_out.state
+    np.testing.assert_array_equal(a_out.result, b_out.result)
+    assert float(a['clip_norm']) == float(b['clip_norm'])
+    assert int(b['value_sum']) == round_num
+    assert int(b_out.measurements['value_sum']) == 5

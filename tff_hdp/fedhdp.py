@@ -132,16 +132,7 @@ def build_aggregator(plan: PrivacyPlan, clip: ClipSettings, seed: int,
   cohorts' stacked updates (`tff_hdp.cohort`), the same mechanism."""
   factory = (heterogeneous_dp.CohortHeterogeneousDPFactory if cohort else
              heterogeneous_dp.HeterogeneousDPFactory)
-  return factory(
-      noise_multipliers=plan.noise_multipliers,
-      ratios=[g.ratio for g in plan.assignment.groups],
-      expected_group_sizes=plan.expected_group_sizes,
-      initial_clip_norm=clip.initial_norm,
-      target_unclipped_quantile=clip.target_quantile,
-      clip_learning_rate=clip.learning_rate,
-      clip_count_stddev=plan.clip_count_stddev,
-      expected_clients_per_round=plan.expected_clients_per_round,
-      seed=seed)
+  return factory.from_plan(plan, clip, seed)
 
 
 def build_fedhdp(

@@ -89,6 +89,12 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
   With all noise multipliers 0 and realized denominators this is clipped
   FedAvg; with one group and a fixed denominator it is TFF's DP-FedAvg with
   adaptive clipping.
+
+  The clients' clipped contributions (group sums, counts, clip bits) are
+  summed by an inner `value_sum_factory` (`tff.aggregators.SumFactory` by
+  default), as TFF's own factories do, so secure aggregation can be composed
+  underneath; the DP noise is added to its result at the server, so the inner
+  sum must be exact (or keep each client's contribution within the clip).
   """
 
   def __init__(self,
@@ -100,7 +106,27 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
                clip_learning_rate: float = 0.2,
                clip_count_stddev: float = 0.0,
                expected_clients_per_round: float | None = None,
-               seed: int = 0):
+               seed: int = 0,
+               value_sum_factory: (tff.aggregators.UnweightedAggregationFactory
+                                   | None) = None):
+    """Args:
+      noise_multipliers: z_j per group (0 for a non-private group).
+      ratios: r_j per group, the weight multiplier of its mean.
+      expected_group_sizes: D_j = q N_j per group for a fixed denominator, or
+        None for the group's realized count.
+      initial_clip_norm: S at the first round.
+      target_unclipped_quantile: kappa.
+      clip_learning_rate: eta_b; 0 fixes the clip norm.
+      clip_count_stddev: z_b, the noise std on the centred clip count.
+      expected_clients_per_round: the clip fraction's fixed denominator, or
+        None for the realized number of clients.
+      seed: the DP noise's seed; secret in a real run
+        (`tff_hdp.dp_randomness`).
+      value_sum_factory: the inner sum of the clients' contributions.
+
+    Raises:
+      ValueError: if the settings are inconsistent or out of range.
+    """
     _validate(noise_multipliers, ratios, expected_group_sizes,
               initial_clip_norm, target_unclipped_quantile,
               clip_learning_rate, clip_count_stddev,
@@ -116,6 +142,37 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     self._z_b = float(clip_count_stddev)
     self._clip_denominator = expected_clients_per_round
     self._seed = int(seed)
+    self._value_sum_factory = (tff.aggregators.SumFactory()
+                               if value_sum_factory is None else
+                               value_sum_factory)
+
+  @classmethod
+  def from_plan(cls, plan, clip, seed: int,
+                value_sum_factory: (tff.aggregators.UnweightedAggregationFactory
+                                    | None) = None) -> HeterogeneousDPFactory:
+    """The factory a FedHDP privacy plan calibrated.
+
+    Args:
+      plan: a `tff_hdp.fedhdp.PrivacyPlan` (noise multipliers, groups and
+        their ratios, denominators, clip-count noise).
+      clip: the `fedhdp.ClipSettings` the plan was made for.
+      seed: the DP noise's seed (the run's secret).
+      value_sum_factory: the inner sum (default `tff.aggregators.SumFactory`).
+
+    Returns:
+      The factory of this class for that plan.
+    """
+    return cls(
+        noise_multipliers=plan.noise_multipliers,
+        ratios=[g.ratio for g in plan.assignment.groups],
+        expected_group_sizes=plan.expected_group_sizes,
+        initial_clip_norm=clip.initial_norm,
+        target_unclipped_quantile=clip.target_quantile,
+        clip_learning_rate=clip.learning_rate,
+        clip_count_stddev=plan.clip_count_stddev,
+        expected_clients_per_round=plan.expected_clients_per_round,
+        seed=seed,
+        value_sum_factory=value_sum_factory)
 
   @property
   def num_groups(self) -> int:
@@ -147,7 +204,23 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     return collections.OrderedDict(
         group_sums=stacked, counts=one_hot, centred_bits=centred_bit)
 
-  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+  def create(self, value_type: tff.types.Type,
+             weight_type: tff.types.Type) -> tff.templates.AggregationProcess:
+    """The aggregation process for client updates of `value_type`.
+
+    Args:
+      value_type: the TFF type of a client's update.
+      weight_type: float32[l], the one-hot group vector (cohorts: [None, l]).
+
+    Returns:
+      A `tff.templates.AggregationProcess` whose state holds the clip norm,
+      round, noise seed and the inner sum's state, and whose measurements are
+      the clip norm, counts, weights, noise std, the clipped-fraction
+      estimate and the inner sum's measurements.
+
+    Raises:
+      TypeError: if `weight_type` is not the group vector.
+    """
     value_type = tff.types.to_type(value_type)
     weight_type = tff.types.to_type(weight_type)
     expected_weight = self._expected_weight_type()
@@ -174,6 +247,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
       return self._contribution(value, one_hot, clip_norm)
 
     contribution_type = client_contribution.type_signature.result
+    value_sum = self._value_sum_factory.create(contribution_type)
 
     @tff.tensorflow.computation(state_type, contribution_type)
     def server_update(state, totals):
@@ -221,9 +295,16 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
           fraction_clipped_estimate=1.0 - unclipped)
       return new_state, result, measurements
 
+    def with_value_sum(own, inner):
+      """The process state: this factory's fields and the inner sum's."""
+      return tff.federated_zip(collections.OrderedDict(
+          [(k, own[k]) for k in tff.structure.name_list(state_type)] +
+          [('value_sum', inner)]))
+
     @tff.federated_computation()
     def init_fn():
-      return tff.federated_eval(initial_state, tff.SERVER)
+      return with_value_sum(tff.federated_eval(initial_state, tff.SERVER),
+                            value_sum.initialize())
 
     @tff.federated_computation(
         init_fn.type_signature.result,
@@ -233,11 +314,18 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
       clip_at_clients = tff.federated_broadcast(state['clip_norm'])
       contributions = tff.federated_map(client_contribution,
                                         (value, weight, clip_at_clients))
-      totals = tff.federated_sum(contributions)
-      new_state, result, measurements = tff.federated_map(
-          server_update, (state, totals))
-      return tff.templates.MeasuredProcessOutput(new_state, result,
-                                                 measurements)
+      summed = value_sum.next(state['value_sum'], contributions)
+      own = tff.federated_zip(
+          collections.OrderedDict([(k, state[k]) for k in
+                                   tff.structure.name_list(state_type)]))
+      new_own, result, measurements = tff.federated_map(
+          server_update, (own, summed.result))
+      measurements = tff.federated_zip(collections.OrderedDict(
+          [(k, measurements[k]) for k in tff.structure.name_list(
+              server_update.type_signature.result[2])] +
+          [('value_sum', summed.measurements)]))
+      return tff.templates.MeasuredProcessOutput(
+          with_value_sum(new_own, summed.state), result, measurements)
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
 
