@@ -277,8 +277,15 @@ def load_task():
     raise InputError(f'--task={_TASK.value}: {e}') from None
 
 
+def _print_privacy_warnings() -> None:
+  """The untrusted and cross-silo runs' header lines (`release_policy`)."""
+  from tff_hdp import release_policy  # pylint: disable=g-import-not-at-top
+  for line in release_policy.privacy_warnings(
+      seeded=_UNSAFE_SEEDED.value, large_delta=_UNSAFE_LARGE_DELTA.value):
+    print(line)
+
+
 def _run_untrusted() -> None:
-  from tff_hdp import dp_randomness  # pylint: disable=g-import-not-at-top
   from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
   from tff_hdp import untrusted_experiment  # pylint: disable=g-import-not-at-top
   task = load_task()
@@ -292,8 +299,7 @@ def _run_untrusted() -> None:
       eval_every=_EVAL_EVERY.value,
       unsafe_seeded_dp_randomness=_UNSAFE_SEEDED.value,
       allow_large_delta=_UNSAFE_LARGE_DELTA.value)
-  if _UNSAFE_SEEDED.value:
-    print(dp_randomness.UNSAFE_SEEDED_WARNING)
+  _print_privacy_warnings()
   rows = []
   try:
     for rule in _ALGORITHMS.value:
@@ -314,7 +320,6 @@ def _run_untrusted() -> None:
 
 def _run_cross_silo() -> None:
   from tff_hdp import cross_silo_experiment as cse  # pylint: disable=g-import-not-at-top
-  from tff_hdp import dp_randomness  # pylint: disable=g-import-not-at-top
   from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
   from tff_hdp import plots  # pylint: disable=g-import-not-at-top
   from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
@@ -336,8 +341,7 @@ def _run_cross_silo() -> None:
       eval_every=_EVAL_EVERY.value, checkpoint_every=_CHECKPOINT_EVERY.value,
       unsafe_seeded_dp_randomness=_UNSAFE_SEEDED.value,
       allow_large_delta=_UNSAFE_LARGE_DELTA.value)
-  if _UNSAFE_SEEDED.value:
-    print(dp_randomness.UNSAFE_SEEDED_WARNING)
+  _print_privacy_warnings()
   rows, curves = [], {}
   try:
     for method in _ALGORITHMS.value:

@@ -120,7 +120,7 @@ def test_realized_denominators_report_no_epsilon(task, tmp_path):
   assert summary['groups'][0]['epsilon_spent'] is None
   assert all(r['epsilon_p'] == '' for r in rows)
   assert 'epsilon_p' not in tags
-  assert summary['privacy_warnings'] == [experiment.REALIZED_WARNING]
+  assert summary['privacy_warnings'] == [release_policy.REALIZED_WARNING]
   _, table = reporting.results_table([summary])
   assert 'p: not accounted (realized denominator)' in table[0][-3]
   assert table[0][-2] == 'poisson, realized'

@@ -32,6 +32,7 @@ from tff_hdp import ditto
 from tff_hdp import dp_randomness
 from tff_hdp import dp_sgd
 from tff_hdp import evaluation
+from tff_hdp import release_policy
 from tff_hdp import training_loop
 from tff_hdp.federated_task import FederatedTask
 
@@ -304,13 +305,9 @@ def run_method(task: FederatedTask, method_name: str,
                                            silos)
   # Each silo's DP-SGD noise, example sampling and private selections follow
   # its own seed, derived from the run's secret (kept in the checkpoint).
-  if settings.unsafe_seeded_dp_randomness:
-    silo_seeds = [settings.seed * 100003 + i for i in range(len(silos))]
-  else:
-    secret = (checkpoint.dp_secret(dp_randomness.fresh_secret)
-              if checkpoint is not None else dp_randomness.fresh_secret())
-    silo_seeds = [dp_randomness.client_secret(secret, i)
-                  for i in range(len(silos))]
+  silo_seeds = dp_randomness.client_seeds(
+      settings.seed, settings.unsafe_seeded_dp_randomness, len(silos),
+      checkpoint)
   epsilons = settings.silo_epsilons(len(silos))
   weights = [float(p.num_examples) if settings.weighted else 1.0
              for p in plans]
@@ -376,8 +373,9 @@ def run_method(task: FederatedTask, method_name: str,
       'metric_name': task.metric,
       'metric': metric,
       'settings': dataclasses.asdict(settings),
-      'privacy_warnings': ([dp_randomness.UNSAFE_SEEDED_WARNING]
-                           if settings.unsafe_seeded_dp_randomness else []),
+      'privacy_warnings': release_policy.privacy_warnings(
+          seeded=settings.unsafe_seeded_dp_randomness,
+          large_delta=settings.allow_large_delta),
       'silos': [{
           'silo': str(c),
           'examples': p.num_examples,

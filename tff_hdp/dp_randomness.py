@@ -32,7 +32,26 @@ def fresh_secret() -> int:
   return secrets.randbits(63)
 
 
-def client_secret(run_secret: int, client_index: int) -> int:
-  """A client's own secret seed (e.g. its DP-SGD noise), from the run's."""
-  return int(np.random.default_rng([run_secret, client_index, 0xD5]).integers(
-      2**62))
+def run_seed(seed: int, seeded: bool, checkpoint=None) -> int:
+  """The seed of a run's DP noise and sampling.
+
+  `seed` itself when `seeded` (unsafe); otherwise the secret a
+  `checkpointing.RunCheckpoint` keeps (a fresh one on a new run), or a fresh
+  secret when the run keeps no checkpoint.
+  """
+  if seeded:
+    return seed
+  if checkpoint is not None:
+    return checkpoint.dp_secret(fresh_secret)
+  return fresh_secret()
+
+
+def client_seeds(seed: int, seeded: bool, num_clients: int,
+                 checkpoint=None) -> list[int]:
+  """Each DP-SGD client's own seed (its noise, example sampling, private
+  selections): from the run's secret, or from `seed` when `seeded`."""
+  if seeded:
+    return [seed * 100003 + i for i in range(num_clients)]
+  secret = run_seed(seed, False, checkpoint)
+  return [int(np.random.default_rng([secret, i, 0xD5]).integers(2**62))
+          for i in range(num_clients)]

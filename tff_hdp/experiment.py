@@ -70,26 +70,12 @@ class Settings:
 
 
 def privacy_warnings(settings: Settings) -> list[str]:
-  """One line per setting under which the printed epsilon does not cover
-  everything the run releases."""
-  warnings = []
-  if settings.denominator == 'realized':
-    warnings.append(REALIZED_WARNING)
-  if settings.release_unprotected_stats:
-    warnings.append(release_policy.UNPROTECTED_WARNING)
-  if settings.unsafe_seeded_dp_randomness:
-    warnings.append(dp_randomness.UNSAFE_SEEDED_WARNING)
-  if settings.allow_large_delta:
-    warnings.append(
-        'WARNING: --unsafe_allow_large_delta: a private group may have delta '
-        '>= 1/N_j, which allows releasing some client\'s data outright.')
-  return warnings
-
-
-REALIZED_WARNING = (
-    'NOTE: --denominator=realized divides private groups\' sums by their '
-    'noise-free realized counts, which no accountant covers: no epsilon is '
-    'reported ("not accounted").')
+  """The lines a run with these settings announces (`release_policy`)."""
+  return release_policy.privacy_warnings(
+      realized=settings.denominator == 'realized',
+      unprotected=settings.release_unprotected_stats,
+      seeded=settings.unsafe_seeded_dp_randomness,
+      large_delta=settings.allow_large_delta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,12 +157,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
     checkpoint = checkpointing.RunCheckpoint(
         os.path.join(run_dir, 'checkpoints'),
         _run_key(task, config, choices, settings))
-  if settings.unsafe_seeded_dp_randomness:
-    secret = settings.seed
-  elif checkpoint is not None:
-    secret = checkpoint.dp_secret(dp_randomness.fresh_secret)
-  else:
-    secret = dp_randomness.fresh_secret()
+  secret = dp_randomness.run_seed(
+      settings.seed, settings.unsafe_seeded_dp_randomness, checkpoint)
   cohorts = settings.cohort_size > 1
   aggregator = fedhdp.build_aggregator(plan, settings.clip, secret,
                                        cohort=cohorts)

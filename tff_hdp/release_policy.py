@@ -23,8 +23,16 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from tff_hdp import dp_randomness
 from tff_hdp.privacy_groups import PrivacyGroup
 
+REALIZED_WARNING = (
+    'NOTE: --denominator=realized divides private groups\' sums by their '
+    'noise-free realized counts, which no accountant covers: no epsilon is '
+    'reported ("not accounted").')
+LARGE_DELTA_WARNING = (
+    'WARNING: --unsafe_allow_large_delta: a group or client may have delta '
+    '>= 1/N, which allows releasing someone\'s data outright.')
 UNPROTECTED_WARNING = (
     'WARNING: --release_unprotected_stats: rounds.csv, TensorBoard and '
     'summary.json include statistics of private clients (realized counts, '
@@ -35,6 +43,18 @@ UNPROTECTED_WARNING = (
 # level: exact averages over them, withheld by default.
 PRIVATE_CLIENT_METRICS = ('acc_g_p', 'var_g_p', 'delta_g', 'acc_l_p',
                           'var_l_p', 'delta_l')
+
+
+def privacy_warnings(realized: bool = False, unprotected: bool = False,
+                     seeded: bool = False,
+                     large_delta: bool = False) -> list[str]:
+  """One line per setting of a run (any setting: trusted, untrusted,
+  cross-silo) under which the printed epsilon does not cover everything it
+  releases; runs print them in their header and record them in summaries."""
+  return [line for on, line in (
+      (realized, REALIZED_WARNING), (unprotected, UNPROTECTED_WARNING),
+      (seeded, dp_randomness.UNSAFE_SEEDED_WARNING),
+      (large_delta, LARGE_DELTA_WARNING)) if on]
 
 
 def withheld_columns(groups: Sequence[PrivacyGroup],

@@ -22,6 +22,7 @@ from tff_hdp import dp_randomness
 from tff_hdp import dp_sgd
 from tff_hdp import evaluation
 from tff_hdp import heterogeneity
+from tff_hdp import release_policy
 from tff_hdp import training_loop
 from tff_hdp import untrusted_server
 from tff_hdp.federated_task import FederatedTask
@@ -78,11 +79,8 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
   # Each client's DP-SGD noise and example sampling follow its own seed,
   # secret unless the run is explicitly seeded (in memory only: these runs
   # are not resumable).
-  if settings.unsafe_seeded_dp_randomness:
-    client_seeds = [settings.seed * 100003 + i for i in range(n)]
-  else:
-    secret = dp_randomness.fresh_secret()
-    client_seeds = [dp_randomness.client_secret(secret, i) for i in range(n)]
+  client_seeds = dp_randomness.client_seeds(
+      settings.seed, settings.unsafe_seeded_dp_randomness, n)
   everyone_private = {c: True for c in clients}
   run_dir = os.path.join(output_dir, rule) if output_dir else None
   writer = None
@@ -117,8 +115,9 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
       'rounds': settings.rounds,
       'epsilon_distribution': settings.epsilon_distribution,
       'settings': dataclasses.asdict(settings),
-      'privacy_warnings': ([dp_randomness.UNSAFE_SEEDED_WARNING]
-                           if settings.unsafe_seeded_dp_randomness else []),
+      'privacy_warnings': release_policy.privacy_warnings(
+          seeded=settings.unsafe_seeded_dp_randomness,
+          large_delta=settings.allow_large_delta),
       'target_epsilons': [p.epsilon for p in plans],
       'batch_sizes': [int(b) for b in batch_sizes],
       'epsilon_spent_max': max(spent),
