@@ -11,7 +11,7 @@ task, fraction of clients per round, rounds, (eps, delta), 5% opt-out, the
 grid of r and of the Ditto lambda (lambda_p = lambda_np). It only sets
 run_experiment.py's flags, and the configurations are built and trained by
 the same code as there (`run_experiment.learning_setup`,
-`experiment.run_configuration`): same seed, same opt-out clients for every
+`trusted_setting.run_configuration`): same seed, same opt-out clients for every
 configuration. Any of those flags given on the command line wins over the
 preset (e.g. --rounds, --num_clients, --clients_per_round, --r, --client_lr);
 clients per round follow --num_clients at the preset's fraction. Smaller runs
@@ -40,8 +40,8 @@ from absl import flags
 import tff_hdp  # noqa: F401  (quiets TF and imports it before app.run)
 
 import run_experiment
-from tff_hdp.presets import PAPER_PRESETS
-from tff_hdp.presets import PRESETS
+from cli.presets import PAPER_PRESETS
+from cli.presets import PRESETS
 
 FLAGS = flags.FLAGS
 
@@ -116,9 +116,9 @@ def _run_or_skip(label, task, config, choices, settings, block_dir):
   """A finished configuration's summary, training it first if need be."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   import tqdm  # pylint: disable=g-import-not-at-top
-  from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
   try:
-    summary = experiment.completed_summary(task, config, choices, settings,
+    summary = trusted_setting.completed_summary(task, config, choices, settings,
                                            block_dir)
     if summary is not None:
       tqdm.tqdm.write(f'{label}: finished earlier, skipped (summary.json)')
@@ -127,10 +127,10 @@ def _run_or_skip(label, task, config, choices, settings, block_dir):
     if _TENSORBOARD.value:
       managers.append(tff.program.TensorBoardReleaseManager(
           os.path.join(block_dir, config.name, 'tensorboard')))
-    summary, _ = experiment.run_configuration(
+    summary, _ = trusted_setting.run_configuration(
         task, config, choices, settings, block_dir, release_managers=managers)
     return summary
-  except experiment.RUN_ERRORS as e:
+  except trusted_setting.RUN_ERRORS as e:
     raise run_experiment.InputError(f'{label}: {e}') from None
 
 
@@ -141,10 +141,10 @@ def _run_preset(name: str, output_dir: str,
   `lambdas` are the Ditto blocks (None: the preset's; []: no Ditto).
   """
   import tqdm  # pylint: disable=g-import-not-at-top
-  from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
-  from tff_hdp import plots  # pylint: disable=g-import-not-at-top
-  from tff_hdp import published  # pylint: disable=g-import-not-at-top
-  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import plots  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import published  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
   preset = PRESETS[name]
   _apply(preset.flag_values())
   run_experiment.validate_flags()
@@ -160,7 +160,7 @@ def _run_preset(name: str, output_dir: str,
     settings, choices, configs = run_experiment.learning_setup(task)
     blocks.append((_block_name(settings.ditto), settings, choices, configs))
   preset_dir = os.path.join(output_dir, name)
-  warnings = experiment.privacy_warnings(blocks[0][1])
+  warnings = trusted_setting.privacy_warnings(blocks[0][1])
   for line in warnings:
     print(line)
   bar = tqdm.tqdm(total=sum(len(b[3]) for b in blocks),
@@ -179,7 +179,7 @@ def _run_preset(name: str, output_dir: str,
       plots.sweep_plots(run_dirs, os.path.join(preset_dir, 'plots'),
                         prefix=f'{block}_', title=f'{preset.title}, {block}')
   bar.close()
-  header, rows = reporting.results_table(
+  header, rows = tables.results_table(
       summaries, paper_layout=True,
       published=functools.partial(published.summary_acc_g, name))
   caption = (
@@ -188,10 +188,10 @@ def _run_preset(name: str, output_dir: str,
       f'(eps, delta) = ({",".join(FLAGS.epsilons)}, '
       f'{",".join(FLAGS.deltas)}), {FLAGS.opt_out_fraction:.0%} opt out, '
       f'seed {FLAGS.seed}. Published: {preset.published}.\n\n' +
-      '\n'.join(warnings + reporting.table_notes(
+      '\n'.join(warnings + tables.table_notes(
           FLAGS.release_unprotected_stats)))
-  reporting.write_table(preset_dir, header, rows, caption=caption)
-  print(f'\n{caption}\n\n{reporting.markdown_table(header, rows)}\n\n'
+  tables.write_table(preset_dir, header, rows, caption=caption)
+  print(f'\n{caption}\n\n{tables.markdown_table(header, rows)}\n\n'
         f'Table, per-round files and plots: {preset_dir}/')
 
 
@@ -203,7 +203,7 @@ def main(argv: list[str]) -> None:
     lambdas = _lambdas_flag()
     output_dir = (FLAGS.output_dir if FLAGS['output_dir'].present else
                   os.path.join('results', 'reproduce'))
-    from tff_hdp import runtime  # pylint: disable=g-import-not-at-top
+    from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
     runtime.init()
     # Each preset starts from the command line's flags, not the last preset's.
     start = {name: FLAGS[name].value for name in _MANAGED_FLAGS}

@@ -226,7 +226,7 @@ def _setting(algorithm: str) -> str:
 
 
 def _private_levels():
-  from tff_hdp.privacy_groups import PrivacyGroup  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy.privacy_groups import PrivacyGroup  # pylint: disable=g-import-not-at-top
   eps = _floats(_EPSILONS)
   deltas = _floats(_DELTAS)
   if len(deltas) == 1:
@@ -237,9 +237,9 @@ def _private_levels():
 
 
 def _run_point_estimation() -> None:
-  from tasks import point_estimation  # pylint: disable=g-import-not-at-top
-  from tff_hdp import point_estimation_theory as theory  # pylint: disable=g-import-not-at-top
-  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.estimation import point_estimation  # pylint: disable=g-import-not-at-top
+  from tff_hdp.estimation import point_estimation_theory as theory  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
   try:
     setting = theory.PointEstimationSetting(
         _PE_CLIENTS.value, _PE_PRIVATE.value, _PE_SAMPLES.value,
@@ -254,7 +254,7 @@ def _run_point_estimation() -> None:
   rows = [[f'{res.ratio:.4g}' + (' (r*)' if res.ratio == r_star else ''),
            f'{res.empirical_mse:.6g}', f'{res.theoretical_variance:.6g}',
            f'{100 * res.relative_error:.2f}%'] for res in results]
-  table = reporting.markdown_table(header, rows)
+  table = tables.markdown_table(header, rows)
   print(f'\nFederated point estimation, {_TRIALS.value} trials '
         f'(N={setting.num_clients}, N_p={setting.num_private}):\n')
   print(table)
@@ -263,7 +263,7 @@ def _run_point_estimation() -> None:
         f"lambda_p* = {theory.optimal_lambda_private(setting):.4g}, "
         f"lambda_np* = {theory.optimal_lambda_non_private(setting):.4g}")
   os.makedirs(_OUTPUT_DIR.value, exist_ok=True)
-  reporting.write_table(_OUTPUT_DIR.value, header, rows)
+  tables.write_table(_OUTPUT_DIR.value, header, rows)
 
 
 def load_task():
@@ -279,17 +279,17 @@ def load_task():
 
 def _print_privacy_warnings() -> None:
   """The untrusted and cross-silo runs' header lines (`release_policy`)."""
-  from tff_hdp import release_policy  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import release_policy  # pylint: disable=g-import-not-at-top
   for line in release_policy.privacy_warnings(
       seeded=_UNSAFE_SEEDED.value, large_delta=_UNSAFE_LARGE_DELTA.value):
     print(line)
 
 
 def _run_untrusted() -> None:
-  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
-  from tff_hdp import untrusted_experiment  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import untrusted_setting  # pylint: disable=g-import-not-at-top
   task = load_task()
-  settings = untrusted_experiment.UntrustedSettings(
+  settings = untrusted_setting.UntrustedSettings(
       rounds=_ROUNDS.value,
       epsilon_distribution=_EPSILON_DISTRIBUTION.value,
       delta=_floats(_DELTAS)[0],
@@ -303,7 +303,7 @@ def _run_untrusted() -> None:
   rows = []
   try:
     for rule in _ALGORITHMS.value:
-      s = untrusted_experiment.run_rule(task, rule, settings,
+      s = untrusted_setting.run_rule(task, rule, settings,
                                         _OUTPUT_DIR.value)
       rows.append([rule, f"{s['metrics']['acc_g']:.2f}",
                    f"{s['epsilon_spent_min']:.3g} - "
@@ -314,15 +314,15 @@ def _run_untrusted() -> None:
             'seconds']
   print(f'\n{task.name}: {len(task.client_ids)} clients, all in every round, '
         f'{_ROUNDS.value} rounds, eps ~ {_EPSILON_DISTRIBUTION.value}\n')
-  print(reporting.markdown_table(header, rows))
-  reporting.write_table(_OUTPUT_DIR.value, header, rows)
+  print(tables.markdown_table(header, rows))
+  tables.write_table(_OUTPUT_DIR.value, header, rows)
 
 
 def _run_cross_silo() -> None:
-  from tff_hdp import cross_silo_experiment as cse  # pylint: disable=g-import-not-at-top
-  from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
-  from tff_hdp import plots  # pylint: disable=g-import-not-at-top
-  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import cross_silo_setting as cse  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import plots  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
   task = load_task()
   lambdas = _floats(_LAMBDAS)
   rates = _floats(_CLIENT_LRS) if _CLIENT_LRS.value else [_CLIENT_LR.value]
@@ -359,7 +359,7 @@ def _run_cross_silo() -> None:
           f'{low:.3g} - {high:.3g}',
           str(len(result['runs'])),
       ])
-  except experiment.RUN_ERRORS as e:
+  except trusted_setting.RUN_ERRORS as e:
     raise InputError(str(e)) from None
   metric = 'MSE' if task.metric == 'mse' else 'accuracy (%)'
   header = ['Method', 'lambda', 'learning rate', f'{metric}, test-weighted',
@@ -367,11 +367,11 @@ def _run_cross_silo() -> None:
   print(f'\n{task.name}: {len(task.client_ids)} silos, every silo every '
         f'round, {_ROUNDS.value} rounds, silo eps {",".join(_EPSILONS.value)}'
         f', best over the swept settings\n')
-  print(reporting.markdown_table(header, rows))
-  reporting.write_table(_OUTPUT_DIR.value, header, rows)
+  print(tables.markdown_table(header, rows))
+  tables.write_table(_OUTPUT_DIR.value, header, rows)
   for method, curve in curves.items():
     print(f'\n{method}: best {metric} over learning rates, per lambda\n')
-    print(reporting.markdown_table(
+    print(tables.markdown_table(
         ['lambda', 'learning rate', metric],
         [[f'{lam:g}', f'{lr:g}', f'{m:.4g}'] for lam, lr, m in curve]))
     plots.metric_vs_lambda(
@@ -387,9 +387,9 @@ def learning_setup(task):
   reproduce.py sets the flags from a preset and calls this too, so both entry
   points train a configuration alike.
   """
-  from tff_hdp import accounting  # pylint: disable=g-import-not-at-top
-  from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
-  from tff_hdp.fedhdp import ClipSettings  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.learning.fedhdp import ClipSettings  # pylint: disable=g-import-not-at-top
   n = len(task.client_ids)
   _check(_CLIENTS_PER_ROUND.value <= n,
          f'--clients_per_round={_CLIENTS_PER_ROUND.value} exceeds the '
@@ -405,10 +405,10 @@ def learning_setup(task):
              _DITTO_LAMBDA_NP.value)
     lam_np = (_DITTO_LAMBDA_NP.value if _DITTO_LAMBDA_NP.value is not None
               else lam_p)
-    ditto = experiment.DittoSettings(lam_p, lam_np,
+    ditto = trusted_setting.DittoSettings(lam_p, lam_np,
                                      _DITTO_LR.value or _CLIENT_LR.value)
   fractions = (_floats(_LEVEL_FRACTIONS) if _LEVEL_FRACTIONS.value else None)
-  settings = experiment.Settings(
+  settings = trusted_setting.Settings(
       rounds=_ROUNDS.value,
       sampling=sampling,
       local_epochs=_LOCAL_EPOCHS.value,
@@ -429,9 +429,9 @@ def learning_setup(task):
       unsafe_seeded_dp_randomness=_UNSAFE_SEEDED.value,
       allow_large_delta=_UNSAFE_LARGE_DELTA.value)
   try:
-    choices = experiment.client_choices(task, levels, _OPT_OUT.value,
+    choices = trusted_setting.client_choices(task, levels, _OPT_OUT.value,
                                         _SEED.value, fractions)
-    configs = experiment.configurations(_ALGORITHMS.value, _floats(_R),
+    configs = trusted_setting.configurations(_ALGORITHMS.value, _floats(_R),
                                         choices)
   except ValueError as e:
     raise InputError(str(e)) from None
@@ -439,33 +439,33 @@ def learning_setup(task):
 
 
 def _run_learning() -> None:
-  from tff_hdp import experiment  # pylint: disable=g-import-not-at-top
-  from tff_hdp import reporting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
   task = load_task()
   n = len(task.client_ids)
   settings, choices, configs = learning_setup(task)
-  warnings = experiment.privacy_warnings(settings)
+  warnings = trusted_setting.privacy_warnings(settings)
   for line in warnings:
     print(line)
   try:
     summaries = []
     for config in configs:
-      summary, _ = experiment.run_configuration(task, config, choices,
+      summary, _ = trusted_setting.run_configuration(task, config, choices,
                                                 settings, _OUTPUT_DIR.value)
       summaries.append(summary)
-  except experiment.RUN_ERRORS as e:
+  except trusted_setting.RUN_ERRORS as e:
     raise InputError(str(e)) from None
-  header, rows = reporting.results_table(summaries)
+  header, rows = tables.results_table(summaries)
   print(f'\n{task.name}: {n} clients, {_ROUNDS.value} rounds, '
         f'{_CLIENTS_PER_ROUND.value} clients per round ({_SAMPLING.value}), '
         f'{_OPT_OUT.value:.0%} opt out' + (
             f', {task.dropped_clients} clients without examples dropped'
             if task.dropped_clients else '') + '\n')
-  caption = '\n'.join(warnings + reporting.table_notes(
+  caption = '\n'.join(warnings + tables.table_notes(
       settings.release_unprotected_stats))
   print(caption + '\n')
-  print(reporting.markdown_table(header, rows))
-  reporting.write_table(_OUTPUT_DIR.value, header, rows, caption=caption)
+  print(tables.markdown_table(header, rows))
+  tables.write_table(_OUTPUT_DIR.value, header, rows, caption=caption)
   print(f'\nPer-round metrics and summaries: {_OUTPUT_DIR.value}/')
 
 
@@ -474,7 +474,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
       raise InputError(f'unexpected arguments: {argv[1:]}')
     validate_flags()
-    from tff_hdp import runtime  # pylint: disable=g-import-not-at-top
+    from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
     runtime.init()
     if _TASK.value == 'point_estimation':
       _run_point_estimation()

@@ -1,6 +1,6 @@
 """The accountant's numbers for the papers' settings, checked independently.
 
-For each setting: the z_j that `tff_hdp.accounting` calibrates, the epsilon it
+For each setting: the z_j that `tff_hdp.privacy.accounting` calibrates, the epsilon it
 reports for that z_j, the epsilon of dp_accounting called here directly on
 the closed-form z_eff = (z_j^-2 + (2 z_b)^-2)^-1/2 (Poisson: add/remove-one,
 multiplier z_eff; fixed size: replace-one, multiplier z_eff / 2), and, when
@@ -24,7 +24,7 @@ from scipy import stats
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tff_hdp import accounting  # noqa: E402
+from tff_hdp.privacy import accounting  # noqa: E402
 
 # (name, sampling, rounds, epsilon, delta, z_b, z_j or None to calibrate).
 # z_b is 5% of the expected clients per round. The last row is the z_j that

@@ -1,6 +1,6 @@
 """Examples per second of one DP-SGD step, three ways, on the same model.
 
-  ours:       `tff_hdp.dp_sgd.private_mean_gradient` in a `tf.function`
+  ours:       `tff_hdp.learning.dp_sgd.private_mean_gradient` in a `tf.function`
               (Dense/conv per-example gradients from one backward pass);
   TF Privacy: `DPKerasSGDOptimizer` with one microbatch per example;
   loop:       a Python loop over the examples, one tape each.
@@ -57,7 +57,8 @@ def main(argv):
   del argv
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_privacy  # pylint: disable=g-import-not-at-top
-  from tff_hdp import dp_sgd, reporting  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.learning import dp_sgd  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import
 
   b = _BATCH.value
   rng = np.random.default_rng(0)
@@ -113,7 +114,7 @@ def main(argv):
   rows = [[name, f'{b / s:.0f}', f'{s * 1e3:.1f}', f'{s / base:.2f}']
           for name, s in seconds.items()]
   print(f'\nDP-SGD step, {_MODEL.value}, batch {b}:\n')
-  print(reporting.markdown_table(
+  print(tables.markdown_table(
       ['method', 'examples/s', 'ms/step', 'time vs ours'], rows))
 
 

@@ -27,10 +27,10 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_federated as tff  # noqa: E402
 
-from tff_hdp import dp_sgd  # noqa: E402
-from tff_hdp import heterogeneity  # noqa: E402
-from tff_hdp import rpca  # noqa: E402
-from tff_hdp import untrusted_server  # noqa: E402
+from tff_hdp.learning import dp_sgd  # noqa: E402
+from tff_hdp.privacy import heterogeneity  # noqa: E402
+from tff_hdp.aggregators import rpca  # noqa: E402
+from tff_hdp.learning import noise_aware  # noqa: E402
 from tff_hdp.aggregators import robust_hdp  # noqa: E402
 
 _CLIENTS = flags.DEFINE_integer('clients', 20, 'Clients (all participate).')
@@ -117,9 +117,9 @@ def main(argv):
                                                 _SEED.value + d)
     trained = {}  # Calibrate and train once per set of epsilons.
     for rule in RULES:
-      min_eps = untrusted_server.RULES[rule].min_epsilon
+      min_eps = noise_aware.RULES[rule].min_epsilon
       if min_eps not in trained:
-        plans = untrusted_server.plan_clients(rule, epsilons, _DELTA.value,
+        plans = noise_aware.plan_clients(rule, epsilons, _DELTA.value,
                                               sizes, batch_sizes,
                                               _ROUNDS.value)
         trained[min_eps] = (plans, *_train_all(train, initial, data, plans,
@@ -132,7 +132,7 @@ def main(argv):
         print(f'{name}: RPCA converged={bool(converged)} after '
               f'{int(iterations)} iterations')
       else:
-        raw = np.array([untrusted_server.client_weight(rule, q, eta, clip, p)
+        raw = np.array([noise_aware.client_weight(rule, q, eta, clip, p)
                         for q in plans])
         weights = raw / raw.sum()
       weights = weights.astype(np.float64)

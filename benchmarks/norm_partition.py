@@ -33,8 +33,8 @@ import tensorflow_federated as tff  # noqa: E402
 
 from tasks import mnist  # noqa: E402
 from tasks import models  # noqa: E402
-from tff_hdp import dp_sgd  # noqa: E402
-from tff_hdp import heterogeneity  # noqa: E402
+from tff_hdp.learning import dp_sgd  # noqa: E402
+from tff_hdp.privacy import heterogeneity  # noqa: E402
 from tff_hdp.aggregators import norm_partition  # noqa: E402
 
 _DATA_DIR = flags.DEFINE_string('data_dir', None, 'Directory with MNIST.')

@@ -1,7 +1,7 @@
 """Checks the papers' claims on finished runs; exits 1 if one fails.
 
 Reads the summary.json files that reproduce.py and run_experiment.py wrote
-(`tff_hdp.paper_claims` says what each claim compares), prints each claim
+(`tff_hdp.reporting.paper_claims` says what each claim compares), prints each claim
 as HOLDS or FAILS with its numbers, and the untrusted-server table. E.g.
 
   .venv/bin/python benchmarks/paper_claims.py \\
@@ -21,9 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from tff_hdp import paper_claims  # noqa: E402
-from tff_hdp import reporting  # noqa: E402
-from tff_hdp.presets import PRESETS  # noqa: E402
+from tff_hdp.reporting import paper_claims  # noqa: E402
+from tff_hdp.reporting import tables  # noqa: E402
+from cli.presets import PRESETS  # noqa: E402
 
 _PRESET_DIRS = flags.DEFINE_list(
     'preset_dirs', [], 'reproduce.py preset folders (<output_dir>/<preset>); '
@@ -59,7 +59,7 @@ def _claims() -> list[paper_claims.Claim]:
     rows = paper_claims.untrusted_table(directory)
     print(f'\n{directory}: Acc_g over seeds, each rule at its best learning '
           'rate\n')
-    print(reporting.markdown_table(
+    print(tables.markdown_table(
         ['rule', 'lr (tried)', 'Acc_g mean +- sd', 'per seed'],
         [[r['rule'],
           f"{r['learning_rate']:g} ({', '.join(f'{x:g}' for x in r['learning_rates_tried'])})",

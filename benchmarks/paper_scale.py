@@ -43,26 +43,30 @@ _COHORT_SIZE = flags.DEFINE_integer('cohort_size', 64,
 def main(argv):
   del argv
   from tasks import mnist  # pylint: disable=g-import-not-at-top
-  from tff_hdp import accounting, experiment, fedhdp, reporting, runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
-  from tff_hdp.privacy_groups import PrivacyGroup  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.learning import fedhdp  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.privacy.privacy_groups import PrivacyGroup  # pylint: disable=g-import-not-at-top
 
   runtime.init()
   task = mnist.load(_DATA_DIR.value)
   n = len(task.client_ids)
-  choices = experiment.client_choices(
+  choices = trusted_setting.client_choices(
       task, [PrivacyGroup('private', 3.6, 1e-4)], 0.05, seed=0)
   rows = []
   for mode in _MODES.value:
     if mode not in ('cohort', 'per_client'):
       raise app.UsageError(f'unknown mode {mode!r}.')
-    settings = experiment.Settings(
+    settings = trusted_setting.Settings(
         rounds=_ROUNDS.value, sampling=accounting.PoissonSampling(100 / n),
         clip=fedhdp.ClipSettings(initial_norm=0.5), checkpoint_every=0,
         eval_every=10,
         cohort_size=_COHORT_SIZE.value if mode == 'cohort' else 0)
     start = time.perf_counter()
-    summary, _ = experiment.run_configuration(
-        task, experiment.Configuration('fedhdp', 0.01), choices, settings,
+    summary, _ = trusted_setting.run_configuration(
+        task, trusted_setting.Configuration('fedhdp', 0.01), choices, settings,
         None, progress=False)
     total = time.perf_counter() - start
     per_round = summary['seconds'] / _ROUNDS.value
@@ -78,7 +82,7 @@ def main(argv):
   examples = len(task.client_train[task.client_ids[0]][0])
   print(f'\nnon-IID MNIST: {n} clients, 100 per round (Poisson), {examples} '
         'training examples per client, batch 10, 1 epoch\n')
-  print(reporting.markdown_table(header, rows))
+  print(tables.markdown_table(header, rows))
 
 
 if __name__ == '__main__':

@@ -5,7 +5,7 @@ label; half of the canaries of each group train (members), half do not. The
 attacker scores each canary by the projection of the released model's total
 change onto the direction that the canary's own gradient steps push it
 (pattern x (one-hot label - uniform)); members score higher, and
-`tff_hdp.privacy_audit` turns member / non-member scores into AUC, advantage
+`tff_hdp.privacy.privacy_audit` turns member / non-member scores into AUC, advantage
 and a lower bound on epsilon (Clopper-Pearson, 95%). A private group's bound
 must stay below its accounted epsilon (TPR <= e^eps FPR + delta); the opt-out
 group has no guarantee and shows how exposed a client is without DP.
@@ -52,8 +52,13 @@ def main(argv):
   del argv
   import numpy as np  # pylint: disable=g-import-not-at-top
   from tasks import digits  # pylint: disable=g-import-not-at-top
-  from tff_hdp import accounting, experiment, fedhdp, privacy_audit, reporting, runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
-  from tff_hdp import privacy_groups as pg  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.learning import fedhdp  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.privacy import privacy_audit  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.privacy import privacy_groups as pg  # pylint: disable=g-import-not-at-top
   from tff_hdp.federated_task import FederatedTask  # pylint: disable=g-import-not-at-top
 
   runtime.init()
@@ -77,7 +82,7 @@ def main(argv):
              for c, g in base_choices.client_groups.items()}
   mapping.update({c: canaries[c][1] for c in members})
   choices = pg.assign_explicit(task.client_ids, groups, mapping)
-  settings = experiment.Settings(
+  settings = trusted_setting.Settings(
       rounds=_ROUNDS.value,
       sampling=accounting.PoissonSampling(_CLIENTS_PER_ROUND.value /
                                           len(task.client_ids)),
@@ -85,8 +90,8 @@ def main(argv):
                                count_stddev=0.1 * _CLIENTS_PER_ROUND.value),
       local_epochs=_LOCAL_EPOCHS.value, client_lr=_CLIENT_LR.value,
       seed=_SEED.value, eval_every=_ROUNDS.value, checkpoint_every=0)
-  summary, weights = experiment.run_configuration(
-      task, experiment.Configuration('fedhdp', 1.0), choices, settings,
+  summary, weights = trusted_setting.run_configuration(
+      task, trusted_setting.Configuration('fedhdp', 1.0), choices, settings,
       output_dir=None)
   kernel = np.asarray(weights.trainable[0])  # initial kernel is all zeros
 
@@ -115,8 +120,8 @@ def main(argv):
                  f'{result.epsilon_lower_bound:.3f}', within])
   print(f"\nClient-level membership audit, {_ROUNDS.value} rounds, "
         f"Acc_g {summary['metrics']['acc_g']:.2f}:\n")
-  print(reporting.markdown_table(header, rows))
-  reporting.write_table(_OUTPUT_DIR.value, header, rows, stem='audit')
+  print(tables.markdown_table(header, rows))
+  tables.write_table(_OUTPUT_DIR.value, header, rows, stem='audit')
 
 
 if __name__ == '__main__':

@@ -6,7 +6,7 @@ regression model, 1 local epoch of SGD with batch 10, at several
 clients-per-round values:
 
   (a) this project's FedHDP LearningProcess, 2 privacy groups, with cohort
-      simulation (`tff_hdp.cohort`: up to --cohort_size clients per TFF
+      simulation (`tff_hdp.learning.cohort`: up to --cohort_size clients per TFF
       client; packing the round's data is timed too);
   (a1) the same FedHDP with one TFF client per client (`fedhdp.build_fedhdp`);
   (b) TFF's `build_unweighted_fed_avg` with
@@ -96,7 +96,7 @@ def _measure(step, rounds: int, warmup: int):
 
 def _tff_runner(process, datasets, m: int, with_groups: bool):
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from tff_hdp import client_work  # pylint: disable=g-import-not-at-top
+  from tff_hdp.learning import client_work  # pylint: disable=g-import-not-at-top
   state = [process.initialize()]
   n = len(datasets)
 
@@ -115,7 +115,7 @@ def _tff_runner(process, datasets, m: int, with_groups: bool):
 
 def _cohort_runner(process, xs, ys, m: int, cohort_size: int):
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from tff_hdp import cohort  # pylint: disable=g-import-not-at-top
+  from tff_hdp.learning import cohort  # pylint: disable=g-import-not-at-top
   state = [process.initialize()]
   n = len(xs)
   eye = np.eye(2, dtype='float32')
@@ -187,8 +187,10 @@ def _floor_runner(xs, ys, m: int):
 def main(argv):
   del argv
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_hdp import fedhdp, reporting, runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
-  from tff_hdp import cohort  # pylint: disable=g-import-not-at-top
+  from tff_hdp.learning import fedhdp  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.learning import cohort  # pylint: disable=g-import-not-at-top
   from tff_hdp.aggregators import CohortHeterogeneousDPFactory  # pylint: disable=g-import-not-at-top
   from tff_hdp.aggregators import HeterogeneousDPFactory  # pylint: disable=g-import-not-at-top
 
@@ -241,7 +243,7 @@ def main(argv):
             'a1: FedHDP per-client s/round', 'b: TFF DP-FedAvg s/round',
             'c: plain TF s/round', 'a/b', 'a/c', 'a1/b', 'a rounds/s',
             'a examples/s', 'peak RSS MiB']
-  print('\n' + reporting.markdown_table(header, rows))
+  print('\n' + tables.markdown_table(header, rows))
   ms = sorted(cells)
   if len(ms) > 1:
     lo, hi = ms[0], ms[-1]

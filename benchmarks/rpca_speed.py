@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 import numpy as np  # noqa: E402
 
-from tff_hdp import rpca  # noqa: E402
+from tff_hdp.aggregators import rpca  # noqa: E402
 
 _CLIENTS = flags.DEFINE_integer('clients', 20, 'Columns n of M.')
 _SIZES = flags.DEFINE_list('sizes', ['10000', '100000', '1000000'],

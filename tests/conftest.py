@@ -8,7 +8,7 @@ if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
-from tff_hdp import runtime  # noqa: E402
+from tff_hdp.simulation import runtime  # noqa: E402
 
 runtime.init()
 

@@ -8,7 +8,7 @@ from dp_accounting import rdp
 from scipy import optimize
 from scipy import stats
 
-from tff_hdp import accounting
+from tff_hdp.privacy import accounting
 
 
 def _direct_epsilon(z, z_b, q, rounds, delta):

@@ -4,7 +4,7 @@ import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ('tff_hdp', 'tasks', 'tests', 'benchmarks')
+PACKAGES = ('tff_hdp', 'tasks', 'cli', 'tests', 'benchmarks')
 
 
 def _python_files():

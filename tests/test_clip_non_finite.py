@@ -13,10 +13,10 @@ import test_cross_silo
 import test_dp_sgd
 import test_heterogeneous_dp
 import test_noise_aware_aggregators
-from tff_hdp import cross_silo_experiment as cse
-from tff_hdp import cross_silo_process
-from tff_hdp import dp_sgd
-from tff_hdp import untrusted_server
+from tff_hdp.simulation import cross_silo_setting as cse
+from tff_hdp.learning import cross_silo_process
+from tff_hdp.learning import dp_sgd
+from tff_hdp.learning import noise_aware
 from tff_hdp.aggregators import CohortHeterogeneousDPFactory
 from tff_hdp.aggregators import HeterogeneousDPFactory
 
@@ -335,10 +335,10 @@ def test_cross_silo_silo_with_a_nan_pixel_trains_on_its_other_examples():
 
 def test_untrusted_server_round_survives_a_nan_example():
   # Before, the NaN update made TFF's finalizer reject the whole aggregate.
-  process = untrusted_server.build_noise_aware_fedavg(
+  process = noise_aware.build_noise_aware_fedavg(
       test_noise_aware_aggregators._model_fn(),
       test_noise_aware_aggregators._loss,
-      untrusted_server.build_aggregator('dpfedavg'), learning_rate=0.1,
+      noise_aware.build_aggregator('dpfedavg'), learning_rate=0.1,
       clip_norm=1.0)
   rng = np.random.default_rng(8)
   clients = []

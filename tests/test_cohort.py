@@ -6,12 +6,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import digits
-from tff_hdp import accounting
-from tff_hdp import client_work
-from tff_hdp import cohort
-from tff_hdp import experiment
-from tff_hdp import fedhdp
-from tff_hdp import privacy_groups as pg
+from tff_hdp.privacy import accounting
+from tff_hdp.learning import client_work
+from tff_hdp.learning import cohort
+from tff_hdp.simulation import trusted_setting
+from tff_hdp.learning import fedhdp
+from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.aggregators import CohortHeterogeneousDPFactory
 from tff_hdp.aggregators import HeterogeneousDPFactory
 
@@ -206,17 +206,17 @@ def test_split_and_pack():
 def test_experiment_with_cohorts_matches_per_client_run(task):
   # Private group with noise on: the noise is seeded (explicitly, for the
   # comparison), so the runs agree too.
-  choices = experiment.client_choices(
+  choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.3, seed=0)
   weights, rows = [], []
   for cohort_size in (0, 3):
-    settings = experiment.Settings(
+    settings = trusted_setting.Settings(
         rounds=2, sampling=accounting.PoissonSampling(0.5),
         clip=fedhdp.ClipSettings(initial_norm=0.5, count_stddev=2.0),
         eval_every=2, checkpoint_every=0, cohort_size=cohort_size,
         unsafe_seeded_dp_randomness=True)
-    summary, w = experiment.run_configuration(
-        task, experiment.Configuration('fedhdp', 0.5), choices, settings,
+    summary, w = trusted_setting.run_configuration(
+        task, trusted_setting.Configuration('fedhdp', 0.5), choices, settings,
         None, progress=False)
     weights.append(w)
     rows.append(summary)

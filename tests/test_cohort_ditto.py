@@ -6,13 +6,13 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import digits
-from tff_hdp import accounting
-from tff_hdp import client_work
-from tff_hdp import cohort
-from tff_hdp import ditto
-from tff_hdp import experiment
-from tff_hdp import fedhdp
-from tff_hdp import privacy_groups as pg
+from tff_hdp.privacy import accounting
+from tff_hdp.learning import client_work
+from tff_hdp.learning import cohort
+from tff_hdp.learning import ditto
+from tff_hdp.simulation import trusted_setting
+from tff_hdp.learning import fedhdp
+from tff_hdp.privacy import privacy_groups as pg
 
 EYE = np.eye(2, dtype=np.float32)
 LAMBDAS = [0.2, 3.0]
@@ -136,20 +136,20 @@ def test_non_finite_client_keeps_its_personal_model(task, steps):
 
 
 def test_run_with_ditto_in_cohorts_matches_per_client_run(task, tmp_path):
-  choices = experiment.client_choices(
+  choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.3, seed=0)
   summaries, weights, stores = [], [], []
   for cohort_size in (0, 3):
-    settings = experiment.Settings(
+    settings = trusted_setting.Settings(
         rounds=2, sampling=accounting.PoissonSampling(0.5),
         clip=fedhdp.ClipSettings(initial_norm=0.5, count_stddev=2.0),
         eval_every=2, checkpoint_every=2, local_epochs=2,
-        ditto=experiment.DittoSettings(0.1, 1.0, 0.2),
+        ditto=trusted_setting.DittoSettings(0.1, 1.0, 0.2),
         cohort_size=cohort_size, unsafe_seeded_dp_randomness=True,
         release_unprotected_stats=True)
     out = tmp_path / str(cohort_size)
-    summary, w = experiment.run_configuration(
-        task, experiment.Configuration('fedhdp', 0.5), choices, settings,
+    summary, w = trusted_setting.run_configuration(
+        task, trusted_setting.Configuration('fedhdp', 0.5), choices, settings,
         str(out), progress=False)
     summaries.append(summary['metrics'])
     weights.append(w)

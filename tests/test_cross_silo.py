@@ -9,11 +9,11 @@ import tensorflow as tf
 from dp_accounting import rdp
 
 from tasks import models
-from tff_hdp import accounting
-from tff_hdp import cross_silo_experiment as cse
-from tff_hdp import cross_silo_process
-from tff_hdp import ditto
-from tff_hdp import dp_sgd
+from tff_hdp.privacy import accounting
+from tff_hdp.simulation import cross_silo_setting as cse
+from tff_hdp.learning import cross_silo_process
+from tff_hdp.learning import ditto
+from tff_hdp.learning import dp_sgd
 from tff_hdp.federated_task import FederatedTask
 
 FEATURES = 5

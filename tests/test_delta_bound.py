@@ -2,11 +2,11 @@
 
 import pytest
 
-from tff_hdp import accounting
-from tff_hdp import dp_sgd
-from tff_hdp import fedhdp
-from tff_hdp import privacy_groups as pg
-from tff_hdp import untrusted_server
+from tff_hdp.privacy import accounting
+from tff_hdp.learning import dp_sgd
+from tff_hdp.learning import fedhdp
+from tff_hdp.privacy import privacy_groups as pg
+from tff_hdp.learning import noise_aware
 
 # 40 private clients and 10 opt-out ones: the private group's N_j is 40.
 _PRIVATE = 40
@@ -65,7 +65,7 @@ def test_dp_sgd_client_delta_just_below_or_allowed_is_planned():
 ])
 def test_untrusted_clients_are_refused_by_index(delta, refused, bound):
   with pytest.raises(accounting.InfeasiblePrivacyTargetError) as error:
-    untrusted_server.plan_clients('weiavg', [1.0, 2.0, 4.0], delta,
+    noise_aware.plan_clients('weiavg', [1.0, 2.0, 4.0], delta,
                                   [300, 400, 200], [30, 40, 20], 2)
   message = str(error.value)
   assert message.startswith(f'--deltas={delta:g} must be below 1/n = {bound} ')
@@ -74,10 +74,10 @@ def test_untrusted_clients_are_refused_by_index(delta, refused, bound):
 
 def test_untrusted_clients_just_below_or_allowed_are_planned():
   sizes, batches = [300, 400, 200], [30, 40, 20]
-  below = untrusted_server.plan_clients('weiavg', [1.0, 2.0, 4.0], 0.99 / 400,
+  below = noise_aware.plan_clients('weiavg', [1.0, 2.0, 4.0], 0.99 / 400,
                                         sizes, batches, 2)
   assert [p.num_examples for p in below] == sizes
-  allowed = untrusted_server.plan_clients('weiavg', [1.0, 2.0, 4.0], 0.5,
+  allowed = noise_aware.plan_clients('weiavg', [1.0, 2.0, 4.0], 0.5,
                                           sizes, batches, 2,
                                           allow_large_delta=True)
   assert all(p.delta == 0.5 and p.noise_multiplier > 0 for p in allowed)

@@ -5,8 +5,8 @@ import pytest
 import tensorflow_federated as tff
 
 from tasks import digits
-from tff_hdp import client_work
-from tff_hdp import ditto
+from tff_hdp.learning import client_work
+from tff_hdp.learning import ditto
 
 
 def test_store_round_trips_bit_for_bit(tmp_path):

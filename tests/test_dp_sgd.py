@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from dp_accounting import rdp
 
-from tff_hdp import dp_sgd
+from tff_hdp.learning import dp_sgd
 
 
 def _softmax_model_fn():

@@ -13,12 +13,12 @@ import tensorflow_federated as tff
 
 from tasks import digits
 from tasks import models
-from tff_hdp import accounting
-from tff_hdp import experiment
-from tff_hdp import fedhdp
-from tff_hdp import learning_process
-from tff_hdp import privacy_groups as pg
-from tff_hdp import training_loop
+from tff_hdp.privacy import accounting
+from tff_hdp.simulation import trusted_setting
+from tff_hdp.learning import fedhdp
+from tff_hdp.learning import learning_process
+from tff_hdp.privacy import privacy_groups as pg
+from tff_hdp.simulation import round_loop
 
 
 @pytest.fixture(scope='module')
@@ -114,14 +114,14 @@ def test_seeding_the_initial_weights_leaves_global_generators_alone(task):
 
 
 def test_short_run_writes_every_round_and_reports_epsilon(task, tmp_path):
-  choices = experiment.client_choices(
+  choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.2, seed=0)
-  settings = experiment.Settings(
+  settings = trusted_setting.Settings(
       rounds=3, sampling=accounting.PoissonSampling(0.5),
       clip=fedhdp.ClipSettings(initial_norm=0.5, count_stddev=5.0),
       eval_every=2)
-  summary, weights = experiment.run_configuration(
-      task, experiment.Configuration('fedhdp', 0.5), choices, settings,
+  summary, weights = trusted_setting.run_configuration(
+      task, trusted_setting.Configuration('fedhdp', 0.5), choices, settings,
       str(tmp_path), progress=False)
   with open(os.path.join(tmp_path, 'fedhdp_r0.5', 'rounds.csv')) as f:
     rows = list(csv.DictReader(f))
@@ -139,21 +139,21 @@ def test_short_run_writes_every_round_and_reports_epsilon(task, tmp_path):
 
 def test_sampling_is_seeded_per_round_and_matches_its_event():
   ids = list(range(400))
-  a = training_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 3)
-  b = training_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 3)
-  c = training_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 4)
+  a = round_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 3)
+  b = round_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 3)
+  c = round_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 4)
   assert a == b and a != c
-  sizes = [len(training_loop.sample_clients(
+  sizes = [len(round_loop.sample_clients(
       ids, accounting.PoissonSampling(0.1), 0, t)) for t in range(200)]
   assert np.mean(sizes) == pytest.approx(40, rel=0.05)
   assert len(set(sizes)) > 5  # Poisson: the count varies
-  fixed = training_loop.sample_clients(
+  fixed = round_loop.sample_clients(
       ids, accounting.FixedSizeSampling(400, 25), 0, 1)
   assert len(fixed) == 25 == len(set(fixed))
 
 
 def test_budget_guard_refuses_rounds_beyond_the_target(task):
-  choices = experiment.client_choices(
+  choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.0, seed=0)
   clip = fedhdp.ClipSettings(count_stddev=5.0)
   sampling = accounting.PoissonSampling(0.5)
@@ -162,7 +162,7 @@ def test_budget_guard_refuses_rounds_beyond_the_target(task):
   process = fedhdp.build_fedhdp(task.tff_model_fn(),
                                 fedhdp.build_aggregator(plan, clip, 0), 2,
                                 tff.learning.optimizers.build_sgdm(0.1))
-  with pytest.raises(training_loop.BudgetExhaustedError,
+  with pytest.raises(round_loop.BudgetExhaustedError,
                      match=r"round 3 refused: privacy group 'p'"):
-    training_loop.run(task, process, longer, choices, seed=0, sampling_seed=0,
+    round_loop.run(task, process, longer, choices, seed=0, sampling_seed=0,
                       progress=False)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tff_hdp import heterogeneity
+from tff_hdp.privacy import heterogeneity
 
 
 def test_mixgauss_components_are_the_published_ones():

@@ -4,8 +4,8 @@ the closed form E(lambda) (SPEC.md §2)."""
 import numpy as np
 import pytest
 
-from tasks import mean_estimation
-from tff_hdp import mean_estimation_theory as theory
+from tff_hdp.estimation import mean_estimation
+from tff_hdp.estimation import mean_estimation_theory as theory
 
 # Two noise levels; lambda* = 3.33 and 1.25 lie inside the lambda range.
 SETTINGS = {

@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import dp_sgd
-from tff_hdp import untrusted_server
+from tff_hdp.learning import dp_sgd
+from tff_hdp.learning import noise_aware
 from tff_hdp.aggregators import pfa
 from tff_hdp.aggregators import robust_hdp
 
@@ -140,13 +140,13 @@ def test_pfa_refuses_bad_settings():
 
 
 def _plans(rule):
-  return untrusted_server.plan_clients(rule, [0.5, 2.0, 8.0], 1e-5,
+  return noise_aware.plan_clients(rule, [0.5, 2.0, 8.0], 1e-5,
                                        [100, 200, 300], [16, 64, 32], 5)
 
 
 def test_client_weights_of_each_rule():
   plans = _plans('weiavg')
-  w = lambda rule, q: untrusted_server.client_weight(rule, q, 0.1, 1.0, 50)
+  w = lambda rule, q: noise_aware.client_weight(rule, q, 0.1, 1.0, 50)
   assert [w('weiavg', q) for q in plans] == [0.5, 2.0, 8.0]
   assert [w('dpfedavg', q) for q in plans] == [100.0, 200.0, 300.0]
   assert [w('robust_hdp', q) for q in plans] == [1.0, 1.0, 1.0]
@@ -161,7 +161,7 @@ def test_client_weights_of_each_rule():
 
 def test_unknown_rule_is_refused():
   with pytest.raises(ValueError, match='unknown aggregation rule'):
-    untrusted_server.build_aggregator('fedhdp')
+    noise_aware.build_aggregator('fedhdp')
 
 
 def _model_fn():
@@ -182,8 +182,8 @@ def _loss(y, logits):
     ('robust_hdp', {}), ('oracle', {}), ('pfa', {'projection_rank': 2}),
 ])
 def test_learning_process_runs_a_round_with_each_kind_of_rule(rule, options):
-  process = untrusted_server.build_noise_aware_fedavg(
-      _model_fn(), _loss, untrusted_server.build_aggregator(rule, **options),
+  process = noise_aware.build_noise_aware_fedavg(
+      _model_fn(), _loss, noise_aware.build_aggregator(rule, **options),
       learning_rate=0.1, clip_norm=1.0)
   rng = np.random.default_rng(0)
   clients = []
@@ -192,7 +192,7 @@ def test_learning_process_runs_a_round_with_each_kind_of_rule(rule, options):
     y = (x[:, 0] > 0).astype(np.int32)
     clients.append(dp_sgd.make_client_data(
         tf.data.Dataset.from_tensor_slices((x, y)).batch(32), plan,
-        untrusted_server.client_weight(rule, plan, 0.1, 1.0, 10), seed=i))
+        noise_aware.client_weight(rule, plan, 0.1, 1.0, 10), seed=i))
   state = process.initialize()
   out = process.next(state, clients)
   before = process.get_model_weights(state).trainable

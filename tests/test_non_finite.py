@@ -5,8 +5,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import digits
-from tff_hdp import client_work
-from tff_hdp import fedhdp
+from tff_hdp.learning import client_work
+from tff_hdp.learning import fedhdp
 from tff_hdp.aggregators import HeterogeneousDPFactory
 
 

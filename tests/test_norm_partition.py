@@ -6,8 +6,8 @@ from sklearn import mixture
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import dp_sgd
-from tff_hdp import heterogeneity
+from tff_hdp.learning import dp_sgd
+from tff_hdp.privacy import heterogeneity
 from tff_hdp.aggregators import norm_partition
 
 NUM_CLIENTS, EXAMPLES, FEATURES, CLASSES, BATCH = 10, 256, 20, 4, 32

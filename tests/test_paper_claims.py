@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from tff_hdp import paper_claims
-from tff_hdp import published
+from tff_hdp.reporting import paper_claims
+from tff_hdp.reporting import published
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

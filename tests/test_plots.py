@@ -11,7 +11,7 @@ from matplotlib import image  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from tff_hdp import plots  # noqa: E402
+from tff_hdp.reporting import plots  # noqa: E402
 
 
 def _write_run(path, algorithm, ratio, acc_by_round, epsilons, final):

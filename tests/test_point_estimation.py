@@ -2,8 +2,8 @@
 
 import pytest
 
-from tasks import point_estimation as pe
-from tff_hdp import point_estimation_theory as th
+from tff_hdp.estimation import point_estimation as pe
+from tff_hdp.estimation import point_estimation_theory as th
 
 TRIALS = 20000  # relative std of a variance estimate: sqrt(2/T) = 1%
 

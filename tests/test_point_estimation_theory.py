@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tff_hdp import point_estimation_theory as th
+from tff_hdp.estimation import point_estimation_theory as th
 
 SETTINGS = [
     th.PointEstimationSetting(20, 19, 10, 0.1, 1.0, 0.05),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn import metrics
 
-from tff_hdp import privacy_audit
+from tff_hdp.privacy import privacy_audit
 
 
 def test_clopper_pearson_closed_forms():

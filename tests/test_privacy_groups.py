@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tff_hdp import privacy_groups as pg
+from tff_hdp.privacy import privacy_groups as pg
 
 
 def test_group_validation_messages():

@@ -17,12 +17,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import digits
-from tff_hdp import accounting
-from tff_hdp import experiment
-from tff_hdp import fedhdp
-from tff_hdp import privacy_groups as pg
-from tff_hdp import release_policy
-from tff_hdp import reporting
+from tff_hdp.privacy import accounting
+from tff_hdp.simulation import trusted_setting
+from tff_hdp.learning import fedhdp
+from tff_hdp.privacy import privacy_groups as pg
+from tff_hdp.privacy import release_policy
+from tff_hdp.reporting import tables
 from tff_hdp.aggregators import heterogeneous_dp
 
 # What a run may release for groups 'p' (private) and 'opt_out', and why the
@@ -55,16 +55,16 @@ def task():
 
 
 def _run(task, out, clip_lr=0.2, denominator='expected', **flags):
-  choices = experiment.client_choices(
+  choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.2, seed=0)
-  settings = experiment.Settings(
+  settings = trusted_setting.Settings(
       rounds=2, sampling=accounting.PoissonSampling(0.5),
       clip=fedhdp.ClipSettings(initial_norm=0.5, count_stddev=5.0,
                                learning_rate=clip_lr),
       denominator=denominator, eval_every=1, **flags)
-  config = experiment.Configuration('fedhdp', 0.5)
+  config = trusted_setting.Configuration('fedhdp', 0.5)
   tensorboard = os.path.join(out, 'tensorboard')
-  summary, _ = experiment.run_configuration(
+  summary, _ = trusted_setting.run_configuration(
       task, config, choices, settings, out, progress=False,
       release_managers=[tff.program.TensorBoardReleaseManager(tensorboard)])
   with open(os.path.join(out, config.name, 'rounds.csv')) as f:
@@ -121,7 +121,7 @@ def test_realized_denominators_report_no_epsilon(task, tmp_path):
   assert all(r['epsilon_p'] == '' for r in rows)
   assert 'epsilon_p' not in tags
   assert summary['privacy_warnings'] == [release_policy.REALIZED_WARNING]
-  _, table = reporting.results_table([summary])
+  _, table = tables.results_table([summary])
   assert 'p: not accounted (realized denominator)' in table[0][-3]
   assert table[0][-2] == 'poisson, realized'
 

@@ -3,8 +3,8 @@
 import csv
 import os
 
-from tff_hdp import published
-from tff_hdp import reporting
+from tff_hdp.reporting import published
+from tff_hdp.reporting import tables
 
 
 def _summary(algorithm, ratio=None, metric='accuracy', ditto=None):
@@ -21,7 +21,7 @@ def _summary(algorithm, ratio=None, metric='accuracy', ditto=None):
 
 def test_accuracy_variance_is_shown_in_the_papers_scale():
   # FeO2 Table 4 prints 88.64(0.39): Var[acc in %] = 39 -> 0.39.
-  _, rows = reporting.results_table([_summary('dp_fedavg')])
+  _, rows = tables.results_table([_summary('dp_fedavg')])
   assert rows[0][2:4] == ['88.64 (0.39)', '93.75 (0.001)']
 
 
@@ -31,20 +31,20 @@ def test_bernoulli_clients_give_the_papers_skewed_r0_value():
   p = 0.0705
   s = _summary('fedhdp', 0.0)
   s['metrics'].update(acc_g_p=100 * p, var_g_p=(100.0**2) * p * (1 - p))
-  _, rows = reporting.results_table([s])
+  _, rows = tables.results_table([s])
   assert rows[0][2] == '7.05 (6.55)'
 
 
 def test_other_metrics_keep_their_variance():
   s = _summary('fedhdp', 1.0, metric='mse')
-  _, rows = reporting.results_table([s])
+  _, rows = tables.results_table([s])
   assert rows[0][2] == '88.64 (39)'
 
 
 def test_paper_layout_names_algorithms_and_hyperparameters():
   ditto = {'lambda_p': 0.05, 'lambda_np': 0.005, 'learning_rate': 0.1}
   same = dict(ditto, lambda_np=0.05)
-  header, rows = reporting.results_table(
+  header, rows = tables.results_table(
       [_summary('nonprivate', ditto=ditto), _summary('dp_fedavg', ditto=ditto),
        _summary('fedhdp', 0.01, ditto=ditto), _summary('fedhdp', 1, ditto=same),
        _summary('fedhdp', 0.1)], paper_layout=True)
@@ -55,22 +55,22 @@ def test_paper_layout_names_algorithms_and_hyperparameters():
       ['FedHDP', 'r=0.01, lambda_p=0.05, lambda_np=0.005'],
       ['FedHDP', 'r=1, lambda_p=lambda_np=0.05'],
       ['FedHDP', 'r=0.1']]
-  header, rows = reporting.results_table([_summary('fedhdp', 0.1)])
+  header, rows = tables.results_table([_summary('fedhdp', 0.1)])
   assert header[:2] == ['Algorithm', 'Acc_g'] and rows[0][0] == 'fedhdp_r0.1'
 
 
 def test_write_table_puts_the_caption_above_the_markdown_only(tmp_path):
-  reporting.write_table(str(tmp_path), ['a', 'b'], [[1, 2]],
-                        caption=reporting.VARIANCE_NOTE)
+  tables.write_table(str(tmp_path), ['a', 'b'], [[1, 2]],
+                        caption=tables.VARIANCE_NOTE)
   text = (tmp_path / 'results.md').read_text()
-  assert text.startswith(reporting.VARIANCE_NOTE + '\n\n| a')
+  assert text.startswith(tables.VARIANCE_NOTE + '\n\n| a')
   with open(os.path.join(tmp_path, 'results.csv'), newline='') as f:
     assert list(csv.reader(f)) == [['a', 'b'], ['1', '2']]
 
 
 def test_published_column_shows_the_figure_or_range_of_the_papers():
   block = {'lambda_p': 0.005, 'lambda_np': 0.005, 'learning_rate': 0.1}
-  header, rows = reporting.results_table(
+  header, rows = tables.results_table(
       [_summary('fedhdp', 0.01, ditto=block), _summary('dp_fedavg'),
        _summary('fedhdp', 0.5)], paper_layout=True,
       published=lambda s: published.summary_acc_g('mnist_noniid', s))
@@ -87,7 +87,7 @@ def test_epsilon_cells_name_why_a_group_has_no_epsilon():
   fedhdp = dict(_summary('fedhdp', 0.1), sampling='fixed', groups=[
       {'name': 'p', 'target_epsilon': 3.6, 'epsilon_spent': 3.59},
       {'name': 'opt_out', 'target_epsilon': None, 'epsilon_spent': None}])
-  header, rows = reporting.results_table([nonprivate, fedhdp])
+  header, rows = tables.results_table([nonprivate, fedhdp])
   col = header.index('eps spent (target) per group')
   assert rows[0][col] == 'all_non_private: not private'
   assert rows[1][col] == 'p: 3.59 (3.6), opt_out: none (opt-out)'

@@ -15,13 +15,13 @@ import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tasks  # noqa: E402
-from tff_hdp import accounting  # noqa: E402
-from tff_hdp import checkpointing  # noqa: E402
-from tff_hdp import experiment  # noqa: E402
-from tff_hdp import presets  # noqa: E402
-from tff_hdp import reporting  # noqa: E402
+from tff_hdp.privacy import accounting  # noqa: E402
+from tff_hdp.simulation import checkpointing  # noqa: E402
+from tff_hdp.simulation import trusted_setting  # noqa: E402
+from cli import presets  # noqa: E402
+from tff_hdp.reporting import tables  # noqa: E402
 from tff_hdp.federated_task import TaskOptions  # noqa: E402
-from tff_hdp.privacy_groups import PrivacyGroup  # noqa: E402
+from tff_hdp.privacy.privacy_groups import PrivacyGroup  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Two configurations with Ditto (one lambda block), 2 rounds, every round
@@ -93,7 +93,7 @@ def test_table_has_the_papers_layout_and_variance_scale(first):
     assert row[rows[0].index('Acc_g,p')] == '-' and 'acc_g_p' not in m
   with open(os.path.join(out, 'digits', 'results.md')) as f:
     text = f.read()
-  assert reporting.VARIANCE_NOTE in text and reporting.WITHHELD_NOTE in text
+  assert tables.VARIANCE_NOTE in text and tables.WITHHELD_NOTE in text
   assert '| FedHDP' in text and '| FedHDP' in result.stdout
   assert '2 rounds, 5 clients per round' in text  # the overrides took effect
 
@@ -169,38 +169,38 @@ def test_bad_input_is_one_clear_line(flags, message, tmp_path):
 
 def _digits_setup(rounds):
   task = tasks.load('digits', TaskOptions(num_clients=20, batch_size=10))
-  choices = experiment.client_choices(
+  choices = trusted_setting.client_choices(
       task, [PrivacyGroup('private_eps3.6', 3.6, 1e-4)], 0.05, 0)
-  settings = experiment.Settings(rounds=rounds,
+  settings = trusted_setting.Settings(rounds=rounds,
                                  sampling=accounting.PoissonSampling(0.25))
   return task, choices, settings
 
 
 def test_completed_summary_needs_the_same_run(tmp_path):
   task, choices, settings = _digits_setup(rounds=3)
-  config = experiment.Configuration('fedhdp', 0.5)
+  config = trusted_setting.Configuration('fedhdp', 0.5)
   out = str(tmp_path)
-  assert experiment.completed_summary(task, config, choices, settings,
+  assert trusted_setting.completed_summary(task, config, choices, settings,
                                       out) is None
   run_dir = tmp_path / config.name
   run_dir.mkdir()
   summary = {'configuration': config.name, 'task': 'digits', 'rounds': 3,
              'metrics': {'acc_g': 50.0}}
   (run_dir / 'summary.json').write_text(json.dumps(summary))
-  assert experiment.completed_summary(task, config, choices, settings,
+  assert trusted_setting.completed_summary(task, config, choices, settings,
                                       out) == summary
   (run_dir / 'summary.json').write_text(json.dumps(dict(summary, rounds=2)))
-  assert experiment.completed_summary(task, config, choices, settings,
+  assert trusted_setting.completed_summary(task, config, choices, settings,
                                       out) is None
   (run_dir / 'summary.json').write_text('{"configuration": "fedhdp_r0.5", ')
-  assert experiment.completed_summary(task, config, choices, settings,
+  assert trusted_setting.completed_summary(task, config, choices, settings,
                                       out) is None
   # A checkpoint of another run beside a complete summary is an error.
   (run_dir / 'summary.json').write_text(json.dumps(summary))
   checkpointing.RunCheckpoint(str(run_dir / 'checkpoints'), {'other': 1}).save(
       [np.zeros(1, np.float32)], 3)
   with pytest.raises(checkpointing.CheckpointError, match='different run'):
-    experiment.completed_summary(task, config, choices, settings, out)
+    trusted_setting.completed_summary(task, config, choices, settings, out)
 
 
 # (clients, fraction per round, epsilon, r of the FedHDP Tables 1-2 rows).

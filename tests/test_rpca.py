@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tff_hdp import rpca
+from tff_hdp.aggregators import rpca
 
 
 def _planted(p=200, n=100, rank=2, fraction=0.05, seed=0):

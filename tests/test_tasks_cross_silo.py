@@ -9,7 +9,7 @@ import scipy.io
 
 import tasks
 from tasks import cross_silo
-from tff_hdp import evaluation
+from tff_hdp.simulation import evaluation
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.federated_task import TaskOptions
 

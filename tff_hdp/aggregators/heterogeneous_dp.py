@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import clipping
+from tff_hdp.aggregators import clipping
 
 
 def _validate(noise_multipliers, ratios, expected_group_sizes,
@@ -121,7 +121,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
       expected_clients_per_round: the clip fraction's fixed denominator, or
         None for the realized number of clients.
       seed: the DP noise's seed; secret in a real run
-        (`tff_hdp.dp_randomness`).
+        (`tff_hdp.privacy.dp_randomness`).
       value_sum_factory: the inner sum of the clients' contributions.
 
     Raises:
@@ -153,7 +153,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     """The factory a FedHDP privacy plan calibrated.
 
     Args:
-      plan: a `tff_hdp.fedhdp.PrivacyPlan` (noise multipliers, groups and
+      plan: a `tff_hdp.learning.fedhdp.PrivacyPlan` (noise multipliers, groups and
         their ratios, denominators, clip-count noise).
       clip: the `fedhdp.ClipSettings` the plan was made for.
       seed: the DP noise's seed (the run's secret).
@@ -333,7 +333,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
 class CohortHeterogeneousDPFactory(HeterogeneousDPFactory):
   """`HeterogeneousDPFactory` for cohorts: each TFF client holds many clients.
 
-  A cohort (`tff_hdp.cohort`) is one TFF client that trains K sampled clients
+  A cohort (`tff_hdp.learning.cohort`) is one TFF client that trains K sampled clients
   and sends their updates stacked, leaves of shape [K] + leaf shape, with
   weight the [K, l] matrix of their one-hot group rows (a zero row is a
   padding slot or a dropped client). Each row is clipped to S on its own at

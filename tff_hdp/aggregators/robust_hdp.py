@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import rpca
+from tff_hdp.aggregators import rpca
 from tff_hdp.aggregators import stacking
 
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from tff_hdp import dp_randomness
-from tff_hdp.privacy_groups import PrivacyGroup
+from tff_hdp.privacy import dp_randomness
+from tff_hdp.privacy.privacy_groups import PrivacyGroup
 
 REALIZED_WARNING = (
     'NOTE: --denominator=realized divides private groups\' sums by their '

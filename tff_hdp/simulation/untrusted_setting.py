@@ -18,13 +18,13 @@ import numpy as np
 import tensorflow as tf
 import tqdm
 
-from tff_hdp import dp_randomness
-from tff_hdp import dp_sgd
-from tff_hdp import evaluation
-from tff_hdp import heterogeneity
-from tff_hdp import release_policy
-from tff_hdp import training_loop
-from tff_hdp import untrusted_server
+from tff_hdp.privacy import dp_randomness
+from tff_hdp.learning import dp_sgd
+from tff_hdp.simulation import evaluation
+from tff_hdp.privacy import heterogeneity
+from tff_hdp.privacy import release_policy
+from tff_hdp.simulation import round_loop
+from tff_hdp.learning import noise_aware
 from tff_hdp.federated_task import FederatedTask
 
 DISTRIBUTIONS = tuple(heterogeneity.EPSILON_DISTRIBUTIONS) + ('uniform',)
@@ -39,7 +39,7 @@ class UntrustedSettings:
   clip_norm: float = 1.0
   seed: int = 0
   eval_every: int = 10
-  # Voids the guarantee: see tff_hdp.dp_randomness.
+  # Voids the guarantee: see tff_hdp.privacy.dp_randomness.
   unsafe_seeded_dp_randomness: bool = False
   allow_large_delta: bool = False  # accept delta >= 1 / n_i
 
@@ -61,19 +61,19 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
   sizes = [len(task.client_train[c][0]) for c in clients]
   batch_sizes = np.minimum(
       heterogeneity.sample_batch_sizes(n, settings.seed), sizes)
-  plans = untrusted_server.plan_clients(
+  plans = noise_aware.plan_clients(
       rule, _epsilons(settings.epsilon_distribution, n, settings.seed),
       settings.delta, sizes, batch_sizes, settings.rounds,
       allow_large_delta=settings.allow_large_delta)
   loss = task.loss_fn()
   loss.reduction = tf.keras.losses.Reduction.NONE
-  process = untrusted_server.build_noise_aware_fedavg(
-      task.tff_model_fn(), loss, untrusted_server.build_aggregator(rule),
+  process = noise_aware.build_noise_aware_fedavg(
+      task.tff_model_fn(), loss, noise_aware.build_aggregator(rule),
       settings.learning_rate, settings.clip_norm)
   state = process.initialize()
   num_params = sum(int(np.prod(np.shape(w)))
                    for w in process.get_model_weights(state).trainable)
-  weights = [untrusted_server.client_weight(rule, p, settings.learning_rate,
+  weights = [noise_aware.client_weight(rule, p, settings.learning_rate,
                                             settings.clip_norm, num_params)
              for p in plans]
   # Each client's DP-SGD noise and example sampling follow its own seed,
@@ -126,5 +126,5 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
       'seconds': time.time() - start,
   }
   if run_dir:
-    training_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+    round_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
   return summary

@@ -2,13 +2,13 @@
 
 Client sampling is drawn from `(sampling seed, round)` alone, so a round can
 be re-drawn without replaying the ones before it; the sampling seed is the
-run's secret (`tff_hdp.dp_randomness`), because the accountant's amplification
+run's secret (`tff_hdp.privacy.dp_randomness`), because the accountant's amplification
 by subsampling assumes nobody knows who took part. Before each round the
 ledger is asked whether it would push any private group past its target; such
 a round is refused. Every round appends one CSV row (flushed), so the file a
 person reads is complete up to the last finished round; its columns, and what
 the release managers get, are those the printed epsilon covers
-(`tff_hdp.release_policy`). With a checkpoint, a re-run resumes after the last
+(`tff_hdp.privacy.release_policy`). With a checkpoint, a re-run resumes after the last
 saved round and first drops the CSV rows written after it, so every round
 appears exactly once.
 """
@@ -29,15 +29,15 @@ import tensorflow_federated as tff
 import tqdm
 
 from tff_hdp.federated_task import FederatedTask
-from tff_hdp import accounting
-from tff_hdp import checkpointing
-from tff_hdp import client_work
-from tff_hdp import cohort
-from tff_hdp import ditto
-from tff_hdp import evaluation
-from tff_hdp import release_policy
-from tff_hdp.fedhdp import PrivacyPlan
-from tff_hdp.privacy_groups import GroupAssignment
+from tff_hdp.privacy import accounting
+from tff_hdp.simulation import checkpointing
+from tff_hdp.learning import client_work
+from tff_hdp.learning import cohort
+from tff_hdp.learning import ditto
+from tff_hdp.simulation import evaluation
+from tff_hdp.privacy import release_policy
+from tff_hdp.learning.fedhdp import PrivacyPlan
+from tff_hdp.privacy.privacy_groups import GroupAssignment
 
 
 class BudgetExhaustedError(RuntimeError):
@@ -199,7 +199,7 @@ def run(task: FederatedTask,
   `plan.assignment` holds the groups the algorithm trains with;
   `client_choices` holds the clients' own choices, used for the private /
   non-private metrics so that all algorithms are scored alike. `seed` orders
-  each client's data; `sampling_seed` (secret, see `tff_hdp.dp_randomness`)
+  each client's data; `sampling_seed` (secret, see `tff_hdp.privacy.dp_randomness`)
   draws the clients of each round. With
   `checkpoint`, state is saved every `checkpoint_every` rounds and after the
   last, and a run that finds a checkpoint continues from it. `on_round`

@@ -124,7 +124,7 @@ def build_client_work_process(
 ) -> tff.learning.templates.ClientWorkProcess:
   """The `ClientWorkProcess` around a local-training tf.function.
 
-  Shared by the per-client and the cohort client work (`tff_hdp.cohort`):
+  Shared by the per-client and the cohort client work (`tff_hdp.learning.cohort`):
   `data_type_fn(model.input_spec)` is a TFF client's input type, and
   `build_train()` returns `train(optimizer, hparams, initial_weights,
   client_data) -> (ClientResult, unfinalized metrics, counts)` with counts

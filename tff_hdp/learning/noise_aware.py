@@ -28,9 +28,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import accounting
-from tff_hdp import dp_sgd
-from tff_hdp import learning_process
+from tff_hdp.privacy import accounting
+from tff_hdp.learning import dp_sgd
+from tff_hdp.learning import learning_process
 from tff_hdp.aggregators import pfa
 from tff_hdp.aggregators import robust_hdp
 

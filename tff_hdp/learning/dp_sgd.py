@@ -3,7 +3,7 @@
 SPEC.md §2-3: a client clips every example's gradient to `c`, adds
 `N(0, (z c)^2 I)` to the sum and divides by its expected batch size `q n`. Each
 example joins a step independently with probability `q`, which is exactly the
-Poisson-subsampled Gaussian that `tff_hdp.accounting` composes over the steps
+Poisson-subsampled Gaussian that `tff_hdp.privacy.accounting` composes over the steps
 (sample the way you account). The clipped sum never loops over examples:
 Dense and conv layers get their per-example gradients from one backward pass
 (`clipped_gradient_sum`), anything else from a forward and backward pass per
@@ -27,8 +27,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import accounting
-from tff_hdp import clipping
+from tff_hdp.privacy import accounting
+from tff_hdp.aggregators import clipping
 
 DATA_KEY = 'data'
 PRIVACY_KEY = 'privacy'

@@ -50,7 +50,7 @@ def compose(model_fn: Callable[[], tff.learning.models.VariableModel],
   `server_optimizer` (SGD with learning rate 1 by default: theta <- theta +
   Delta, the aggregate being a pseudo-gradient -Delta). `value_type` is what
   each TFF client sends the aggregator: the trainable weights' type by
-  default, stacked updates for cohorts (`tff_hdp.cohort`)."""
+  default, stacked updates for cohorts (`tff_hdp.learning.cohort`)."""
   if server_optimizer is None:
     server_optimizer = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
 

@@ -29,8 +29,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import client_work as client_work_lib
-from tff_hdp import learning_process
+from tff_hdp.learning import client_work as client_work_lib
+from tff_hdp.learning import learning_process
 from tff_hdp.aggregators import heterogeneous_dp
 
 DATA_KEY = 'data'

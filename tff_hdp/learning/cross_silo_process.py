@@ -31,9 +31,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import client_work
-from tff_hdp import dp_sgd
-from tff_hdp import learning_process
+from tff_hdp.learning import client_work
+from tff_hdp.learning import dp_sgd
+from tff_hdp.learning import learning_process
 from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
 
 DATA_KEY = dp_sgd.DATA_KEY

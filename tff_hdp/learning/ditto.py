@@ -13,7 +13,7 @@ per client. In simulation they live in `PersonalModels`, a store keyed by
 client id that the round reads and writes and that checkpoints save. Personal
 models never enter the aggregate, so they cost no privacy.
 
-`build_cohort_personalization` is the same step for cohorts (`tff_hdp.cohort`):
+`build_cohort_personalization` is the same step for cohorts (`tff_hdp.learning.cohort`):
 one call takes the steps of K simulated clients in turn, their personal models
 stacked `[K, ...]` per variable, on the cohort's padded examples.
 """
@@ -27,8 +27,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import client_work
-from tff_hdp import cohort
+from tff_hdp.learning import client_work
+from tff_hdp.learning import cohort
 
 
 def _ditto_step(model, trainable, anchor, lam, learning_rate, batch):

@@ -26,14 +26,14 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tqdm
 
-from tff_hdp import checkpointing
-from tff_hdp import cross_silo_process
-from tff_hdp import ditto
-from tff_hdp import dp_randomness
-from tff_hdp import dp_sgd
-from tff_hdp import evaluation
-from tff_hdp import release_policy
-from tff_hdp import training_loop
+from tff_hdp.simulation import checkpointing
+from tff_hdp.learning import cross_silo_process
+from tff_hdp.learning import ditto
+from tff_hdp.privacy import dp_randomness
+from tff_hdp.learning import dp_sgd
+from tff_hdp.simulation import evaluation
+from tff_hdp.privacy import release_policy
+from tff_hdp.simulation import round_loop
 from tff_hdp.federated_task import FederatedTask
 
 # The MR-MTL paper's grids (its Appendix C.4).
@@ -90,7 +90,7 @@ class CrossSiloSettings:
   seed: int = 0
   eval_every: int = 10
   checkpoint_every: int = 10
-  # Voids the guarantee: see tff_hdp.dp_randomness.
+  # Voids the guarantee: see tff_hdp.privacy.dp_randomness.
   unsafe_seeded_dp_randomness: bool = False
   allow_large_delta: bool = False  # accept delta >= n_k^-1.1
 
@@ -319,7 +319,7 @@ def run_method(task: FederatedTask, method_name: str,
   csv_file = writer = None
   if run_dir:
     os.makedirs(run_dir, exist_ok=True)
-    csv_file, writer = training_loop.open_csv(
+    csv_file, writer = round_loop.open_csv(
         os.path.join(run_dir, 'rounds.csv'), columns, done)
   metric = None
   start = time.time()
@@ -395,7 +395,7 @@ def run_method(task: FederatedTask, method_name: str,
       'seconds': time.time() - start,
   }
   if run_dir:
-    training_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+    round_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
   return summary
 
 

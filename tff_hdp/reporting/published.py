@@ -1,7 +1,7 @@
 """The papers' published Acc_g, to set beside what a run measures.
 
 FeO2 Tables 4-7 (FedHDP Tables 1-2 report rows of the same runs), Acc_g in
-%, per preset of `tff_hdp.presets` and Ditto block (lambda_p = lambda_np).
+%, per preset of `cli.presets` and Ditto block (lambda_p = lambda_np).
 Ditto does not change the global model, so a run without Ditto is compared
 with the figures of every block (the papers' blocks are separate runs and
 differ by up to 7.5 points, e.g. FMNIST DP-FedAvg 70.1-77.61).

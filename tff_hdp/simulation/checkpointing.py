@@ -2,7 +2,7 @@
 
 Everything random in a run is a function of the round number and either the
 public seed (data order) or the run's secret seed (DP noise and sampling,
-`tff_hdp.dp_randomness`), or lives in the learning process state, and each
+`tff_hdp.privacy.dp_randomness`), or lives in the learning process state, and each
 group's privacy spend is a function of the round number. Saving the process
 state with the round as the version, and the secret seed once, is therefore
 enough for a resumed run to equal an uninterrupted one. The secret seed is

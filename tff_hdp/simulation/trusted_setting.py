@@ -16,23 +16,23 @@ from typing import Sequence
 import tensorflow_federated as tff
 
 from tff_hdp.federated_task import FederatedTask
-from tff_hdp import accounting
-from tff_hdp import checkpointing
-from tff_hdp import cohort
-from tff_hdp import ditto
-from tff_hdp import dp_randomness
-from tff_hdp import fedhdp
-from tff_hdp import release_policy
-from tff_hdp import training_loop
-from tff_hdp.privacy_groups import GroupAssignment
-from tff_hdp.privacy_groups import PrivacyGroup
-from tff_hdp.privacy_groups import assign_opt_out
+from tff_hdp.privacy import accounting
+from tff_hdp.simulation import checkpointing
+from tff_hdp.learning import cohort
+from tff_hdp.learning import ditto
+from tff_hdp.privacy import dp_randomness
+from tff_hdp.learning import fedhdp
+from tff_hdp.privacy import release_policy
+from tff_hdp.simulation import round_loop
+from tff_hdp.privacy.privacy_groups import GroupAssignment
+from tff_hdp.privacy.privacy_groups import PrivacyGroup
+from tff_hdp.privacy.privacy_groups import assign_opt_out
 
 
 # What a configuration's run raises for bad settings or data: entry points
 # report these as one line.
 RUN_ERRORS = (ValueError, accounting.InfeasiblePrivacyTargetError,
-              checkpointing.CheckpointError, training_loop.BudgetExhaustedError)
+              checkpointing.CheckpointError, round_loop.BudgetExhaustedError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +59,13 @@ class Settings:
   eval_every: int = 10
   checkpoint_every: int = 10  # 0: no checkpoints
   ditto: DittoSettings | None = None  # None: no personalization
-  # > 1: simulate up to this many clients per TFF client (tff_hdp.cohort),
+  # > 1: simulate up to this many clients per TFF client (tff_hdp.learning.cohort),
   # the same rounds for a fraction of TFF's per-client overhead.
   cohort_size: int = 0
   # Each of these voids part of the privacy promise; a run that sets one
   # says so in its header and summary (`privacy_warnings`).
-  release_unprotected_stats: bool = False  # tff_hdp.release_policy
-  unsafe_seeded_dp_randomness: bool = False  # tff_hdp.dp_randomness
+  release_unprotected_stats: bool = False  # tff_hdp.privacy.release_policy
+  unsafe_seeded_dp_randomness: bool = False  # tff_hdp.privacy.dp_randomness
   allow_large_delta: bool = False  # accept delta >= 1 / N_j
 
 
@@ -185,8 +185,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
       step = ditto.build_personalization(task.tff_model_fn(), lambdas,
                                          settings.ditto.learning_rate,
                                          settings.local_epochs)
-    personalization = training_loop.Personalization(step)
-  result = training_loop.run(
+    personalization = round_loop.Personalization(step)
+  result = round_loop.run(
       task, process, plan, choices, seed=settings.seed, sampling_seed=secret,
       output_dir=run_dir,
       eval_every=settings.eval_every, progress=progress,
@@ -230,7 +230,7 @@ def run_configuration(task: FederatedTask, config: Configuration,
       'seconds': result.seconds,
   }
   if run_dir:
-    training_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+    round_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
   return summary, process.get_model_weights(result.state)
 
 

@@ -26,9 +26,9 @@ import math
 import os
 import statistics
 
-from tff_hdp import published
-from tff_hdp import reporting
-from tff_hdp.cross_silo_experiment import better
+from tff_hdp.reporting import published
+from tff_hdp.reporting import tables
+from tff_hdp.simulation.cross_silo_setting import better
 
 UNTRUSTED_RULES = ('robust_hdp', 'weiavg', 'dpfedavg', 'min_epsilon')
 
@@ -63,7 +63,7 @@ def tie_margin(acc_a: float, acc_b: float, test_examples: int) -> float:
 def _label(summary: dict) -> str:
   if summary['algorithm'] == 'fedhdp':
     return f"FedHDP r={summary['ratio']:g}"
-  return reporting.PAPER_NAMES.get(summary['algorithm'], summary['algorithm'])
+  return tables.PAPER_NAMES.get(summary['algorithm'], summary['algorithm'])
 
 
 def _blocks(summaries: list[dict]) -> dict[str, list[dict]]:

@@ -15,12 +15,12 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_hdp import accounting
-from tff_hdp import client_work as client_work_lib
-from tff_hdp import learning_process
+from tff_hdp.privacy import accounting
+from tff_hdp.learning import client_work as client_work_lib
+from tff_hdp.learning import learning_process
 from tff_hdp.aggregators import heterogeneous_dp
-from tff_hdp.privacy_groups import GroupAssignment
-from tff_hdp.privacy_groups import PrivacyGroup
+from tff_hdp.privacy.privacy_groups import GroupAssignment
+from tff_hdp.privacy.privacy_groups import PrivacyGroup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +129,7 @@ def build_aggregator(plan: PrivacyPlan, clip: ClipSettings, seed: int,
                      cohort: bool = False
                      ) -> heterogeneous_dp.HeterogeneousDPFactory:
   """The plan's aggregator; `cohort=True` gives the variant that takes
-  cohorts' stacked updates (`tff_hdp.cohort`), the same mechanism."""
+  cohorts' stacked updates (`tff_hdp.learning.cohort`), the same mechanism."""
   factory = (heterogeneous_dp.CohortHeterogeneousDPFactory if cohort else
              heterogeneous_dp.HeterogeneousDPFactory)
   return factory.from_plan(plan, clip, seed)

@@ -12,7 +12,7 @@ gives thousands of Monte Carlo trials. The run is the MR-MTL paper's setting:
      `1/2 (w - w_hat_k)^2 + lambda/2 (w - w_bar)^2`, and `w_bar` (already the
      mean of the `w_hat_k` after round 1) stays put.
 The empirical error of the personal models against the true silo centres is
-then compared with `tff_hdp.mean_estimation_theory`.
+then compared with `tff_hdp.estimation.mean_estimation_theory`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import cross_silo_process
-from tff_hdp import dp_sgd
-from tff_hdp import mean_estimation_theory as theory
+from tff_hdp.learning import cross_silo_process
+from tff_hdp.learning import dp_sgd
+from tff_hdp.estimation import mean_estimation_theory as theory
 
 # A clip norm far above any per-example gradient's norm: clipping never acts.
 _NO_CLIP_NORM = 1e6

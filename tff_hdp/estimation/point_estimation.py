@@ -6,7 +6,7 @@ private group's mean gets Gaussian noise of variance gamma^2 from
 clipping in effect). Each coordinate of the clients' vectors is an independent
 trial, so one aggregation round gives thousands of Monte Carlo trials; the
 empirical server MSE is then compared with the closed form of
-`tff_hdp.point_estimation_theory`. The personalized estimates come from the
+`tff_hdp.estimation.point_estimation_theory`. The personalized estimates come from the
 real Ditto step, on a model whose weights are the trials' estimates.
 """
 
@@ -18,9 +18,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp import client_work
-from tff_hdp import ditto
-from tff_hdp import point_estimation_theory as theory
+from tff_hdp.learning import client_work
+from tff_hdp.learning import ditto
+from tff_hdp.estimation import point_estimation_theory as theory
 from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
 
 # Clip norm far above any update's norm, so clipping never acts.
