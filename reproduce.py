@@ -10,7 +10,7 @@ A preset holds a published table's settings (SPEC.md §1, FeO2 Tables 3-7):
 task, fraction of clients per round, rounds, (eps, delta), 5% opt-out, the
 grid of r and of the Ditto lambda (lambda_p = lambda_np). It only sets
 run_experiment.py's flags, and the configurations are built and trained by
-the same code as there (`run_experiment.learning_setup`,
+the same code as there (`cli.trusted.learning_setup`,
 `trusted_setting.run_configuration`): same seed, same opt-out clients for every
 configuration. Any of those flags given on the command line wins over the
 preset (e.g. --rounds, --num_clients, --clients_per_round, --r, --client_lr);
@@ -39,7 +39,8 @@ from absl import flags
 
 import tff_hdp  # noqa: F401  (quiets TF and imports it before app.run)
 
-import run_experiment
+from cli import flags as cli_flags
+from cli import trusted as cli_trusted
 from cli.presets import PAPER_PRESETS
 from cli.presets import PRESETS
 
@@ -69,11 +70,11 @@ def _preset_names() -> list[str]:
   for name in _PRESETS.value or []:
     names += PAPER_PRESETS if name == 'paper' else [name]
   if not names:
-    raise run_experiment.InputError(
+    raise cli_flags.InputError(
         f'--presets is required: any of {", ".join(PRESETS)}, or "paper".')
   for name in names:
     if name not in PRESETS:
-      raise run_experiment.InputError(
+      raise cli_flags.InputError(
           f'--presets: unknown preset {name!r}; choose from '
           f'{", ".join(PRESETS)} or "paper".')
   return names
@@ -86,12 +87,12 @@ def _lambdas_flag() -> list[float] | None:
   try:
     lambdas = [float(v) for v in _DITTO_LAMBDAS.value]
   except ValueError:
-    raise run_experiment.InputError(
+    raise cli_flags.InputError(
         '--ditto_lambdas must be comma-separated numbers, got '
         f'{",".join(_DITTO_LAMBDAS.value)!r}.') from None
   for lam in lambdas:
     if not lam >= 0:
-      raise run_experiment.InputError(
+      raise cli_flags.InputError(
           f'--ditto_lambdas must be >= 0, got {lam}.')
   return lambdas
 
@@ -131,7 +132,7 @@ def _run_or_skip(label, task, config, choices, settings, block_dir):
         task, config, choices, settings, block_dir, release_managers=managers)
     return summary
   except trusted_setting.RUN_ERRORS as e:
-    raise run_experiment.InputError(f'{label}: {e}') from None
+    raise cli_flags.InputError(f'{label}: {e}') from None
 
 
 def _run_preset(name: str, output_dir: str,
@@ -147,8 +148,8 @@ def _run_preset(name: str, output_dir: str,
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
   preset = PRESETS[name]
   _apply(preset.flag_values())
-  run_experiment.validate_flags()
-  task = run_experiment.load_task()
+  cli_flags.validate_flags()
+  task = cli_flags.load_task()
   n = len(task.client_ids)
   _apply({'clients_per_round': max(1, round(preset.fraction_per_round * n))})
   blocks = []
@@ -156,8 +157,8 @@ def _run_preset(name: str, output_dir: str,
     lambdas = list(preset.ditto_lambdas)
   for lam in lambdas or [None]:
     _apply({'ditto_lambda_p': lam, 'ditto_lambda_np': lam})
-    run_experiment.validate_flags()
-    settings, choices, configs = run_experiment.learning_setup(task)
+    cli_flags.validate_flags()
+    settings, choices, configs = cli_trusted.learning_setup(task)
     blocks.append((_block_name(settings.ditto), settings, choices, configs))
   preset_dir = os.path.join(output_dir, name)
   warnings = trusted_setting.privacy_warnings(blocks[0][1])
@@ -198,7 +199,7 @@ def _run_preset(name: str, output_dir: str,
 def main(argv: list[str]) -> None:
   try:
     if len(argv) > 1:
-      raise run_experiment.InputError(f'unexpected arguments: {argv[1:]}')
+      raise cli_flags.InputError(f'unexpected arguments: {argv[1:]}')
     names = _preset_names()
     lambdas = _lambdas_flag()
     output_dir = (FLAGS.output_dir if FLAGS['output_dir'].present else
@@ -211,7 +212,7 @@ def main(argv: list[str]) -> None:
       for flag, value in start.items():
         FLAGS[flag].value = value
       _run_preset(name, output_dir, lambdas)
-  except run_experiment.InputError as e:
+  except cli_flags.InputError as e:
     sys.exit(f'reproduce.py: error: {e}')
 
 

@@ -30,6 +30,7 @@ import tensorflow_federated as tff  # noqa: E402
 from tff_hdp.learning import dp_sgd  # noqa: E402
 from tff_hdp.privacy import heterogeneity  # noqa: E402
 from tff_hdp.aggregators import rpca  # noqa: E402
+from tff_hdp.learning import algorithms  # noqa: E402
 from tff_hdp.learning import noise_aware  # noqa: E402
 from tff_hdp.aggregators import robust_hdp  # noqa: E402
 
@@ -117,7 +118,7 @@ def main(argv):
                                                 _SEED.value + d)
     trained = {}  # Calibrate and train once per set of epsilons.
     for rule in RULES:
-      min_eps = noise_aware.RULES[rule].min_epsilon
+      min_eps = algorithms.REGISTRY[rule].min_epsilon
       if min_eps not in trained:
         plans = noise_aware.plan_clients(rule, epsilons, _DELTA.value,
                                               sizes, batch_sizes,

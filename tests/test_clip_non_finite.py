@@ -314,7 +314,7 @@ def test_cross_silo_silo_with_a_nan_pixel_trains_on_its_other_examples():
   x = x.copy()
   x[3, 1] = np.nan
   task.client_train['silo0'] = (x, y)
-  process = cse.build_process(task, cse.METHODS['mrmtl'],
+  process = cse.build_process(task, cse.method_record('mrmtl'),
                               test_cross_silo._settings())
   state = process.initialize()
   initial = cross_silo_process.cluster_weights(state, 0).trainable

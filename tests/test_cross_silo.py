@@ -51,7 +51,7 @@ def _settings(**kw):
 
 def test_silo_epsilon_equals_dp_accounting_for_its_q_z_and_steps():
   task = _clustered_task()
-  plans = cse.plan_silos(task, cse.METHODS['mrmtl'], _settings(rounds=50))
+  plans = cse.plan_silos(task, cse.method_record('mrmtl'), _settings(rounds=50))
   p = plans[0]
   accountant = rdp.RdpAccountant()
   accountant.compose(dp_accounting.SelfComposedDpEvent(
@@ -67,8 +67,8 @@ def test_silo_epsilon_equals_dp_accounting_for_its_q_z_and_steps():
 def test_ditto_pays_for_its_second_epoch_with_more_noise():
   task = _clustered_task()
   s = _settings(rounds=50)
-  mrmtl = cse.plan_silos(task, cse.METHODS['mrmtl'], s)[0]
-  dit = cse.plan_silos(task, cse.METHODS['ditto'], s)[0]
+  mrmtl = cse.plan_silos(task, cse.method_record('mrmtl'), s)[0]
+  dit = cse.plan_silos(task, cse.method_record('ditto'), s)[0]
   assert dit.steps_per_round == 2 * mrmtl.steps_per_round
   assert dit.noise_multiplier > mrmtl.noise_multiplier * 1.2
   assert dit.epsilon_after(50) == pytest.approx(4.0, rel=0.01)
@@ -96,8 +96,8 @@ def test_selection_cost_is_the_exponential_mechanisms_zcdp():
 def test_ifca_selection_shares_the_budget_with_dp_sgd():
   task = _clustered_task()
   s = _settings(rounds=40, selection_fraction=0.1, selection_share=0.03)
-  ifca = cse.plan_silos(task, cse.METHODS['ifca'], s)[0]
-  fedavg = cse.plan_silos(task, cse.METHODS['fedavg'], s)[0]
+  ifca = cse.plan_silos(task, cse.method_record('ifca'), s)[0]
+  fedavg = cse.plan_silos(task, cse.method_record('fedavg'), s)[0]
   assert ifca.selection_rounds == 4
   assert ifca.selection_epsilon == pytest.approx(0.03 * 4.0)
   assert ifca.noise_multiplier > fedavg.noise_multiplier
@@ -145,14 +145,14 @@ def test_exponential_mechanism_samples_softmax_of_scaled_scores():
 def test_delta_must_be_below_n_to_the_minus_1_1():
   task = _clustered_task(examples=30)
   with pytest.raises(ValueError, match='--deltas'):
-    cse.plan_silos(task, cse.METHODS['local'], _settings(delta=0.1))
+    cse.plan_silos(task, cse.method_record('local'), _settings(delta=0.1))
 
 
 def test_ifca_is_refused_on_a_regression_task():
   task = _clustered_task()
   task.metric = 'mse'
   with pytest.raises(ValueError, match='error rate'):
-    cse.plan_silos(task, cse.METHODS['ifca'], _settings())
+    cse.plan_silos(task, cse.method_record('ifca'), _settings())
 
 
 @pytest.fixture(scope='module')
@@ -162,7 +162,7 @@ def task():
 
 def _personal(run_dir, task, method, settings, round_num):
   """The saved personal models, as {silo: [arrays]} (every silo has one)."""
-  name = cse.configuration_name(cse.METHODS[method], settings)
+  name = cse.configuration_name(cse.method_record(method), settings)
   store = ditto.PersonalModels.load(
       str(run_dir / name / 'checkpoints' / f'personal_round_{round_num}.npz'),
       task.client_ids)
@@ -211,7 +211,7 @@ def test_resume_restores_personal_models_and_clusters_bit_for_bit(
                             progress=False)
   # The crashed run gets the straight run's secret seed (its checkpoint keeps
   # it), so that the two runs can be compared.
-  name = cse.configuration_name(cse.METHODS['ifca_mrmtl'], s)
+  name = cse.configuration_name(cse.method_record('ifca_mrmtl'), s)
   (tmp_path / 'b' / name / 'checkpoints').mkdir(parents=True)
   (tmp_path / 'b' / name / 'checkpoints' / 'dp_secret_seed').write_text(
       (tmp_path / 'a' / name / 'checkpoints' / 'dp_secret_seed').read_text())

@@ -19,6 +19,7 @@ from tff_hdp.learning import fedhdp
 from tff_hdp.learning import learning_process
 from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.simulation import round_loop
+from tff_hdp.simulation import selection
 
 
 @pytest.fixture(scope='module')
@@ -139,15 +140,15 @@ def test_short_run_writes_every_round_and_reports_epsilon(task, tmp_path):
 
 def test_sampling_is_seeded_per_round_and_matches_its_event():
   ids = list(range(400))
-  a = round_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 3)
-  b = round_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 3)
-  c = round_loop.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 4)
+  a = selection.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 3)
+  b = selection.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 3)
+  c = selection.sample_clients(ids, accounting.PoissonSampling(0.1), 7, 4)
   assert a == b and a != c
-  sizes = [len(round_loop.sample_clients(
+  sizes = [len(selection.sample_clients(
       ids, accounting.PoissonSampling(0.1), 0, t)) for t in range(200)]
   assert np.mean(sizes) == pytest.approx(40, rel=0.05)
   assert len(set(sizes)) > 5  # Poisson: the count varies
-  fixed = round_loop.sample_clients(
+  fixed = selection.sample_clients(
       ids, accounting.FixedSizeSampling(400, 25), 0, 1)
   assert len(fixed) == 25 == len(set(fixed))
 
@@ -164,5 +165,6 @@ def test_budget_guard_refuses_rounds_beyond_the_target(task):
                                 tff.learning.optimizers.build_sgdm(0.1))
   with pytest.raises(round_loop.BudgetExhaustedError,
                      match=r"round 3 refused: privacy group 'p'"):
-    round_loop.run(task, process, longer, choices, seed=0, sampling_seed=0,
-                      progress=False)
+    round_loop.run_rounds(
+        trusted_setting.TrustedRounds(task, process, longer, choices, seed=0,
+                                      sampling_seed=0), progress=False)

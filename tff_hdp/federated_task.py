@@ -15,8 +15,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp import metrics as metrics_lib
+
 Arrays = tuple[np.ndarray, np.ndarray]
-METRICS = ('accuracy', 'sign_accuracy', 'mse')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,9 +62,9 @@ class FederatedTask:
   dropped_clients: int = 0
 
   def __post_init__(self):
-    if self.metric not in METRICS:
+    if self.metric not in metrics_lib.METRICS:
       raise ValueError(f'task {self.name!r}: unknown metric {self.metric!r}; '
-                       f'choose from {METRICS}.')
+                       f'choose from {tuple(metrics_lib.METRICS)}.')
     empty = [c for c, (x, _) in self.client_train.items() if len(x) == 0]
     if empty:
       raise ValueError(
@@ -71,6 +72,10 @@ class FederatedTask:
           f'examples, e.g. {empty[:3]}; drop them when building the task.')
     if self.batch_size < 1:
       raise ValueError(f'batch size must be >= 1, got {self.batch_size}.')
+
+  @property
+  def metric_record(self) -> metrics_lib.Metric:
+    return metrics_lib.METRICS[self.metric]
 
   @property
   def client_ids(self) -> list[Hashable]:

@@ -17,6 +17,7 @@ import tensorflow_federated as tff
 
 from tff_hdp.privacy import accounting
 from tff_hdp.learning import client_work as client_work_lib
+from tff_hdp.learning import algorithms
 from tff_hdp.learning import learning_process
 from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.privacy.privacy_groups import GroupAssignment
@@ -125,14 +126,11 @@ def plan_privacy(assignment: GroupAssignment, sampling: accounting.Sampling,
       ledger=ledger)
 
 
-def build_aggregator(plan: PrivacyPlan, clip: ClipSettings, seed: int,
-                     cohort: bool = False
+def build_aggregator(plan: PrivacyPlan, clip: ClipSettings, seed: int
                      ) -> heterogeneous_dp.HeterogeneousDPFactory:
-  """The plan's aggregator; `cohort=True` gives the variant that takes
-  cohorts' stacked updates (`tff_hdp.learning.cohort`), the same mechanism."""
-  factory = (heterogeneous_dp.CohortHeterogeneousDPFactory if cohort else
-             heterogeneous_dp.HeterogeneousDPFactory)
-  return factory.from_plan(plan, clip, seed)
+  """The plan's per-client aggregator with DP noise seed `seed` (the cohort
+  variant is chosen in `tff_hdp.learning.execution`)."""
+  return heterogeneous_dp.HeterogeneousDPFactory.from_plan(plan, clip, seed)
 
 
 def build_fedhdp(
@@ -156,8 +154,6 @@ def build_fedhdp(
       aggregator, tff.TensorType(np.float32, [num_groups]), server_optimizer)
 
 
-ALGORITHMS = ('fedhdp', 'dp_fedavg', 'nonprivate')
-
 
 def groups_for_algorithm(algorithm: str, assignment: GroupAssignment,
                          ratios: Sequence[float] | None = None
@@ -168,9 +164,9 @@ def groups_for_algorithm(algorithm: str, assignment: GroupAssignment,
   * dp_fedavg: everyone in one private group at the strictest target;
   * nonprivate: everyone in one non-private group.
   """
-  if algorithm not in ALGORITHMS:
-    raise ValueError(
-        f'unknown algorithm {algorithm!r}; choose one of {ALGORITHMS}.')
+  if algorithms.find(algorithm, algorithms.TRUSTED) is None:
+    raise ValueError(f'unknown algorithm {algorithm!r}; choose one of '
+                     f'{algorithms.names(algorithms.TRUSTED)}.')
   everyone = {c: 0 for c in assignment.client_groups}
   if algorithm == 'nonprivate':
     return GroupAssignment((PrivacyGroup('all_non_private'),), everyone)

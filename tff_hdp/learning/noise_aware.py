@@ -13,15 +13,16 @@ factory that combines them:
 | dpfedavg    | N_i                      | weighted mean                 |
 | pfa         | none (ignored)           | `PFAFactory` (norm GMM)       |
 | min_epsilon | N_i, all at min epsilon  | weighted mean                 |
+| median      | none (ignored)           | `CoordinateMedianFactory`     |
 
-The weight travels as client data (see `dp_sgd.make_client_data`); for
-Robust-HDP and PFA it is a constant the unweighted factory never receives:
+Each rule is a record of `tff_hdp.learning.algorithms`. The weight travels
+as client data (see `dp_sgd.make_client_data`); for Robust-HDP, PFA and the
+median it is a constant the unweighted factory never receives:
 PFA infers who is public from the norms of the updates (PDP-FL).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable, Sequence
 
 import numpy as np
@@ -29,41 +30,18 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp.privacy import accounting
+from tff_hdp.learning import algorithms
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import learning_process
-from tff_hdp.aggregators import pfa
-from tff_hdp.aggregators import robust_hdp
 
 
-@dataclasses.dataclass(frozen=True)
-class Rule:
-  """What a client sends as its weight, and whether all use the minimum eps."""
-
-  weight: str
-  min_epsilon: bool = False
-
-
-RULES = {
-    'robust_hdp': Rule('none'),
-    'oracle': Rule('inverse_noise_variance'),
-    'weiavg': Rule('epsilon'),
-    'dpfedavg': Rule('num_examples'),
-    'pfa': Rule('none'),
-    'min_epsilon': Rule('num_examples', min_epsilon=True),
-}
-
-# The rules whose server sees only the updates.
-_UNWEIGHTED_FACTORIES = {
-    'robust_hdp': robust_hdp.RobustHDPFactory,
-    'pfa': pfa.PFAFactory,
-}
-
-
-def _rule(name: str) -> Rule:
-  if name not in RULES:
+def _rule(name: str) -> algorithms.Algorithm:
+  rule = algorithms.find(name, algorithms.UNTRUSTED)
+  if rule is None:
     raise ValueError(
-        f'unknown aggregation rule {name!r}; choose one of {sorted(RULES)}.')
-  return RULES[name]
+        f'unknown aggregation rule {name!r}; choose one of '
+        f'{sorted(algorithms.names(algorithms.UNTRUSTED))}.')
+  return rule
 
 
 def plan_clients(name: str, epsilons: Sequence[float], delta: float,
@@ -93,7 +71,7 @@ def client_weight(name: str, privacy: dp_sgd.ClientPrivacy,
                   learning_rate: float, clip_norm: float,
                   num_params: int) -> float:
   """The weight a client attaches to its update under rule `name`."""
-  kind = _rule(name).weight
+  kind = _rule(name).client_weight
   if kind == 'none':
     return 1.0
   if kind == 'epsilon':
@@ -106,19 +84,23 @@ def client_weight(name: str, privacy: dp_sgd.ClientPrivacy,
 
 def build_aggregator(name: str,
                      **options) -> tff.aggregators.WeightedAggregationFactory:
-  """The factory of rule `name`; `options` go to its constructor.
+  """The factory of rule `name` (its registry record's); `options` go to its
+  constructor.
 
-  Robust-HDP and PFA are unweighted; they are wrapped so the learning
-  process can pass the (ignored) client weight, and their own processes still
-  see only the updates.
+  An unweighted factory (Robust-HDP, PFA, the median) is wrapped so the
+  learning process can pass the (ignored) client weight; its own process
+  still sees only the updates.
+
+  Raises:
+    ValueError: an unknown rule, or options for a rule that takes none.
   """
-  _rule(name)
-  if name in _UNWEIGHTED_FACTORIES:
-    return tff.aggregators.as_weighted_aggregator(
-        _UNWEIGHTED_FACTORIES[name](**options))
-  if options:
+  rule = _rule(name)
+  if options and rule.client_weight != 'none':
     raise ValueError(f'rule {name!r} takes no options, got {sorted(options)}.')
-  return tff.aggregators.MeanFactory()
+  factory = rule.build_factory(**options)
+  if isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
+    return tff.aggregators.as_weighted_aggregator(factory)
+  return factory
 
 
 def build_noise_aware_fedavg(

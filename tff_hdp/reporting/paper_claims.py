@@ -28,7 +28,7 @@ import statistics
 
 from tff_hdp.reporting import published
 from tff_hdp.reporting import tables
-from tff_hdp.simulation.cross_silo_setting import better
+from tff_hdp import metrics
 
 UNTRUSTED_RULES = ('robust_hdp', 'weiavg', 'dpfedavg', 'min_epsilon')
 
@@ -168,17 +168,17 @@ def cross_silo_claim(directory: str) -> Claim:
   if len(settings) != 1:
     raise ValueError(f'{directory}: the runs differ in task or settings '
                      f'({len(settings)} kinds); compare like with like.')
-  metric = runs[0]['metric_name']
+  metric = metrics.get(runs[0]['metric_name'])
   best = {}
   for s in runs:
-    if s['method'] not in best or better(metric, s['metric'],
-                                         best[s['method']]['metric']):
+    if s['method'] not in best or metric.better(s['metric'],
+                                                best[s['method']]['metric']):
       best[s['method']] = s
   missing = {'mrmtl', 'local', 'fedavg'} - set(best)
   if missing:
     raise ValueError(f'{directory}: no run of {", ".join(sorted(missing))}.')
   mrmtl = best['mrmtl']
-  holds = all(not better(metric, best[m]['metric'], mrmtl['metric'])
+  holds = all(not metric.better(best[m]['metric'], mrmtl['metric'])
               for m in ('local', 'fedavg'))
   detail = ', '.join(
       f"{m} {best[m]['metric']:.5g} (lr {best[m]['settings']['learning_rate']:g}"

@@ -18,7 +18,6 @@ import dataclasses
 import hashlib
 import math
 import os
-import time
 from typing import Hashable
 
 import numpy as np
@@ -28,12 +27,15 @@ import tqdm
 
 from tff_hdp.simulation import checkpointing
 from tff_hdp.learning import cross_silo_process
+from tff_hdp.learning import algorithms
 from tff_hdp.learning import ditto
 from tff_hdp.privacy import dp_randomness
 from tff_hdp.learning import dp_sgd
 from tff_hdp.simulation import evaluation
 from tff_hdp.privacy import release_policy
 from tff_hdp.simulation import round_loop
+from tff_hdp.simulation import run_files
+from tff_hdp.simulation import selection
 from tff_hdp.federated_task import FederatedTask
 
 # The MR-MTL paper's grids (its Appendix C.4).
@@ -41,32 +43,10 @@ LAMBDA_GRID = (1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
 LEARNING_RATE_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)
 
 
-@dataclasses.dataclass(frozen=True)
-class Method:
-  """How a method uses the common round (see `cross_silo_process`).
-
-  `regularized`: lambda applies; `personal_epoch`: Ditto's second epoch per
-  round; `clustered`: cluster models with private selection (IFCA). What
-  each round does beyond that (reset, phases) is decided in `_role`.
-  """
-
-  name: str
-  regularized: bool = False
-  personal_epoch: bool = False
-  clustered: bool = False
-
-
-METHODS = {
-    m.name: m for m in (
-        Method('local'),
-        Method('fedavg'),
-        Method('finetune'),
-        Method('mrmtl', regularized=True),
-        Method('ditto', regularized=True, personal_epoch=True),
-        Method('ifca', clustered=True),
-        Method('ifca_mrmtl', regularized=True, clustered=True),
-    )
-}
+# A method is a cross-silo record of `tff_hdp.learning.algorithms`: its
+# flags say how it uses the common round (see `cross_silo_process`); what
+# each round does beyond that (reset, phases) is decided in `_role`.
+Method = algorithms.Algorithm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +104,7 @@ def _check(task: FederatedTask, method: Method,
     if settings.num_clusters < 1:
       raise ValueError('--num_clusters must be >= 1, got '
                        f'{settings.num_clusters}.')
-    if task.metric == 'mse':
+    if task.metric_record.per_example_error is None:
       raise ValueError(f'{method.name} selects clusters by error rate, which '
                        f'task {task.name!r} (a regression) does not have.')
     if not 0 < settings.selection_share < 1:
@@ -221,18 +201,6 @@ def test_weighted_metric(task: FederatedTask,
   return total / count
 
 
-def _per_example_error(task: FederatedTask):
-  if task.metric == 'accuracy':
-    return lambda y, p: tf.not_equal(
-        tf.argmax(p, axis=-1, output_type=tf.int32),
-        tf.cast(tf.reshape(y, [-1]), tf.int32))
-  if task.metric == 'sign_accuracy':
-    return lambda y, p: tf.not_equal(
-        tf.where(tf.reshape(p, [-1]) >= 0, 1.0, -1.0),
-        tf.cast(tf.reshape(y, [-1]), tf.float32))
-  return None
-
-
 def build_process(task: FederatedTask, method: Method,
                   settings: CrossSiloSettings
                   ) -> tff.templates.IterativeProcess:
@@ -240,7 +208,7 @@ def build_process(task: FederatedTask, method: Method,
   loss.reduction = tf.keras.losses.Reduction.NONE
   return cross_silo_process.build_cross_silo_process(
       task.tff_model_fn(), loss,
-      _per_example_error(task) if method.clustered else None,
+      task.metric_record.per_example_error if method.clustered else None,
       settings.clip_norm,
       num_clusters=settings.num_clusters if method.clustered else 1,
       personal_epoch=method.personal_epoch, seed=settings.seed)
@@ -263,11 +231,92 @@ def _run_key(task: FederatedTask, method: Method,
   return key
 
 
-def _method(name: str) -> Method:
-  if name not in METHODS:
+def method_record(name: str) -> Method:
+  """The record of cross-silo method `name`; an unknown one is a ValueError."""
+  found = algorithms.find(name, algorithms.CROSS_SILO)
+  if found is None:
     raise ValueError(f'unknown cross-silo method {name!r}; choose from '
-                     f'{", ".join(METHODS)}.')
-  return METHODS[name]
+                     f'{", ".join(algorithms.names(algorithms.CROSS_SILO))}.')
+  return found
+
+
+class CrossSiloRounds(round_loop.RoundProgram):
+  """A cross-silo method's rounds for `round_loop.run_rounds`: every silo,
+  every round, with its personal model and cluster kept between rounds (and
+  in the checkpoint).
+
+  Each silo's spend is accounted once, for the summary: with 100+ silos a
+  per-round column would cost more than the round.
+  """
+
+  def __init__(self, task: FederatedTask, method: Method,
+               settings: CrossSiloSettings,
+               process: tff.templates.IterativeProcess,
+               plans: list[dp_sgd.ClientPrivacy], silo_seeds, label: str):
+    self.label = label
+    self.rounds = settings.rounds
+    self._task, self._method, self._settings = task, method, settings
+    self._process, self._plans, self._seeds = process, plans, silo_seeds
+    self.state = process.initialize()
+    self._initial = cross_silo_process.cluster_weights(self.state, 0)
+    self.personal = ditto.PersonalModels()
+    self.clusters = np.zeros(len(task.client_ids), np.int32)
+    self._epsilons = settings.silo_epsilons(len(task.client_ids))
+    self._weights = [float(p.num_examples) if settings.weighted else 1.0
+                     for p in plans]
+    self.columns = ['round', 'metric', 'num_non_finite_updates'] + (
+        [f'cluster_{g}_silos' for g in range(settings.num_clusters)]
+        if method.clustered else [])
+
+  def _saved(self):
+    return collections.OrderedDict(process=self.state, clusters=self.clusters)
+
+  def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
+    restored, done = checkpoint.restore(self._saved())
+    if restored is not None:
+      self.state = restored['process']
+      self.clusters = np.asarray(restored['clusters'])
+      self.personal = ditto.PersonalModels.load(
+          checkpoint.personal_path(done), self._task.client_ids)
+    return done
+
+  def save(self, checkpoint: checkpointing.RunCheckpoint,
+           round_num: int) -> None:
+    checkpoint.save(self._saved(), round_num, self.personal)
+
+  def train(self, round_num: int) -> dict:
+    silos, settings = self._task.client_ids, self._settings
+    order = selection.every_client_order_seed(settings.seed, round_num)
+    data = [
+        cross_silo_process.make_client_data(
+            self._task.train_dataset(c, order), self._plans[i],
+            self._weights[i], self._seeds[i],
+            _role(self._method, settings, round_num, int(self.clusters[i]),
+                  self._epsilons[i]))
+        for i, c in enumerate(silos)
+    ]
+    self.state, outputs, measurements = self._process.next(
+        self.state,
+        [self.personal.get(c, self._initial.trainable) for c in silos], data)
+    self.personal.update(silos, [o['personal'] for o in outputs])
+    self.clusters = np.array([int(o['cluster']) for o in outputs], np.int32)
+    row = {'num_non_finite_updates': int(
+        measurements['num_non_finite_updates'])}
+    if self._method.clustered:
+      for g in range(settings.num_clusters):
+        row[f'cluster_{g}_silos'] = int(np.sum(self.clusters == g))
+    return row
+
+  def evaluate(self, round_num: int) -> dict:
+    return {'metric': evaluate(self._task, self._method, self._settings,
+                               round_num, self.state, self.personal,
+                               self.clusters)}
+
+  def postfix(self, metrics: dict) -> dict[str, str]:
+    return {'metric': f"{metrics['metric']:.4g}"}
+
+  def weights(self) -> tff.learning.models.ModelWeights:
+    return cross_silo_process.cluster_weights(self.state, 0)
 
 
 def run_method(task: FederatedTask, method_name: str,
@@ -280,91 +329,31 @@ def run_method(task: FederatedTask, method_name: str,
   depends only on the method, clip norm, clusters and seed, so a sweep over
   lambda and learning rates builds it once.
   """
-  method = _method(method_name)
+  method = method_record(method_name)
   plans = plan_silos(task, method, settings, progress)
   silos = task.client_ids
   if process is None:
     process = build_process(task, method, settings)
-  state = process.initialize()
-  initial = cross_silo_process.cluster_weights(state, 0)
-  personal = ditto.PersonalModels()
-  clusters = np.zeros(len(silos), np.int32)
   name = configuration_name(method, settings)
   run_dir = os.path.join(output_dir, name) if output_dir else None
   checkpoint = None
-  done = 0
   if run_dir and settings.checkpoint_every > 0:
     checkpoint = checkpointing.RunCheckpoint(
         os.path.join(run_dir, 'checkpoints'),
         _run_key(task, method, settings))
-    restored, done = checkpoint.restore(
-        collections.OrderedDict(process=state, clusters=clusters))
-    if restored is not None:
-      state, clusters = restored['process'], np.asarray(restored['clusters'])
-      personal = ditto.PersonalModels.load(checkpoint.personal_path(done),
-                                           silos)
   # Each silo's DP-SGD noise, example sampling and private selections follow
   # its own seed, derived from the run's secret (kept in the checkpoint).
   silo_seeds = dp_randomness.client_seeds(
       settings.seed, settings.unsafe_seeded_dp_randomness, len(silos),
       checkpoint)
-  epsilons = settings.silo_epsilons(len(silos))
-  weights = [float(p.num_examples) if settings.weighted else 1.0
-             for p in plans]
-  # Each silo's spend is accounted once, for the summary: with 100+ silos a
-  # per-round column would cost more than the round.
-  columns = ['round', 'metric', 'num_non_finite_updates'] + (
-                 [f'cluster_{g}_silos' for g in range(settings.num_clusters)]
-                 if method.clustered else [])
-  csv_file = writer = None
-  if run_dir:
-    os.makedirs(run_dir, exist_ok=True)
-    csv_file, writer = round_loop.open_csv(
-        os.path.join(run_dir, 'rounds.csv'), columns, done)
-  metric = None
-  start = time.time()
-  try:
-    bar = tqdm.trange(done + 1, settings.rounds + 1, initial=done,
-                      total=settings.rounds, desc=f'{name} rounds',
-                      unit='round', disable=not progress)
-    for r in bar:
-      data = [
-          cross_silo_process.make_client_data(
-              task.train_dataset(c, settings.seed * 100003 + r), plans[i],
-              weights[i], silo_seeds[i],
-              _role(method, settings, r, int(clusters[i]), epsilons[i]))
-          for i, c in enumerate(silos)
-      ]
-      state, outputs, measurements = process.next(
-          state, [personal.get(c, initial.trainable) for c in silos], data)
-      personal.update(silos, [o['personal'] for o in outputs])
-      clusters = np.array([int(o['cluster']) for o in outputs], np.int32)
-      row = dict.fromkeys(columns, '')
-      row['round'] = r
-      row['num_non_finite_updates'] = int(
-          measurements['num_non_finite_updates'])
-      if method.clustered:
-        for g in range(settings.num_clusters):
-          row[f'cluster_{g}_silos'] = int(np.sum(clusters == g))
-      if r % settings.eval_every == 0 or r == settings.rounds:
-        metric = evaluate(task, method, settings, r, state, personal,
-                          clusters)
-        row['metric'] = f'{metric:.6g}'
-        bar.set_postfix(metric=f'{metric:.4g}')
-      if writer:
-        writer.writerow(row)
-        csv_file.flush()
-      if checkpoint is not None and (r % settings.checkpoint_every == 0 or
-                                     r == settings.rounds):
-        checkpoint.save(
-            collections.OrderedDict(process=state, clusters=clusters), r,
-            personal)
-  finally:
-    if csv_file:
-      csv_file.close()
-  if metric is None:  # Resumed after the last round.
-    metric = evaluate(task, method, settings, settings.rounds, state, personal,
-                      clusters)
+  program = CrossSiloRounds(task, method, settings, process, plans,
+                            silo_seeds, label=f'{name} rounds')
+  result = round_loop.run_rounds(
+      program, output_dir=run_dir, eval_every=settings.eval_every,
+      progress=progress, checkpoint=checkpoint,
+      checkpoint_every=settings.checkpoint_every)
+  metric = result.final_metrics['metric']
+  clusters = program.clusters
   spent = [p.epsilon_after(settings.rounds) for p in plans]
   summary = {
       'configuration': name,
@@ -392,10 +381,10 @@ def run_method(task: FederatedTask, method_name: str,
       'epsilon_spent_min': min(spent),
       'final_clusters': ([int(g) for g in clusters]
                          if method.clustered else None),
-      'seconds': time.time() - start,
+      'seconds': result.seconds,
   }
   if run_dir:
-    round_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+    run_files.write_summary(os.path.join(run_dir, 'summary.json'), summary)
   return summary
 
 
@@ -418,11 +407,6 @@ def evaluate(task: FederatedTask, method: Method, settings: CrossSiloSettings,
   return test_weighted_metric(task, weights_of)
 
 
-def better(metric_name: str, a: float, b: float) -> bool:
-  """Whether metric value `a` beats `b` (accuracy up, MSE down)."""
-  return a < b if metric_name == 'mse' else a > b
-
-
 def sweep(task: FederatedTask, method_name: str, settings: CrossSiloSettings,
           lambdas, learning_rates, output_dir: str | None,
           progress: bool = True) -> dict:
@@ -433,7 +417,7 @@ def sweep(task: FederatedTask, method_name: str, settings: CrossSiloSettings,
   silos' epsilon spent over all runs; writes every run's metric to
   `sweep_<method>.csv`. Methods without lambda sweep the learning rates only.
   """
-  method = _method(method_name)
+  method = method_record(method_name)
   lambdas = list(lambdas) if method.regularized else [0.0]
   process = build_process(task, method, settings)
   results, spent = [], []
@@ -447,11 +431,11 @@ def sweep(task: FederatedTask, method_name: str, settings: CrossSiloSettings,
     spent += [summary['epsilon_spent_min'], summary['epsilon_spent_max']]
   best = results[0]
   for res in results[1:]:
-    if better(task.metric, res[2], best[2]):
+    if task.metric_record.better(res[2], best[2]):
       best = res
   curve = {}
   for lam, lr, m in results:
-    if lam not in curve or better(task.metric, m, curve[lam][1]):
+    if lam not in curve or task.metric_record.better(m, curve[lam][1]):
       curve[lam] = (lr, m)
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)

@@ -22,16 +22,6 @@ def _predict(model: tf.keras.Model, x: np.ndarray) -> np.ndarray:
   return model(x, training=False).numpy()
 
 
-def _score(task: FederatedTask, outputs: np.ndarray, y: np.ndarray) -> np.ndarray:
-  """Per-example score: 1/0 correctness, or squared error for regression."""
-  if task.metric == 'accuracy':
-    return (outputs.argmax(axis=-1) == y).astype(np.float64) * 100.0
-  outputs = outputs.reshape(y.shape)
-  if task.metric == 'sign_accuracy':
-    return (np.where(outputs >= 0, 1, -1) == y).astype(np.float64) * 100.0
-  return np.square(outputs - y).astype(np.float64)
-
-
 def client_scores(task: FederatedTask, model: tf.keras.Model,
                   client_ids: Sequence[Hashable]) -> dict[Hashable, float]:
   """Each client's mean score on its own test set."""
@@ -39,7 +29,8 @@ def client_scores(task: FederatedTask, model: tf.keras.Model,
   ys = [task.client_test[c][1] for c in client_ids]
   if not xs:
     return {}
-  scores = _score(task, _predict(model, np.concatenate(xs)), np.concatenate(ys))
+  scores = task.metric_record.score(_predict(model, np.concatenate(xs)),
+                                    np.concatenate(ys))
   bounds = np.cumsum([0] + [len(y) for y in ys])
   return {c: float(scores[bounds[i]:bounds[i + 1]].mean())
           for i, c in enumerate(client_ids)}
@@ -107,7 +98,7 @@ def global_model_metrics(task: FederatedTask,
   model = keras_model_with(task, weights)
   x, y = task.server_test
   metrics = collections.OrderedDict()
-  metrics['acc_g'] = float(_score(task, _predict(model, x), y).mean())
+  metrics['acc_g'] = float(task.metric_record.score(_predict(model, x), y).mean())
   per_client = client_scores(task, model, list(private_clients))
   metrics.update(_group_means(per_client, private_clients, 'g'))
   return metrics

@@ -1,340 +1,156 @@
-"""Runs a learning process round by round: sampling, budget, metrics, files.
+"""The one round loop: every setting (trusted FedHDP, untrusted server,
+cross-silo) plugs a `RoundProgram` into `run_rounds`.
 
-Client sampling is drawn from `(sampling seed, round)` alone, so a round can
-be re-drawn without replaying the ones before it; the sampling seed is the
-run's secret (`tff_hdp.privacy.dp_randomness`), because the accountant's amplification
-by subsampling assumes nobody knows who took part. Before each round the
-ledger is asked whether it would push any private group past its target; such
-a round is refused. Every round appends one CSV row (flushed), so the file a
-person reads is complete up to the last finished round; its columns, and what
-the release managers get, are those the printed epsilon covers
-(`tff_hdp.privacy.release_policy`). With a checkpoint, a re-run resumes after the last
-saved round and first drops the CSV rows written after it, so every round
-appears exactly once.
+In the spirit of `tff.simulation.run_training_process`, the loop owns what the
+settings share: resuming from a checkpoint, the budget guard, the evaluation
+and checkpoint cadence, `rounds.csv` (`tff_hdp.simulation.run_files`), the
+release managers (`tff.program.ReleaseManager`, e.g. TensorBoard) and the
+progress bar. A program owns only what differs: how it trains a round, what it
+evaluates, and what its checkpoint holds. Before each round the program's
+ledger (if it has one) is asked whether the round would push any private group
+past its target; such a round is refused. `rounds.csv` and the release
+managers get only the program's `columns`: those the printed epsilon covers
+(`tff_hdp.privacy.release_policy`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import csv
 import dataclasses
-import json
-import math
 import os
 import time
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Sequence
 
-import numpy as np
 import tensorflow_federated as tff
 import tqdm
 
-from tff_hdp.federated_task import FederatedTask
 from tff_hdp.privacy import accounting
 from tff_hdp.simulation import checkpointing
-from tff_hdp.learning import client_work
-from tff_hdp.learning import cohort
-from tff_hdp.learning import ditto
-from tff_hdp.simulation import evaluation
-from tff_hdp.privacy import release_policy
-from tff_hdp.learning.fedhdp import PrivacyPlan
-from tff_hdp.privacy.privacy_groups import GroupAssignment
+from tff_hdp.simulation import run_files
 
 
 class BudgetExhaustedError(RuntimeError):
   """A round would spend more privacy than a group's target allows."""
 
 
-def sample_clients(client_ids: Sequence[Hashable],
-                   sampling: accounting.Sampling, seed: int,
-                   round_num: int) -> list[Hashable]:
-  """The clients of round `round_num`, as the accountant assumes them drawn."""
-  rng = np.random.default_rng([seed, round_num, 0x5A])
-  n = len(client_ids)
-  if isinstance(sampling, accounting.PoissonSampling):
-    chosen = np.flatnonzero(rng.random(n) < sampling.q)
-  else:
-    chosen = np.sort(rng.choice(n, sampling.clients_per_round, replace=False))
-  return [client_ids[i] for i in chosen]
+class RoundProgram:
+  """What a setting plugs into `run_rounds`; subclasses fill in `train`,
+  `evaluate` and `weights`, and the rest where they differ."""
 
+  label: str = 'rounds'  # the progress bar's name
+  rounds: int
+  columns: Sequence[str]  # rounds.csv's columns, in order
+  ledger: accounting.PrivacyLedger | None = None  # None: no budget guard
 
-def _client_seed(seed: int, round_num: int, position: int) -> int:
-  return int(np.random.default_rng([seed, round_num, position]).integers(2**31))
+  def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
+    """Loads the newest checkpoint, if any; returns the rounds it holds."""
+    del checkpoint
+    return 0
+
+  def save(self, checkpoint: checkpointing.RunCheckpoint,
+           round_num: int) -> None:
+    del checkpoint, round_num
+
+  def train(self, round_num: int) -> dict:
+    """Runs round `round_num`; returns its row (column -> value or None)."""
+    raise NotImplementedError
+
+  def evaluate(self, round_num: int) -> dict:
+    """The metrics after round `round_num`, added to its row."""
+    raise NotImplementedError
+
+  def postfix(self, metrics: dict) -> dict[str, str]:
+    """What the progress bar shows of `metrics`."""
+    return {'acc_g': f"{metrics['acc_g']:.2f}"}
+
+  def weights(self) -> tff.learning.models.ModelWeights:
+    """The current global model."""
+    raise NotImplementedError
 
 
 @dataclasses.dataclass
-class Personalization:
-  """A Ditto step and the store it updates: `ditto.build_personalization`,
-  or `ditto.build_cohort_personalization` where `run` packs cohorts."""
-
-  step: tff.Computation
-  models: ditto.PersonalModels = dataclasses.field(
-      default_factory=ditto.PersonalModels)
-
-
-@dataclasses.dataclass
-class RunResult:
-  state: object
-  rows: list[dict]
+class LoopResult:
+  rows: list[dict]  # everything measured, released or not
   final_metrics: dict
-  epsilons: dict[str, float]
   seconds: float
 
 
-def _columns(groups) -> list[str]:
-  cols = ['round', 'num_clients', 'clip_norm', 'fraction_clipped_estimate',
-          'train_loss', 'train_accuracy', 'num_non_finite_updates']
-  for g in groups:
-    cols += [f'count_{g.name}', f'weight_{g.name}', f'noise_std_{g.name}',
-             f'epsilon_{g.name}']
-  cols += ['acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np', 'delta_g',
-           'acc_l_p', 'var_l_p', 'acc_l_np', 'var_l_np', 'delta_l']
-  return cols
+def run_rounds(program: RoundProgram,
+               *,
+               output_dir: str | None = None,
+               eval_every: int = 10,
+               progress: bool = True,
+               checkpoint: checkpointing.RunCheckpoint | None = None,
+               checkpoint_every: int = 10,
+               release_managers: Sequence[tff.program.ReleaseManager] = (),
+               on_round: Callable[[int, tff.learning.models.ModelWeights],
+                                  None] | None = None) -> LoopResult:
+  """Runs `program` for its rounds, evaluating every `eval_every` and last.
 
+  Args:
+    program: the setting's rounds.
+    output_dir: where `rounds.csv` goes (None: no files).
+    eval_every: evaluate after every this many rounds and after the last.
+    progress: show a progress bar.
+    checkpoint: resume from it and save to it every `checkpoint_every` rounds
+      and after the last (None: no checkpoints).
+    checkpoint_every: see `checkpoint`.
+    release_managers: each gets every round's released numbers, keyed by the
+      round.
+    on_round: sees every released global model (round, weights), e.g. for
+      audits.
 
-def open_csv(path: str, columns: list[str], keep_through: int):
-  """Opens the per-round CSV, keeping only rows of rounds <= keep_through."""
-  kept = []
-  if keep_through and os.path.exists(path):
-    with open(path, newline='') as f:
-      reader = csv.DictReader(f)
-      if reader.fieldnames != columns:
-        raise checkpointing.CheckpointError(
-            f'{path} has other columns than this run writes; use another '
-            '--output_dir or delete it.')
-      # A row cut short by a kill has missing fields (None); it is redone.
-      kept = [r for r in reader
-              if None not in r.values() and int(r['round']) <= keep_through]
-    if [int(r['round']) for r in kept] != list(range(1, keep_through + 1)):
-      raise checkpointing.CheckpointError(
-          f'{path} lacks rows of rounds before the checkpoint (round '
-          f'{keep_through}); delete the output folder to start over.')
-  csv_file = open(path, 'w', newline='')
-  writer = csv.DictWriter(csv_file, fieldnames=columns)
-  writer.writeheader()
-  writer.writerows(kept)
-  csv_file.flush()
-  return csv_file, writer
+  Returns:
+    The rows measured, the last metrics and the seconds taken.
 
-
-def save_model(path: str, weights: tff.learning.models.ModelWeights) -> None:
-  """The final global model as .npz (trainable_0.., non_trainable_0..)."""
-  arrays = {f'trainable_{i}': np.asarray(w)
-            for i, w in enumerate(weights.trainable)}
-  arrays.update({f'non_trainable_{i}': np.asarray(w)
-                 for i, w in enumerate(weights.non_trainable)})
-  np.savez(path, **arrays)
-
-
-def _restore_personal(checkpoint, round_num, client_ids):
-  path = checkpoint.personal_path(round_num)
-  if not os.path.exists(path):
-    raise checkpointing.CheckpointError(
-        f'checkpoint of round {round_num} has no personal models ({path}); '
-        'delete the output folder to start over.')
-  try:
-    return ditto.PersonalModels.load(path, client_ids)
-  except (OSError, ValueError, KeyError) as e:
-    raise checkpointing.CheckpointError(
-        f'cannot read personal models {path}: {e}') from None
-
-
-def _personalize(personalization, global_weights, sampled, data,
-                 cohort_size):
-  """The sampled clients' Ditto steps on the round's data (`data` is
-  cohorts when cohort_size > 1: personal models go stacked alike)."""
-  personal = [personalization.models.get(c, global_weights.trainable)
-              for c in sampled]
-  if cohort_size > 1:
-    sizes = cohort.split_sizes(len(sampled), cohort_size)
-    personal = ditto.unstack_personal(personalization.step(
-        global_weights, ditto.stack_personal(personal, sizes), data))
-  else:
-    personal = personalization.step(global_weights, personal, data)
-  personalization.models.update(sampled, personal)
-
-
-def _evaluate(task, weights, private_flags, personalization):
-  metrics = evaluation.global_model_metrics(task, weights, private_flags)
-  if personalization is not None:
-    metrics.update(evaluation.personalized_metrics(
-        task, weights, personalization.models, private_flags))
-  return metrics
-
-
-def _fmt(value):
-  if value is None:
-    return ''
-  if isinstance(value, float):
-    return f'{value:.6g}'
-  return value
-
-
-def _releasable(row: dict, columns: Sequence[str]) -> dict[str, float]:
-  """A row's finite numbers in `columns`; blanks and opt-out groups' inf
-  epsilon stay out."""
-  return {k: float(row[k]) for k in columns
-          if k != 'round' and row[k] is not None and math.isfinite(row[k])}
-
-
-def run(task: FederatedTask,
-        process: tff.learning.templates.LearningProcess,
-        plan: PrivacyPlan,
-        client_choices: GroupAssignment,
-        *,
-        seed: int,
-        sampling_seed: int,
-        output_dir: str | None = None,
-        eval_every: int = 10,
-        progress: bool = True,
-        checkpoint: checkpointing.RunCheckpoint | None = None,
-        checkpoint_every: int = 10,
-        on_round: Callable[[int, tff.learning.models.ModelWeights], None]
-        | None = None,
-        personalization: Personalization | None = None,
-        release_managers: Sequence[tff.program.ReleaseManager] = (),
-        cohort_size: int = 0,
-        release_unprotected: bool = False) -> RunResult:
-  """Trains for `plan.rounds` rounds and evaluates every `eval_every`.
-
-  `plan.assignment` holds the groups the algorithm trains with;
-  `client_choices` holds the clients' own choices, used for the private /
-  non-private metrics so that all algorithms are scored alike. `seed` orders
-  each client's data; `sampling_seed` (secret, see `tff_hdp.privacy.dp_randomness`)
-  draws the clients of each round. With
-  `checkpoint`, state is saved every `checkpoint_every` rounds and after the
-  last, and a run that finds a checkpoint continues from it. `on_round`
-  sees every released global model (round number, weights), e.g. for audits.
-  With `personalization`, each sampled client also takes its Ditto steps
-  from the round's global model, and the personalized metrics are reported;
-  with `cohort_size` > 1 its step must be a cohort step.
-  Each `release_managers` entry (e.g. `tff.program.TensorBoardReleaseManager`)
-  gets every round's row (its finite numbers), keyed by the round.
-  With `cohort_size` > 1, `process` is a cohort process
-  (`cohort.build_cohort_fedhdp`) and each round's clients reach it packed in
-  cohorts of at most `cohort_size` (the same clients, data order and groups).
-  `rounds.csv` and the release managers get only the statistics the printed
-  epsilon covers (`release_policy.withheld_columns`), all of them with
-  `release_unprotected`; in a run whose plan is not `accounted` the epsilon
-  columns stay blank. `RunResult.rows` holds everything measured.
+  Raises:
+    BudgetExhaustedError: a round would exceed a group's target epsilon.
+    checkpointing.CheckpointError: a checkpoint or CSV of another run.
   """
-  groups = plan.assignment.groups
-  client_ids = task.client_ids
-  private_flags = {
-      c: client_choices.groups[client_choices.group_of(c)].is_private
-      for c in client_ids
-  }
-  withheld = (() if release_unprotected else release_policy.withheld_columns(
-      groups, plan.adaptive_clipping))
-  columns = [c for c in _columns(groups) if c not in withheld]
-  state = process.initialize()
-  done = 0
-  if checkpoint is not None:
-    restored, done = checkpoint.restore(state)
-    if restored is not None:
-      state = restored
-      if personalization is not None:
-        personalization.models = _restore_personal(checkpoint, done,
-                                                   client_ids)
-  writer = csv_file = None
+  done = program.restore(checkpoint) if checkpoint is not None else 0
+  csv_file = writer = None
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)
-    csv_file, writer = open_csv(os.path.join(output_dir, 'rounds.csv'),
-                                 columns, done)
+    csv_file, writer = run_files.open_csv(
+        os.path.join(output_dir, 'rounds.csv'), program.columns, done)
   rows = []
-  metrics = {}
+  metrics = None
   start = time.time()
-  bar = tqdm.tqdm(range(done + 1, plan.rounds + 1), initial=done,
-                  total=plan.rounds, desc=f'{task.name} rounds', unit='round',
+  bar = tqdm.tqdm(range(done + 1, program.rounds + 1), initial=done,
+                  total=program.rounds, desc=program.label, unit='round',
                   disable=not progress, dynamic_ncols=True)
   try:
     for round_num in bar:
-      exceeded = plan.ledger.first_exceeded(round_num)
-      if exceeded is not None:
-        budget, eps = exceeded
-        raise BudgetExhaustedError(
-            f'round {round_num} refused: privacy group {budget.name!r} would '
-            f'spend epsilon={eps:.4g}, above its target '
-            f'{budget.target_epsilon:.4g}.')
-      sampled = sample_clients(client_ids, plan.sampling, sampling_seed,
-                               round_num)
-      row = dict.fromkeys(_columns(groups), None)
+      if program.ledger is not None:
+        exceeded = program.ledger.first_exceeded(round_num)
+        if exceeded is not None:
+          budget, eps = exceeded
+          raise BudgetExhaustedError(
+              f'round {round_num} refused: privacy group {budget.name!r} '
+              f'would spend epsilon={eps:.4g}, above its target '
+              f'{budget.target_epsilon:.4g}.')
+      row = program.train(round_num)
       row['round'] = round_num
-      row['num_clients'] = len(sampled)
-      if sampled:
-        seeds = [_client_seed(seed, round_num, i) for i in range(len(sampled))]
-        if cohort_size > 1:
-          data = cohort.pack_round(
-              [task.shuffled_train(c, s) for c, s in zip(sampled, seeds)],
-              [plan.assignment.one_hot(c) for c in sampled],
-              plan.assignment.num_groups, cohort_size)
-        else:
-          data = [client_work.make_client_data(task.train_dataset(c, s),
-                                               plan.assignment.one_hot(c))
-                  for c, s in zip(sampled, seeds)]
-        if personalization is not None:
-          _personalize(personalization, process.get_model_weights(state),
-                       sampled, data, cohort_size)
-        output = process.next(state, data)
-        state = output.state
-        agg = output.metrics['aggregator']
-        work = output.metrics['client_work']
-        row['clip_norm'] = float(agg['clip_norm'])
-        row['fraction_clipped_estimate'] = float(
-            agg['fraction_clipped_estimate'])
-        row['train_loss'] = float(work['train']['loss'])
-        acc = work['train'].get('sparse_categorical_accuracy')
-        row['train_accuracy'] = None if acc is None else 100.0 * float(acc)
-        row['num_non_finite_updates'] = int(work['num_non_finite_updates'])
-        for j, g in enumerate(groups):
-          row[f'count_{g.name}'] = int(agg['group_client_counts'][j])
-          row[f'weight_{g.name}'] = float(agg['group_weights'][j])
-          row[f'noise_std_{g.name}'] = float(agg['group_noise_stddev'][j])
-      if plan.accounted:
-        for j, g in enumerate(groups):
-          row[f'epsilon_{g.name}'] = plan.ledger.epsilon(j, round_num)
-      if round_num % eval_every == 0 or round_num == plan.rounds:
-        metrics = _evaluate(task, process.get_model_weights(state),
-                            private_flags, personalization)
+      if round_num % eval_every == 0 or round_num == program.rounds:
+        metrics = program.evaluate(round_num)
         row.update(metrics)
-        bar.set_postfix(acc_g=f"{metrics['acc_g']:.2f}")
+        bar.set_postfix(program.postfix(metrics))
       rows.append(row)
       if writer:
-        writer.writerow({k: _fmt(row[k]) for k in columns})
+        writer.writerow({k: run_files.csv_cell(row.get(k))
+                         for k in program.columns})
         csv_file.flush()
       for manager in release_managers:
-        asyncio.run(manager.release(_releasable(row, columns),
-                                    key=round_num))
+        asyncio.run(manager.release(
+            run_files.releasable(row, program.columns), key=round_num))
       if on_round is not None:
-        on_round(round_num, process.get_model_weights(state))
+        on_round(round_num, program.weights())
       if checkpoint is not None and (round_num % checkpoint_every == 0 or
-                                     round_num == plan.rounds):
-        checkpoint.save(state, round_num,
-                        personalization.models if personalization else None)
+                                     round_num == program.rounds):
+        program.save(checkpoint, round_num)
   finally:
     if csv_file:
       csv_file.close()
-  weights = process.get_model_weights(state)
-  if not metrics:  # Resumed after the last round: nothing was evaluated.
-    metrics = _evaluate(task, weights, private_flags, personalization)
-  if output_dir:
-    save_model(os.path.join(output_dir, 'final_model.npz'), weights)
-  seconds = time.time() - start
-  epsilons = {g.name: plan.ledger.epsilon(j, plan.rounds)
-              for j, g in enumerate(groups)}
-  return RunResult(state, rows, metrics, epsilons, seconds)
-
-
-def write_summary(path: str, summary: dict) -> None:
-  """JSON summary; infinite epsilons (opt-out groups) are written as null."""
-
-  def clean(v):
-    if isinstance(v, float) and not math.isfinite(v):
-      return None
-    if isinstance(v, dict):
-      return {k: clean(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-      return [clean(x) for x in v]
-    return v
-
-  with open(path, 'w') as f:
-    json.dump(clean(summary), f, indent=2)
+  if metrics is None:  # Resumed after the last round: nothing was evaluated.
+    metrics = program.evaluate(program.rounds)
+  return LoopResult(rows, metrics, time.time() - start)

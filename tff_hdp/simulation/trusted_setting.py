@@ -16,17 +16,21 @@ from typing import Sequence
 import tensorflow_federated as tff
 
 from tff_hdp.federated_task import FederatedTask
-from tff_hdp.privacy import accounting
-from tff_hdp.simulation import checkpointing
-from tff_hdp.learning import cohort
+from tff_hdp.learning import algorithms as registry
 from tff_hdp.learning import ditto
-from tff_hdp.privacy import dp_randomness
 from tff_hdp.learning import fedhdp
+from tff_hdp.learning.execution import Execution
+from tff_hdp.privacy import accounting
+from tff_hdp.privacy import dp_randomness
 from tff_hdp.privacy import release_policy
-from tff_hdp.simulation import round_loop
 from tff_hdp.privacy.privacy_groups import GroupAssignment
 from tff_hdp.privacy.privacy_groups import PrivacyGroup
 from tff_hdp.privacy.privacy_groups import assign_opt_out
+from tff_hdp.simulation import checkpointing
+from tff_hdp.simulation import evaluation
+from tff_hdp.simulation import round_loop
+from tff_hdp.simulation import run_files
+from tff_hdp.simulation import selection
 
 
 # What a configuration's run raises for bad settings or data: entry points
@@ -105,9 +109,9 @@ def configurations(algorithms: Sequence[str], ratios: Sequence[float],
   del choices  # Every algorithm is defined for any set of choices.
   configs = []
   for algorithm in algorithms:
-    if algorithm not in fedhdp.ALGORITHMS:
+    if registry.find(algorithm, registry.TRUSTED) is None:
       raise ValueError(f'unknown algorithm {algorithm!r}; choose one of '
-                       f'{fedhdp.ALGORITHMS}.')
+                       f'{registry.names(registry.TRUSTED)}.')
     if algorithm == 'fedhdp':
       configs += [Configuration('fedhdp', float(r)) for r in ratios]
     else:
@@ -138,6 +142,146 @@ def _run_key(task: FederatedTask, config: Configuration,
   return key
 
 
+@dataclasses.dataclass
+class Personalization:
+  """A Ditto step (`Execution.build_personalization`) and the store of
+  personal models it updates."""
+
+  step: tff.Computation
+  models: ditto.PersonalModels = dataclasses.field(
+      default_factory=ditto.PersonalModels)
+
+
+def _columns(groups) -> list[str]:
+  cols = ['round', 'num_clients', 'clip_norm', 'fraction_clipped_estimate',
+          'train_loss', 'train_accuracy', 'num_non_finite_updates']
+  for g in groups:
+    cols += [f'count_{g.name}', f'weight_{g.name}', f'noise_std_{g.name}',
+             f'epsilon_{g.name}']
+  cols += ['acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np', 'delta_g',
+           'acc_l_p', 'var_l_p', 'acc_l_np', 'var_l_np', 'delta_l']
+  return cols
+
+
+def _restore_personal(checkpoint, round_num, client_ids):
+  path = checkpoint.personal_path(round_num)
+  if not os.path.exists(path):
+    raise checkpointing.CheckpointError(
+        f'checkpoint of round {round_num} has no personal models ({path}); '
+        'delete the output folder to start over.')
+  try:
+    return ditto.PersonalModels.load(path, client_ids)
+  except (OSError, ValueError, KeyError) as e:
+    raise checkpointing.CheckpointError(
+        f'cannot read personal models {path}: {e}') from None
+
+
+class TrustedRounds(round_loop.RoundProgram):
+  """FedHDP's rounds for `round_loop.run_rounds`.
+
+  `plan.assignment` holds the groups the algorithm trains with;
+  `client_choices` holds the clients' own choices, used for the private /
+  non-private metrics so that all algorithms are scored alike. `seed` orders
+  each client's data; `sampling_seed` (secret, see
+  `tff_hdp.privacy.dp_randomness`) draws the clients of each round. With
+  `personalization`, each sampled client also takes its Ditto steps from the
+  round's global model, and the personalized metrics are reported.
+  `execution` says how clients reach `process` (built by the same
+  `Execution`). `columns` are the statistics the printed epsilon covers
+  (`release_policy.withheld_columns`), all of them with
+  `release_unprotected`; in a run whose plan is not `accounted` the epsilon
+  columns stay blank.
+  """
+
+  def __init__(self, task: FederatedTask,
+               process: tff.learning.templates.LearningProcess,
+               plan: fedhdp.PrivacyPlan, client_choices: GroupAssignment, *,
+               seed: int, sampling_seed: int,
+               execution: Execution = Execution(),
+               personalization: Personalization | None = None,
+               release_unprotected: bool = False):
+    self.label = f'{task.name} rounds'
+    self.rounds = plan.rounds
+    self.ledger = plan.ledger
+    self._task, self._process, self._plan = task, process, plan
+    self._seed, self._sampling_seed = seed, sampling_seed
+    self._execution = execution
+    self._personalization = personalization
+    self._private_flags = {
+        c: client_choices.groups[client_choices.group_of(c)].is_private
+        for c in task.client_ids
+    }
+    groups = plan.assignment.groups
+    withheld = (() if release_unprotected else
+                release_policy.withheld_columns(groups,
+                                                plan.adaptive_clipping))
+    self.columns = [c for c in _columns(groups) if c not in withheld]
+    self.state = process.initialize()
+
+  def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
+    restored, done = checkpoint.restore(self.state)
+    if restored is not None:
+      self.state = restored
+      if self._personalization is not None:
+        self._personalization.models = _restore_personal(
+            checkpoint, done, self._task.client_ids)
+    return done
+
+  def save(self, checkpoint: checkpointing.RunCheckpoint,
+           round_num: int) -> None:
+    checkpoint.save(self.state, round_num,
+                    self._personalization.models
+                    if self._personalization else None)
+
+  def weights(self) -> tff.learning.models.ModelWeights:
+    return self._process.get_model_weights(self.state)
+
+  def train(self, round_num: int) -> dict:
+    plan, groups = self._plan, self._plan.assignment.groups
+    sampled = selection.sample_clients(self._task.client_ids, plan.sampling,
+                                       self._sampling_seed, round_num)
+    row = dict.fromkeys(_columns(groups), None)
+    row['num_clients'] = len(sampled)
+    if sampled:
+      seeds = [selection.sampled_client_order_seed(self._seed, round_num, i)
+               for i in range(len(sampled))]
+      data = self._execution.round_data(self._task, sampled, seeds,
+                                        plan.assignment)
+      if self._personalization is not None:
+        self._execution.personalize(self._personalization.step,
+                                    self._personalization.models,
+                                    self.weights(), sampled, data)
+      output = self._process.next(self.state, data)
+      self.state = output.state
+      agg = output.metrics['aggregator']
+      work = output.metrics['client_work']
+      row['clip_norm'] = float(agg['clip_norm'])
+      row['fraction_clipped_estimate'] = float(
+          agg['fraction_clipped_estimate'])
+      row['train_loss'] = float(work['train']['loss'])
+      acc = work['train'].get('sparse_categorical_accuracy')
+      row['train_accuracy'] = None if acc is None else 100.0 * float(acc)
+      row['num_non_finite_updates'] = int(work['num_non_finite_updates'])
+      for j, g in enumerate(groups):
+        row[f'count_{g.name}'] = int(agg['group_client_counts'][j])
+        row[f'weight_{g.name}'] = float(agg['group_weights'][j])
+        row[f'noise_std_{g.name}'] = float(agg['group_noise_stddev'][j])
+    if plan.accounted:
+      for j, g in enumerate(groups):
+        row[f'epsilon_{g.name}'] = plan.ledger.epsilon(j, round_num)
+    return row
+
+  def evaluate(self, round_num: int) -> dict:
+    del round_num
+    metrics = evaluation.global_model_metrics(self._task, self.weights(),
+                                              self._private_flags)
+    if self._personalization is not None:
+      metrics.update(evaluation.personalized_metrics(
+          self._task, self.weights(), self._personalization.models,
+          self._private_flags))
+    return metrics
+
+
 def run_configuration(task: FederatedTask, config: Configuration,
                       choices: GroupAssignment, settings: Settings,
                       output_dir: str | None,
@@ -159,41 +303,33 @@ def run_configuration(task: FederatedTask, config: Configuration,
         _run_key(task, config, choices, settings))
   secret = dp_randomness.run_seed(
       settings.seed, settings.unsafe_seeded_dp_randomness, checkpoint)
-  cohorts = settings.cohort_size > 1
-  aggregator = fedhdp.build_aggregator(plan, settings.clip, secret,
-                                       cohort=cohorts)
-  training = dict(
+  execution = Execution(settings.cohort_size)
+  process = execution.build_fedhdp(
+      task.tff_model_fn(), plan, settings.clip, secret, task.batch_size,
       client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
       server_optimizer=tff.learning.optimizers.build_sgdm(settings.server_lr),
       local_epochs=settings.local_epochs)
-  if cohorts:
-    process = cohort.build_cohort_fedhdp(
-        task.tff_model_fn(), aggregator, assignment.num_groups,
-        batch_size=task.batch_size, **training)
-  else:
-    process = fedhdp.build_fedhdp(task.tff_model_fn(), aggregator,
-                                  assignment.num_groups, **training)
   personalization = None
   if settings.ditto is not None:
     lambdas = [settings.ditto.lambda_p if g.is_private else
                settings.ditto.lambda_np for g in assignment.groups]
-    if cohorts:
-      step = ditto.build_cohort_personalization(
-          task.tff_model_fn(), lambdas, settings.ditto.learning_rate,
-          task.batch_size, settings.local_epochs)
-    else:
-      step = ditto.build_personalization(task.tff_model_fn(), lambdas,
-                                         settings.ditto.learning_rate,
-                                         settings.local_epochs)
-    personalization = round_loop.Personalization(step)
-  result = round_loop.run(
+    personalization = Personalization(execution.build_personalization(
+        task.tff_model_fn(), lambdas, settings.ditto.learning_rate,
+        task.batch_size, settings.local_epochs))
+  program = TrustedRounds(
       task, process, plan, choices, seed=settings.seed, sampling_seed=secret,
-      output_dir=run_dir,
-      eval_every=settings.eval_every, progress=progress,
-      checkpoint=checkpoint, checkpoint_every=settings.checkpoint_every,
-      on_round=on_round, personalization=personalization,
-      release_managers=release_managers, cohort_size=settings.cohort_size,
+      execution=execution, personalization=personalization,
       release_unprotected=settings.release_unprotected_stats)
+  result = round_loop.run_rounds(
+      program, output_dir=run_dir, eval_every=settings.eval_every,
+      progress=progress, checkpoint=checkpoint,
+      checkpoint_every=settings.checkpoint_every,
+      release_managers=release_managers, on_round=on_round)
+  if run_dir:
+    run_files.save_model(os.path.join(run_dir, 'final_model.npz'),
+                         program.weights())
+  epsilons = {g.name: plan.ledger.epsilon(j, plan.rounds)
+              for j, g in enumerate(assignment.groups)}
   metrics = result.final_metrics
   if not settings.release_unprotected_stats:
     metrics = {k: v for k, v in metrics.items()
@@ -221,7 +357,7 @@ def run_configuration(task: FederatedTask, config: Configuration,
           'delta': g.delta,
           'ratio': g.ratio,
           'noise_multiplier': z,
-          'epsilon_spent': (result.epsilons[g.name] if plan.accounted
+          'epsilon_spent': (epsilons[g.name] if plan.accounted
                             else None),
       } for g, n, z in zip(assignment.groups, assignment.group_sizes(),
                            plan.noise_multipliers)],
@@ -230,8 +366,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
       'seconds': result.seconds,
   }
   if run_dir:
-    round_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
-  return summary, process.get_model_weights(result.state)
+    run_files.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+  return summary, program.weights()
 
 
 def completed_summary(task: FederatedTask, config: Configuration,

@@ -9,14 +9,11 @@ the largest and smallest epsilon spent, both at most the clients' targets.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import os
-import time
 
 import numpy as np
 import tensorflow as tf
-import tqdm
 
 from tff_hdp.privacy import dp_randomness
 from tff_hdp.learning import dp_sgd
@@ -24,6 +21,8 @@ from tff_hdp.simulation import evaluation
 from tff_hdp.privacy import heterogeneity
 from tff_hdp.privacy import release_policy
 from tff_hdp.simulation import round_loop
+from tff_hdp.simulation import run_files
+from tff_hdp.simulation import selection
 from tff_hdp.learning import noise_aware
 from tff_hdp.federated_task import FederatedTask
 
@@ -51,6 +50,40 @@ def _epsilons(name: str, num_clients: int, seed: int) -> np.ndarray:
   distribution = (heterogeneity.Uniform(1.0, 10.0) if name == 'uniform' else
                   heterogeneity.EPSILON_DISTRIBUTIONS[name])
   return heterogeneity.sample_epsilons(distribution, num_clients, seed)[0]
+
+
+class UntrustedRounds(round_loop.RoundProgram):
+  """Noise-aware FedAvg's rounds for `round_loop.run_rounds`: every client,
+  every round, each reading its data in the order of the run's `--seed`."""
+
+  columns = ('round', 'acc_g', 'max_epsilon_spent')
+
+  def __init__(self, task: FederatedTask, process, state, plans, weights,
+               client_seeds, settings: UntrustedSettings, label: str):
+    self.label = label
+    self.rounds = settings.rounds
+    self.state = state
+    self._task, self._process, self._settings = task, process, settings
+    self._plans, self._weights, self._seeds = plans, weights, client_seeds
+
+  def train(self, round_num: int) -> dict:
+    order = selection.every_client_order_seed(self._settings.seed, round_num)
+    data = [dp_sgd.make_client_data(self._task.train_dataset(c, order), p, w,
+                                    seed=s)
+            for c, p, w, s in zip(self._task.client_ids, self._plans,
+                                  self._weights, self._seeds)]
+    self.state = self._process.next(self.state, data).state
+    return {'max_epsilon_spent': max(p.epsilon_after(round_num)
+                                     for p in self._plans)}
+
+  def evaluate(self, round_num: int) -> dict:
+    del round_num
+    everyone_private = {c: True for c in self._task.client_ids}
+    return evaluation.global_model_metrics(self._task, self.weights(),
+                                           everyone_private)
+
+  def weights(self):
+    return self._process.get_model_weights(self.state)
 
 
 def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
@@ -81,33 +114,13 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
   # are not resumable).
   client_seeds = dp_randomness.client_seeds(
       settings.seed, settings.unsafe_seeded_dp_randomness, n)
-  everyone_private = {c: True for c in clients}
+  program = UntrustedRounds(task, process, state, plans, weights, client_seeds,
+                            settings, label=f'{rule} rounds')
   run_dir = os.path.join(output_dir, rule) if output_dir else None
-  writer = None
-  if run_dir:
-    os.makedirs(run_dir, exist_ok=True)
-    csv_file = open(os.path.join(run_dir, 'rounds.csv'), 'w', newline='')
-    writer = csv.writer(csv_file)
-    writer.writerow(['round', 'acc_g', 'max_epsilon_spent'])
-  metrics = {}
-  start = time.time()
-  try:
-    for r in tqdm.trange(1, settings.rounds + 1, desc=f'{rule} rounds',
-                         unit='round', disable=not progress):
-      data = [dp_sgd.make_client_data(task.train_dataset(c, r), p, w, seed=s)
-              for c, p, w, s in zip(clients, plans, weights, client_seeds)]
-      state = process.next(state, data).state
-      row = [r, '', f'{max(p.epsilon_after(r) for p in plans):.6g}']
-      if r % settings.eval_every == 0 or r == settings.rounds:
-        metrics = evaluation.global_model_metrics(
-            task, process.get_model_weights(state), everyone_private)
-        row[1] = f"{metrics['acc_g']:.6g}"
-      if writer:
-        writer.writerow(row)
-        csv_file.flush()
-  finally:
-    if writer:
-      csv_file.close()
+  result = round_loop.run_rounds(program, output_dir=run_dir,
+                                 eval_every=settings.eval_every,
+                                 progress=progress)
+  metrics = result.final_metrics
   spent = [p.epsilon_after(settings.rounds) for p in plans]
   summary = {
       'configuration': rule,
@@ -123,8 +136,8 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
       'epsilon_spent_max': max(spent),
       'epsilon_spent_min': min(spent),
       'metrics': metrics,
-      'seconds': time.time() - start,
+      'seconds': result.seconds,
   }
   if run_dir:
-    round_loop.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+    run_files.write_summary(os.path.join(run_dir, 'summary.json'), summary)
   return summary

@@ -1,0 +1,71 @@
+"""The cross-silo setting from the command line: each method over its
+lambda x learning-rate grid, the best setting's table and the curves."""
+
+from __future__ import annotations
+
+import os
+
+from cli import flags
+
+
+def run() -> None:
+  from tff_hdp.simulation import cross_silo_setting as cse  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import plots  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+  task = flags.load_task()
+  lambdas = flags.floats(flags.LAMBDAS)
+  rates = flags.floats(flags.CLIENT_LRS) if flags.CLIENT_LRS.value else [flags.CLIENT_LR.value]
+  if flags.SWEEP.value:
+    if flags.LAMBDAS.present == 0:
+      lambdas = list(cse.LAMBDA_GRID)
+    if not flags.CLIENT_LRS.value:
+      rates = list(cse.LEARNING_RATE_GRID)
+  settings = cse.CrossSiloSettings(
+      rounds=flags.ROUNDS.value, epsilons=tuple(flags.floats(flags.EPSILONS)),
+      delta=flags.floats(flags.DELTAS)[0], learning_rate=rates[0],
+      clip_norm=flags.DP_SGD_CLIP.value, regularization=lambdas[0],
+      num_clusters=flags.NUM_CLUSTERS.value,
+      selection_fraction=flags.SELECTION_FRACTION.value,
+      selection_share=flags.SELECTION_SHARE.value, seed=flags.SEED.value,
+      eval_every=flags.EVAL_EVERY.value, checkpoint_every=flags.CHECKPOINT_EVERY.value,
+      unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
+      allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
+  flags.print_privacy_warnings()
+  rows, curves = [], {}
+  try:
+    for method in flags.ALGORITHMS.value:
+      result = cse.sweep(task, method, settings, lambdas, rates,
+                         flags.OUTPUT_DIR.value)
+      if result['best_lambda'] is not None and len(result['curve']) > 1:
+        curves[method] = result['curve']
+      low, high = result['epsilon_spent']
+      rows.append([
+          method,
+          '-' if result['best_lambda'] is None else
+          f"{result['best_lambda']:g}",
+          f"{result['best_learning_rate']:g}",
+          f"{result['best_metric']:.4g}",
+          f'{low:.3g} - {high:.3g}',
+          str(len(result['runs'])),
+      ])
+  except trusted_setting.RUN_ERRORS as e:
+    raise flags.InputError(str(e)) from None
+  metric = task.metric_record.label
+  header = ['Method', 'lambda', 'learning rate', f'{metric}, test-weighted',
+            'eps spent per silo (min - max)', 'runs']
+  print(f'\n{task.name}: {len(task.client_ids)} silos, every silo every '
+        f'round, {flags.ROUNDS.value} rounds, silo eps {",".join(flags.EPSILONS.value)}'
+        f', best over the swept settings\n')
+  print(tables.markdown_table(header, rows))
+  tables.write_table(flags.OUTPUT_DIR.value, header, rows)
+  for method, curve in curves.items():
+    print(f'\n{method}: best {metric} over learning rates, per lambda\n')
+    print(tables.markdown_table(
+        ['lambda', 'learning rate', metric],
+        [[f'{lam:g}', f'{lr:g}', f'{m:.4g}'] for lam, lr, m in curve]))
+    plots.metric_vs_lambda(
+        [lam for lam, _, _ in curve], [m for _, _, m in curve],
+        os.path.join(flags.OUTPUT_DIR.value, f'{method}_vs_lambda.png'),
+        ylabel=metric, title=f'{task.name}: {method}')
+  print(f'\nPer-round metrics, summaries and sweeps: {flags.OUTPUT_DIR.value}/')

@@ -1,0 +1,94 @@
+"""The trusted-server setting (FedHDP and its baselines) from the command
+line; reproduce.py builds its configurations with `learning_setup` too."""
+
+from __future__ import annotations
+
+from cli import flags
+
+
+def learning_setup(task):
+  """(settings, client choices, configurations) the flags ask for on `task`.
+
+  reproduce.py sets the flags from a preset and calls this too, so both entry
+  points train a configuration alike.
+  """
+  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.learning.fedhdp import ClipSettings  # pylint: disable=g-import-not-at-top
+  n = len(task.client_ids)
+  flags.check(flags.CLIENTS_PER_ROUND.value <= n,
+         f'--clients_per_round={flags.CLIENTS_PER_ROUND.value} exceeds the '
+         f'{n} clients of task {task.name!r}.')
+  if flags.SAMPLING.value == 'poisson':
+    sampling = accounting.PoissonSampling(flags.CLIENTS_PER_ROUND.value / n)
+  else:
+    sampling = accounting.FixedSizeSampling(n, flags.CLIENTS_PER_ROUND.value)
+  levels = flags.private_levels()
+  ditto = None
+  if flags.DITTO_LAMBDA_P.value is not None or flags.DITTO_LAMBDA_NP.value is not None:
+    lam_p = (flags.DITTO_LAMBDA_P.value if flags.DITTO_LAMBDA_P.value is not None else
+             flags.DITTO_LAMBDA_NP.value)
+    lam_np = (flags.DITTO_LAMBDA_NP.value if flags.DITTO_LAMBDA_NP.value is not None
+              else lam_p)
+    ditto = trusted_setting.DittoSettings(lam_p, lam_np,
+                                     flags.DITTO_LR.value or flags.CLIENT_LR.value)
+  fractions = (flags.floats(flags.LEVEL_FRACTIONS) if flags.LEVEL_FRACTIONS.value else None)
+  settings = trusted_setting.Settings(
+      rounds=flags.ROUNDS.value,
+      sampling=sampling,
+      local_epochs=flags.LOCAL_EPOCHS.value,
+      client_lr=flags.CLIENT_LR.value,
+      server_lr=flags.SERVER_LR.value,
+      clip=ClipSettings(
+          initial_norm=flags.CLIP_NORM.value,
+          target_quantile=flags.TARGET_QUANTILE.value,
+          learning_rate=flags.CLIP_LR.value,
+          count_stddev=flags.CLIP_COUNT_STDDEV.value),
+      denominator=flags.DENOMINATOR.value,
+      seed=flags.SEED.value,
+      eval_every=flags.EVAL_EVERY.value,
+      checkpoint_every=flags.CHECKPOINT_EVERY.value,
+      ditto=ditto,
+      cohort_size=flags.COHORT_SIZE.value,
+      release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
+      unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
+      allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
+  try:
+    choices = trusted_setting.client_choices(task, levels, flags.OPT_OUT.value,
+                                        flags.SEED.value, fractions)
+    configs = trusted_setting.configurations(flags.ALGORITHMS.value, flags.floats(flags.R),
+                                        choices)
+  except ValueError as e:
+    raise flags.InputError(str(e)) from None
+  return settings, choices, configs
+
+
+def run() -> None:
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+  task = flags.load_task()
+  n = len(task.client_ids)
+  settings, choices, configs = learning_setup(task)
+  warnings = trusted_setting.privacy_warnings(settings)
+  for line in warnings:
+    print(line)
+  try:
+    summaries = []
+    for config in configs:
+      summary, _ = trusted_setting.run_configuration(task, config, choices,
+                                                settings, flags.OUTPUT_DIR.value)
+      summaries.append(summary)
+  except trusted_setting.RUN_ERRORS as e:
+    raise flags.InputError(str(e)) from None
+  header, rows = tables.results_table(summaries)
+  print(f'\n{task.name}: {n} clients, {flags.ROUNDS.value} rounds, '
+        f'{flags.CLIENTS_PER_ROUND.value} clients per round ({flags.SAMPLING.value}), '
+        f'{flags.OPT_OUT.value:.0%} opt out' + (
+            f', {task.dropped_clients} clients without examples dropped'
+            if task.dropped_clients else '') + '\n')
+  caption = '\n'.join(warnings + tables.table_notes(
+      settings.release_unprotected_stats))
+  print(caption + '\n')
+  print(tables.markdown_table(header, rows))
+  tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption)
+  print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')

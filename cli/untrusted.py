@@ -1,0 +1,39 @@
+"""The untrusted-server setting from the command line: one run per
+aggregation rule, and the comparison table."""
+
+from __future__ import annotations
+
+from cli import flags
+
+
+def run() -> None:
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import untrusted_setting  # pylint: disable=g-import-not-at-top
+  task = flags.load_task()
+  settings = untrusted_setting.UntrustedSettings(
+      rounds=flags.ROUNDS.value,
+      epsilon_distribution=flags.EPSILON_DISTRIBUTION.value,
+      delta=flags.floats(flags.DELTAS)[0],
+      learning_rate=flags.CLIENT_LR.value,
+      clip_norm=flags.DP_SGD_CLIP.value,
+      seed=flags.SEED.value,
+      eval_every=flags.EVAL_EVERY.value,
+      unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
+      allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
+  flags.print_privacy_warnings()
+  rows = []
+  try:
+    for rule in flags.ALGORITHMS.value:
+      s = untrusted_setting.run_rule(task, rule, settings,
+                                        flags.OUTPUT_DIR.value)
+      rows.append([rule, f"{s['metrics']['acc_g']:.2f}",
+                   f"{s['epsilon_spent_min']:.3g} - "
+                   f"{s['epsilon_spent_max']:.3g}", f"{s['seconds']:.0f}"])
+  except ValueError as e:
+    raise flags.InputError(str(e)) from None
+  header = ['Aggregation', 'Acc_g', 'eps spent per client (min - max)',
+            'seconds']
+  print(f'\n{task.name}: {len(task.client_ids)} clients, all in every round, '
+        f'{flags.ROUNDS.value} rounds, eps ~ {flags.EPSILON_DISTRIBUTION.value}\n')
+  print(tables.markdown_table(header, rows))
+  tables.write_table(flags.OUTPUT_DIR.value, header, rows)

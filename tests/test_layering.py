@@ -1,0 +1,113 @@
+"""Each layer imports only the layers below it (../shared/DESIGN.md).
+
+The order, lowest first: the package root (`tff_hdp`, `federated_task`,
+`metrics`), `privacy` (pure Python: no TensorFlow, no TFF), `aggregators`,
+`learning`, `simulation`, `estimation`, `reporting`, `cli`. `tasks/` holds
+registered tasks only: it imports the package root and nothing else of the
+library, and only `cli/` (and the entry points) import it. Imports inside
+functions count too.
+"""
+
+import ast
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ORDER = ('root', 'privacy', 'aggregators', 'learning', 'simulation',
+         'estimation', 'reporting', 'cli')
+NO_TENSORFLOW = ('privacy',)
+
+
+def layer_of(module: str) -> str | None:
+  """The layer of a dotted module name, or None outside the project."""
+  parts = module.split('.')
+  if parts[0] in ('cli', 'tasks'):
+    return parts[0]
+  if parts[0] != 'tff_hdp':
+    return None
+  if len(parts) > 1 and parts[1] in ORDER:
+    return parts[1]
+  return 'root'
+
+
+def _imports(path: str, package: str) -> list[str]:
+  with open(path) as f:
+    tree = ast.parse(f.read(), path)
+  found = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      found += [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ''
+      if node.level:  # relative: resolve against the importing package
+        base = '.'.join(package.split('.')[:len(package.split('.')) -
+                                            node.level + 1] + [base])
+      found += [f'{base}.{a.name}' for a in node.names]
+  return found
+
+
+def _allowed(importer: str, imported: str) -> bool:
+  if importer == 'tasks':
+    return imported in ('root', 'tasks')
+  if imported == 'tasks':
+    return importer == 'cli'
+  return ORDER.index(imported) <= ORDER.index(importer)
+
+
+def violations(root: str) -> list[str]:
+  """Every import under `root`'s tff_hdp/, tasks/ and cli/ that breaks the
+  layering, as 'importer -> imported (why)'."""
+  found = []
+  for top in ('tff_hdp', 'tasks', 'cli'):
+    for dirpath, _, files in os.walk(os.path.join(root, top)):
+      for name in sorted(files):
+        if not name.endswith('.py'):
+          continue
+        path = os.path.join(dirpath, name)
+        rel = os.path.relpath(path, root)[:-3].replace(os.sep, '.')
+        module = rel[:-len('.__init__')] if rel.endswith('.__init__') else rel
+        package = module if name == '__init__.py' else module.rpartition('.')[0]
+        importer = layer_of(module)
+        for imported_module in _imports(path, package):
+          if (importer in NO_TENSORFLOW and
+              imported_module.split('.')[0] in ('tensorflow',
+                                                'tensorflow_federated')):
+            found.append(f'{module} -> {imported_module} (the {importer} '
+                         'layer is pure Python)')
+          imported = layer_of(imported_module)
+          if imported is not None and not _allowed(importer, imported):
+            found.append(f'{module} -> {imported_module} ({importer} may not '
+                         f'import {imported})')
+  return found
+
+
+def test_no_layer_imports_a_higher_one():
+  assert violations(ROOT) == []
+
+
+def _write(root, relpath, text=''):
+  path = os.path.join(root, relpath)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, 'w') as f:
+    f.write(text)
+
+
+def test_the_check_reports_an_upward_import(tmp_path):
+  root = str(tmp_path)
+  _write(root, 'tff_hdp/__init__.py')
+  _write(root, 'tff_hdp/aggregators/__init__.py')
+  _write(root, 'tff_hdp/aggregators/rule.py',
+         'def f():\n  from tff_hdp.simulation import round_loop\n')
+  _write(root, 'tff_hdp/privacy/plan.py', 'import tensorflow as tf\n')
+  _write(root, 'tff_hdp/learning/uses_task.py', 'from tasks import mnist\n')
+  _write(root, 'tasks/loader.py', 'from tff_hdp.learning import dp_sgd\n')
+  _write(root, 'tff_hdp/simulation/ok.py',
+         'from tff_hdp.learning import dp_sgd\nfrom tff_hdp import metrics\n')
+  assert sorted(violations(root)) == sorted([
+      'tff_hdp.aggregators.rule -> tff_hdp.simulation.round_loop '
+      '(aggregators may not import simulation)',
+      'tff_hdp.privacy.plan -> tensorflow (the privacy layer is pure Python)',
+      'tff_hdp.learning.uses_task -> tasks.mnist (learning may not import '
+      'tasks)',
+      'tasks.loader -> tff_hdp.learning.dp_sgd (tasks may not import '
+      'learning)',
+  ])

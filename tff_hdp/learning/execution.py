@@ -1,0 +1,100 @@
+"""Per-client or cohort execution: the one place that chooses.
+
+TFF pays ~20 ms of orchestration per client per round. With `cohort_size` > 1,
+up to that many sampled clients share one TFF client (`tff_hdp.learning.cohort`):
+each is still trained, clipped and counted on its own, with the same server
+noise and accounting, so the choice changes speed, not the mechanism. Every
+piece that differs between the two (aggregator, process, Ditto step, a round's
+data, the Ditto update) is built here, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Hashable, Sequence
+
+import tensorflow_federated as tff
+
+from tff_hdp.aggregators import heterogeneous_dp
+from tff_hdp.federated_task import FederatedTask
+from tff_hdp.learning import client_work
+from tff_hdp.learning import cohort
+from tff_hdp.learning import ditto
+from tff_hdp.learning import fedhdp
+from tff_hdp.privacy.privacy_groups import GroupAssignment
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+  """How a round's clients reach TFF: one TFF client each (`cohort_size`
+  <= 1) or packed `cohort_size` to a TFF client."""
+
+  cohort_size: int = 0
+
+  @property
+  def cohorts(self) -> bool:
+    return self.cohort_size > 1
+
+  def build_fedhdp(self, model_fn: Callable[[], tff.learning.models.VariableModel],
+                   plan: fedhdp.PrivacyPlan, clip: fedhdp.ClipSettings,
+                   seed: int, batch_size: int, **training
+                   ) -> tff.learning.templates.LearningProcess:
+    """FedHDP for `plan` with DP noise seed `seed`.
+
+    Args:
+      model_fn: builds the TFF model.
+      plan: the privacy plan (groups, noise multipliers, ledger).
+      clip: the clip-norm settings.
+      seed: the DP noise seed (the run's secret).
+      batch_size: the clients' batch size (cohorts batch inside TFF).
+      **training: `client_optimizer`, `server_optimizer`, `local_epochs`.
+
+    Returns:
+      The learning process.
+    """
+    factory = (heterogeneous_dp.CohortHeterogeneousDPFactory if self.cohorts
+               else heterogeneous_dp.HeterogeneousDPFactory)
+    aggregator = factory.from_plan(plan, clip, seed)
+    num_groups = plan.assignment.num_groups
+    if self.cohorts:
+      return cohort.build_cohort_fedhdp(model_fn, aggregator, num_groups,
+                                        batch_size=batch_size, **training)
+    return fedhdp.build_fedhdp(model_fn, aggregator, num_groups, **training)
+
+  def build_personalization(self, model_fn, lambdas: Sequence[float],
+                            learning_rate: float, batch_size: int,
+                            epochs: int):
+    """Ditto's step with per-group `lambdas` (`ditto.build_personalization`
+    or its cohort twin)."""
+    if self.cohorts:
+      return ditto.build_cohort_personalization(model_fn, lambdas,
+                                                learning_rate, batch_size,
+                                                epochs)
+    return ditto.build_personalization(model_fn, lambdas, learning_rate,
+                                       epochs)
+
+  def round_data(self, task: FederatedTask, sampled: Sequence[Hashable],
+                 seeds: Sequence[int], assignment: GroupAssignment) -> list:
+    """The sampled clients' data, each read in its seed's order, as the
+    process built by `build_fedhdp` takes it."""
+    if self.cohorts:
+      return cohort.pack_round(
+          [task.shuffled_train(c, s) for c, s in zip(sampled, seeds)],
+          [assignment.one_hot(c) for c in sampled], assignment.num_groups,
+          self.cohort_size)
+    return [client_work.make_client_data(task.train_dataset(c, s),
+                                         assignment.one_hot(c))
+            for c, s in zip(sampled, seeds)]
+
+  def personalize(self, step, models: ditto.PersonalModels, global_weights,
+                  sampled: Sequence[Hashable], data: list) -> None:
+    """The sampled clients' Ditto steps from `global_weights` on the round's
+    `data` (from `round_data`); updates `models` in place."""
+    personal = [models.get(c, global_weights.trainable) for c in sampled]
+    if self.cohorts:
+      sizes = cohort.split_sizes(len(sampled), self.cohort_size)
+      personal = ditto.unstack_personal(step(
+          global_weights, ditto.stack_personal(personal, sizes), data))
+    else:
+      personal = step(global_weights, personal, data)
+    models.update(sampled, personal)

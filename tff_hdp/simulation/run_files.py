@@ -1,0 +1,87 @@
+"""The files a run leaves: `rounds.csv`, `summary.json`, `final_model.npz`.
+
+`rounds.csv` is appended one flushed row per round, so the file a person reads
+is complete up to the last finished round; a resumed run first drops the rows
+written after its checkpoint, so every round appears exactly once.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_hdp.simulation import checkpointing
+
+
+def open_csv(path: str, columns: Sequence[str], keep_through: int):
+  """Opens the per-round CSV, keeping only rows of rounds <= keep_through."""
+  columns = list(columns)
+  kept = []
+  if keep_through and os.path.exists(path):
+    with open(path, newline='') as f:
+      reader = csv.DictReader(f)
+      if reader.fieldnames != columns:
+        raise checkpointing.CheckpointError(
+            f'{path} has other columns than this run writes; use another '
+            '--output_dir or delete it.')
+      # A row cut short by a kill has missing fields (None); it is redone.
+      kept = [r for r in reader
+              if None not in r.values() and int(r['round']) <= keep_through]
+    if [int(r['round']) for r in kept] != list(range(1, keep_through + 1)):
+      raise checkpointing.CheckpointError(
+          f'{path} lacks rows of rounds before the checkpoint (round '
+          f'{keep_through}); delete the output folder to start over.')
+  csv_file = open(path, 'w', newline='')
+  writer = csv.DictWriter(csv_file, fieldnames=columns)
+  writer.writeheader()
+  writer.writerows(kept)
+  csv_file.flush()
+  return csv_file, writer
+
+
+def csv_cell(value):
+  """A value as rounds.csv writes it: blank for None, floats to 6 digits."""
+  if value is None:
+    return ''
+  if isinstance(value, float):
+    return f'{value:.6g}'
+  return value
+
+
+def releasable(row: dict, columns: Sequence[str]) -> dict[str, float]:
+  """A row's finite numbers in `columns`, for release managers; blanks and
+  opt-out groups' inf epsilon stay out."""
+  return {k: float(row[k]) for k in columns
+          if k != 'round' and row.get(k) is not None and
+          math.isfinite(row[k])}
+
+
+def save_model(path: str, weights: tff.learning.models.ModelWeights) -> None:
+  """The final global model as .npz (trainable_0.., non_trainable_0..)."""
+  arrays = {f'trainable_{i}': np.asarray(w)
+            for i, w in enumerate(weights.trainable)}
+  arrays.update({f'non_trainable_{i}': np.asarray(w)
+                 for i, w in enumerate(weights.non_trainable)})
+  np.savez(path, **arrays)
+
+
+def write_summary(path: str, summary: dict) -> None:
+  """JSON summary; infinite epsilons (opt-out groups) are written as null."""
+
+  def clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+      return None
+    if isinstance(v, dict):
+      return {k: clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+      return [clean(x) for x in v]
+    return v
+
+  with open(path, 'w') as f:
+    json.dump(clean(summary), f, indent=2)
