@@ -10,7 +10,6 @@ selectable as `--algorithms=median`.
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -51,27 +50,5 @@ class CoordinateMedianFactory(tff.aggregators.UnweightedAggregationFactory):
     if not tff.types.is_structure_of_floats(value_type):
       raise TypeError(f'the median needs float values, got {value_type}.')
 
-    @tff.tensorflow.computation(value_type)
-    def to_row(value):
-      return stacking.flatten(value)
-
-    rows_type = tff.TensorType(np.float32,
-                               [None, stacking.num_params(value_type)])
-
-    @tff.tensorflow.computation(rows_type)
-    def median(rows):
-      return stacking.unflatten(coordinate_median(rows), value_type)
-
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_value((), tff.SERVER)
-
-    @tff.federated_computation(init_fn.type_signature.result,
-                               tff.FederatedType(value_type, tff.CLIENTS))
-    def next_fn(state, value):
-      rows = stacking.stack_at_server(tff.federated_map(to_row, value))
-      return tff.templates.MeasuredProcessOutput(
-          state, tff.federated_map(median, rows),
-          tff.federated_value((), tff.SERVER))
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return stacking.stateless_rows_process(
+        value_type, lambda rows: (coordinate_median(rows), ()))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -75,16 +74,7 @@ class PFAFactory(tff.aggregators.UnweightedAggregationFactory):
     self._tolerance = float(tolerance)
 
   def create(self, value_type) -> tff.templates.AggregationProcess:
-    value_type = tff.types.to_type(value_type)
 
-    @tff.tensorflow.computation(value_type)
-    def to_row(value):
-      return stacking.flatten(value)
-
-    rows_type = tff.TensorType(np.float32,
-                               [None, stacking.num_params(value_type)])
-
-    @tff.tensorflow.computation(rows_type)
     def server_update(rows):
       public, fit = norm_partition.public_by_update_norm(
           rows, self._max_iterations, self._tolerance)
@@ -97,18 +87,6 @@ class PFAFactory(tff.aggregators.UnweightedAggregationFactory):
           mixture_means=fit.means,
           mixture_converged=fit.converged,
           mixture_iterations=fit.iterations)
-      return (stacking.unflatten(pfa_combine(rows, public, self._rank),
-                                 value_type), measurements)
+      return pfa_combine(rows, public, self._rank), measurements
 
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_value((), tff.SERVER)
-
-    @tff.federated_computation(init_fn.type_signature.result,
-                               tff.FederatedType(value_type, tff.CLIENTS))
-    def next_fn(state, value):
-      rows = stacking.stack_at_server(tff.federated_map(to_row, value))
-      result, measurements = tff.federated_map(server_update, rows)
-      return tff.templates.MeasuredProcessOutput(state, result, measurements)
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return stacking.stateless_rows_process(value_type, server_update)

@@ -77,3 +77,38 @@ def stack_at_server(values):
     return rows
 
   return tff.federated_aggregate(values, zero(), accumulate, merge, report)
+
+
+def stateless_rows_process(value_type: tff.Type, server_fn
+                           ) -> tff.templates.AggregationProcess:
+  """A stateless aggregation whose server sees the round's values as rows.
+
+  `server_fn(rows)` maps the `[n, p]` float32 rows (one client's flattened
+  value each) to `(vector, measurements)`: the aggregate as a `[p]` vector,
+  returned in `value_type`'s structure, and a structure of tensors (or `()`).
+  """
+  value_type = tff.types.to_type(value_type)
+
+  @tff.tensorflow.computation(value_type)
+  def to_row(value):
+    return flatten(value)
+
+  rows_type = tff.TensorType(np.float32, [None, num_params(value_type)])
+
+  @tff.tensorflow.computation(rows_type)
+  def server_update(rows):
+    vector, measurements = server_fn(rows)
+    return unflatten(vector, value_type), measurements
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_value((), tff.SERVER)
+
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(value_type, tff.CLIENTS))
+  def next_fn(state, value):
+    rows = stack_at_server(tff.federated_map(to_row, value))
+    result, measurements = tff.federated_map(server_update, rows)
+    return tff.templates.MeasuredProcessOutput(state, result, measurements)
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
