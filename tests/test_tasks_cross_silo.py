@@ -9,7 +9,6 @@ import scipy.io
 
 import tasks
 from tasks import cross_silo
-from tff_hdp.simulation import evaluation
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.federated_task import TaskOptions
 
@@ -171,9 +170,9 @@ def _one_output_task(metric, y_test):
 def test_sign_accuracy_and_mse_scores():
   outputs = np.array([[0.5], [-2.0], [0.0]])
   y = np.array([[1.0], [1.0], [-1.0]], np.float32)
-  sign = evaluation._score(_one_output_task('sign_accuracy', y), outputs, y)
+  sign = _one_output_task('sign_accuracy', y).metric_record.score(outputs, y)
   np.testing.assert_array_equal(sign.ravel(), [100.0, 0.0, 0.0])
-  mse = evaluation._score(_one_output_task('mse', y), outputs, y)
+  mse = _one_output_task('mse', y).metric_record.score(outputs, y)
   np.testing.assert_allclose(mse.ravel(), [0.25, 9.0, 1.0])
   with pytest.raises(ValueError, match="unknown metric 'rmse'"):
     _one_output_task('rmse', y)
