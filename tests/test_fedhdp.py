@@ -15,6 +15,7 @@ from tasks import digits
 from tasks import models
 from tff_hdp.privacy import accounting
 from tff_hdp.simulation import trusted_setting
+from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
 from tff_hdp.learning import fedhdp
 from tff_hdp.learning import learning_process
 from tff_hdp.privacy import privacy_groups as pg
@@ -68,7 +69,7 @@ def test_algorithm_groupings():
 
 
 def _factory(task):
-  return fedhdp.build_aggregator(
+  return HeterogeneousDPFactory.from_plan(
       fedhdp.plan_privacy(
           _choices(task.client_ids), accounting.PoissonSampling(0.5), 2,
           fedhdp.ClipSettings(count_stddev=5.0)),
@@ -161,7 +162,7 @@ def test_budget_guard_refuses_rounds_beyond_the_target(task):
   plan = fedhdp.plan_privacy(choices, sampling, 2, clip)
   longer = plan.__class__(**{**plan.__dict__, 'rounds': 3})
   process = fedhdp.build_fedhdp(task.tff_model_fn(),
-                                fedhdp.build_aggregator(plan, clip, 0), 2,
+                                HeterogeneousDPFactory.from_plan(plan, clip, 0), 2,
                                 tff.learning.optimizers.build_sgdm(0.1))
   with pytest.raises(round_loop.BudgetExhaustedError,
                      match=r"round 3 refused: privacy group 'p'"):

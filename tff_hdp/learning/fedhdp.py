@@ -19,7 +19,6 @@ from tff_hdp.privacy import accounting
 from tff_hdp.learning import client_work as client_work_lib
 from tff_hdp.learning import algorithms
 from tff_hdp.learning import learning_process
-from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.privacy.privacy_groups import GroupAssignment
 from tff_hdp.privacy.privacy_groups import PrivacyGroup
 
@@ -124,13 +123,6 @@ def plan_privacy(assignment: GroupAssignment, sampling: accounting.Sampling,
       expected_clients_per_round=(q * population if denominator == 'expected'
                                   else None),
       ledger=ledger)
-
-
-def build_aggregator(plan: PrivacyPlan, clip: ClipSettings, seed: int
-                     ) -> heterogeneous_dp.HeterogeneousDPFactory:
-  """The plan's per-client aggregator with DP noise seed `seed` (the cohort
-  variant is chosen in `tff_hdp.learning.execution`)."""
-  return heterogeneous_dp.HeterogeneousDPFactory.from_plan(plan, clip, seed)
 
 
 def build_fedhdp(

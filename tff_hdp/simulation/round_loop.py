@@ -15,6 +15,7 @@ managers get only the program's `columns`: those the printed epsilon covers
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import dataclasses
 import os
@@ -33,7 +34,7 @@ class BudgetExhaustedError(RuntimeError):
   """A round would spend more privacy than a group's target allows."""
 
 
-class RoundProgram:
+class RoundProgram(abc.ABC):
   """What a setting plugs into `run_rounds`; subclasses fill in `train`,
   `evaluate` and `weights`, and the rest where they differ."""
 
@@ -51,21 +52,21 @@ class RoundProgram:
            round_num: int) -> None:
     del checkpoint, round_num
 
+  @abc.abstractmethod
   def train(self, round_num: int) -> dict:
     """Runs round `round_num`; returns its row (column -> value or None)."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def evaluate(self, round_num: int) -> dict:
     """The metrics after round `round_num`, added to its row."""
-    raise NotImplementedError
 
   def postfix(self, metrics: dict) -> dict[str, str]:
     """What the progress bar shows of `metrics`."""
     return {'acc_g': f"{metrics['acc_g']:.2f}"}
 
+  @abc.abstractmethod
   def weights(self) -> tff.learning.models.ModelWeights:
     """The current global model."""
-    raise NotImplementedError
 
 
 @dataclasses.dataclass
