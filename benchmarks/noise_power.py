@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tensorflow_federated as tff  # noqa: E402
 
+from tff_hdp.privacy.plans import plan_clients
 from tff_hdp.learning import dp_sgd  # noqa: E402
 from tff_hdp.privacy import heterogeneity  # noqa: E402
 from tff_hdp.aggregators import rpca  # noqa: E402
@@ -120,7 +121,8 @@ def main(argv):
     for rule in RULES:
       min_eps = algorithms.REGISTRY[rule].min_epsilon
       if min_eps not in trained:
-        plans = noise_aware.plan_clients(rule, epsilons, _DELTA.value,
+        plans = plan_clients(noise_aware.client_epsilons(rule, epsilons),
+                             _DELTA.value,
                                               sizes, batch_sizes,
                                               _ROUNDS.value)
         trained[min_eps] = (plans, *_train_all(train, initial, data, plans,

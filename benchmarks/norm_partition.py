@@ -33,6 +33,7 @@ import tensorflow_federated as tff  # noqa: E402
 
 from tasks import mnist  # noqa: E402
 from tasks import models  # noqa: E402
+from tff_hdp.privacy import plans
 from tff_hdp.learning import dp_sgd  # noqa: E402
 from tff_hdp.privacy import heterogeneity  # noqa: E402
 from tff_hdp.aggregators import norm_partition  # noqa: E402
@@ -90,7 +91,7 @@ def main(argv):
                else heterogeneity.sample_batch_sizes(NUM_CLIENTS, seed))
       rows = []
       for i, client in enumerate(task.client_ids):
-        plan = dp_sgd.plan_client_privacy(eps[i], _DELTA.value, sizes[i],
+        plan = plans.plan_client_privacy(eps[i], _DELTA.value, sizes[i],
                                           int(batch[i]), _ROUNDS.value)
         update, _ = train(initial, task.train_dataset(client, seed),
                           tf.constant(plan.noise_multiplier, tf.float32),

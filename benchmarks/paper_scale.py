@@ -45,7 +45,7 @@ def main(argv):
   from tasks import mnist  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top,g-multiple-import
-  from tff_hdp.learning import fedhdp  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.privacy.privacy_groups import PrivacyGroup  # pylint: disable=g-import-not-at-top
@@ -61,7 +61,7 @@ def main(argv):
       raise app.UsageError(f'unknown mode {mode!r}.')
     settings = trusted_setting.Settings(
         rounds=_ROUNDS.value, sampling=accounting.PoissonSampling(100 / n),
-        clip=fedhdp.ClipSettings(initial_norm=0.5), checkpoint_every=0,
+        clip=plans.ClipSettings(initial_norm=0.5), checkpoint_every=0,
         eval_every=10,
         cohort_size=_COHORT_SIZE.value if mode == 'cohort' else 0)
     start = time.perf_counter()

@@ -54,7 +54,7 @@ def main(argv):
   from tasks import digits  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top,g-multiple-import
-  from tff_hdp.learning import fedhdp  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.privacy import privacy_audit  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
@@ -86,7 +86,7 @@ def main(argv):
       rounds=_ROUNDS.value,
       sampling=accounting.PoissonSampling(_CLIENTS_PER_ROUND.value /
                                           len(task.client_ids)),
-      clip=fedhdp.ClipSettings(initial_norm=0.5,
+      clip=plans.ClipSettings(initial_norm=0.5,
                                count_stddev=0.1 * _CLIENTS_PER_ROUND.value),
       local_epochs=_LOCAL_EPOCHS.value, client_lr=_CLIENT_LR.value,
       seed=_SEED.value, eval_every=_ROUNDS.value, checkpoint_every=0)

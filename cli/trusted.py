@@ -14,7 +14,7 @@ def learning_setup(task):
   """
   from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
-  from tff_hdp.learning.fedhdp import ClipSettings  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy.plans import ClipSettings  # pylint: disable=g-import-not-at-top
   n = len(task.client_ids)
   flags.check(flags.CLIENTS_PER_ROUND.value <= n,
          f'--clients_per_round={flags.CLIENTS_PER_ROUND.value} exceeds the '

@@ -41,9 +41,11 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PINNED_FILE = os.path.join(ROOT, 'tests', 'pinned_outputs.json')
-# The Vehicle data, found as tests/test_cli.py finds it (VEHICLE_DIR there).
-CROSS_SILO_DATA = os.path.join(ROOT, '..', 'shared', 'data', 'cross_silo')
-VEHICLE_DIR = os.path.join(CROSS_SILO_DATA, 'vehicle_partial')
+# The Vehicle data, under the data sets' one setting (tasks.data_files).
+sys.path.insert(0, ROOT)
+from tasks import data_files  # noqa: E402  pylint: disable=g-import-not-at-top
+VEHICLE_DIR = os.path.join(data_files.data_root(), 'cross_silo',
+                           'vehicle_partial')
 VEHICLE_PLACEHOLDER = '{vehicle_dir}'
 
 _TRUSTED = [

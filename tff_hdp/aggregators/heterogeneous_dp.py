@@ -23,6 +23,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp.aggregators import clipping
+from tff_hdp.privacy import plans
 
 
 def _validate(noise_multipliers, ratios, expected_group_sizes,
@@ -147,15 +148,16 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
                                value_sum_factory)
 
   @classmethod
-  def from_plan(cls, plan, clip, seed: int,
+  def from_plan(cls, plan: plans.PrivacyPlan, clip: plans.ClipSettings,
+                seed: int,
                 value_sum_factory: (tff.aggregators.UnweightedAggregationFactory
                                     | None) = None) -> HeterogeneousDPFactory:
     """The factory a FedHDP privacy plan calibrated.
 
     Args:
-      plan: a `tff_hdp.learning.fedhdp.PrivacyPlan` (noise multipliers, groups and
-        their ratios, denominators, clip-count noise).
-      clip: the `fedhdp.ClipSettings` the plan was made for.
+      plan: the run's privacy plan (noise multipliers, groups and their
+        ratios, denominators, clip-count noise).
+      clip: the clip settings the plan was made for.
       seed: the DP noise's seed (the run's secret).
       value_sum_factory: the inner sum (default `tff.aggregators.SumFactory`).
 

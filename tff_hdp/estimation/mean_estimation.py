@@ -21,8 +21,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.privacy import plans
 from tff_hdp.learning import cross_silo_process
-from tff_hdp.learning import dp_sgd
 from tff_hdp.estimation import mean_estimation_theory as theory
 
 # A clip norm far above any per-example gradient's norm: clipping never acts.
@@ -50,9 +50,9 @@ def _squared_loss(y, predictions):
   return 0.5 * tf.reduce_sum(tf.square(y - predictions), axis=-1)
 
 
-def _privacy(num_examples: int, noise_multiplier: float) -> dp_sgd.ClientPrivacy:
+def _privacy(num_examples: int, noise_multiplier: float) -> plans.ClientPrivacy:
   """One full-batch step (Poisson rate 1) per round at a given noise."""
-  return dp_sgd.ClientPrivacy(
+  return plans.ClientPrivacy(
       epsilon=float('nan'), delta=0.0, num_examples=num_examples,
       batch_size=num_examples, rounds=1, epochs_per_round=1,
       sampling_rate=1.0, steps_per_round=1,

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.privacy import plans
 from tff_hdp.learning import client_work
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import learning_process
@@ -68,7 +69,7 @@ def make_role(learning_rate: float, regularization: float, reset: bool,
       cluster=np.eye(num_clusters, dtype=np.float32)[cluster])
 
 
-def make_client_data(dataset: tf.data.Dataset, privacy: dp_sgd.ClientPrivacy,
+def make_client_data(dataset: tf.data.Dataset, privacy: plans.ClientPrivacy,
                      weight: float, seed: int,
                      role: collections.OrderedDict) -> collections.OrderedDict:
   """A silo's input: its batches, its DP-SGD parameters (one epoch of steps

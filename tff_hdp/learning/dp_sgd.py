@@ -19,115 +19,17 @@ sees them.
 from __future__ import annotations
 
 import collections
-import dataclasses
-import functools
 from typing import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp.privacy import accounting
+from tff_hdp.privacy import plans
 from tff_hdp.aggregators import clipping
 
 DATA_KEY = 'data'
 PRIVACY_KEY = 'privacy'
-
-
-@dataclasses.dataclass(frozen=True)
-class ClientPrivacy:
-  """One client's DP-SGD parameters for a whole run, and what they cost.
-
-  `sampling_rate` is `batch_size / num_examples` rounded to float32, the
-  probability the client's graph actually samples with, so the accountant
-  analyses exactly the mechanism that runs.
-  """
-
-  epsilon: float
-  delta: float
-  num_examples: int
-  batch_size: int
-  rounds: int
-  epochs_per_round: int
-  sampling_rate: float
-  steps_per_round: int
-  noise_multiplier: float
-  # Private selections (exponential mechanism, e.g. IFCA's cluster choice):
-  # one per round in the first `selection_rounds` rounds, each
-  # (selection_epsilon, 0)-DP.
-  selection_epsilon: float = 0.0
-  selection_rounds: int = 0
-
-  @property
-  def expected_batch_size(self) -> float:
-    return self.sampling_rate * self.num_examples
-
-  @property
-  def steps_per_epoch(self) -> int:
-    return self.steps_per_round // self.epochs_per_round
-
-  @functools.lru_cache(maxsize=None)
-  def epsilon_after(self, rounds: int) -> float:
-    """epsilon at `delta` after `rounds` rounds of local DP-SGD (cached)."""
-    selections = min(rounds, self.selection_rounds)
-    return accounting.epsilon_spent(
-        self.noise_multiplier, None,
-        accounting.PoissonSampling(self.sampling_rate),
-        rounds * self.steps_per_round, self.delta,
-        accounting.exponential_mechanism_event(
-            self.selection_epsilon, selections) if selections else None)
-
-  def update_noise_variance(self, learning_rate: float, clip_norm: float,
-                            num_params: int) -> float:
-    """Noise power in one round's update (SPEC §3, clipping effective).
-
-    `sigma_i^2 = K_i ceil(N_i / b_i) eta^2 p c^2 z_i^2 / b_i^2`, with the
-    expected batch size in place of `b_i` because that is the denominator.
-    """
-    return (self.steps_per_round * learning_rate**2 * num_params *
-            (clip_norm * self.noise_multiplier / self.expected_batch_size)**2)
-
-
-@functools.lru_cache(maxsize=None)
-def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
-                        batch_size: int, rounds: int,
-                        epochs_per_round: int = 1,
-                        selection_epsilon: float = 0.0,
-                        selection_rounds: int = 0,
-                        allow_large_delta: bool = False) -> ClientPrivacy:
-  """Calibrates z for `rounds` rounds of `epochs_per_round` DP-SGD epochs.
-
-  One epoch is `ceil(num_examples / batch_size)` Poisson-sampled steps. With
-  `selection_rounds` > 0, that many (selection_epsilon, 0)-DP selections share
-  the budget: DP-SGD gets what they leave. delta must be below 1/num_examples
-  unless `allow_large_delta` (experiments only). Plans are cached: a sweep or
-  a comparison of methods plans each distinct silo once (a calibration runs
-  the accountant a dozen times).
-  """
-  num_examples, batch_size = int(num_examples), int(batch_size)
-  if num_examples < 1 or not 1 <= batch_size <= num_examples:
-    raise ValueError(
-        f'batch size must be in [1, {num_examples}] (the client\'s examples), '
-        f'got {batch_size}.')
-  accounting.check_delta(delta, num_examples, 'the client', allow_large_delta,
-                         members='examples')
-  if rounds < 1 or epochs_per_round < 1:
-    raise ValueError('rounds and epochs per round must be >= 1, got '
-                     f'{rounds} and {epochs_per_round}.')
-  q = float(np.float32(batch_size / num_examples))
-  steps = epochs_per_round * -(-num_examples // batch_size)
-  if selection_rounds < 0 or selection_rounds > rounds:
-    raise ValueError(f'selection rounds must be in [0, {rounds}] (the '
-                     f'rounds), got {selection_rounds}.')
-  selection = (accounting.exponential_mechanism_event(
-      selection_epsilon, selection_rounds) if selection_rounds else None)
-  z = accounting.calibrate_noise_multiplier(
-      epsilon, delta, accounting.PoissonSampling(q), rounds * steps, None,
-      selection)
-  return ClientPrivacy(epsilon, delta, num_examples, batch_size, rounds,
-                       epochs_per_round, q, steps, z,
-                       selection_epsilon if selection_rounds else 0.0,
-                       selection_rounds)
 
 
 def poisson_sample(num_examples, rate, seed) -> tf.Tensor:
@@ -402,7 +304,7 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   return train
 
 
-def make_client_data(dataset: tf.data.Dataset, privacy: ClientPrivacy,
+def make_client_data(dataset: tf.data.Dataset, privacy: plans.ClientPrivacy,
                      weight: float, seed: int,
                      steps: int | None = None) -> collections.OrderedDict:
   """A client's input: its batches and, as a one-element sequence, itself.

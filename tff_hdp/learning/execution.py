@@ -15,6 +15,7 @@ from typing import Callable, Hashable, Sequence
 
 import tensorflow_federated as tff
 
+from tff_hdp.privacy import plans
 from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.learning import client_work
@@ -36,7 +37,7 @@ class Execution:
     return self.cohort_size > 1
 
   def build_fedhdp(self, model_fn: Callable[[], tff.learning.models.VariableModel],
-                   plan: fedhdp.PrivacyPlan, clip: fedhdp.ClipSettings,
+                   plan: plans.PrivacyPlan, clip: plans.ClipSettings,
                    seed: int, batch_size: int, **training
                    ) -> tff.learning.templates.LearningProcess:
     """FedHDP for `plan` with DP noise seed `seed`.

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp.privacy import accounting
+from tff_hdp.privacy import plans
 from tff_hdp.learning import algorithms
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import learning_process
@@ -44,30 +44,15 @@ def _rule(name: str) -> algorithms.Algorithm:
   return rule
 
 
-def plan_clients(name: str, epsilons: Sequence[float], delta: float,
-                 num_examples: Sequence[int], batch_sizes: Sequence[int],
-                 rounds: int,
-                 allow_large_delta: bool = False) -> list[dp_sgd.ClientPrivacy]:
-  """Each client's DP-SGD plan for rule `name` (min_epsilon: all at the min).
-
-  delta must be below 1/n_i for every client unless `allow_large_delta`;
-  every client is checked, by index, before any calibration runs.
-  """
-  if not len(epsilons) == len(num_examples) == len(batch_sizes):
-    raise ValueError('one epsilon, dataset size and batch size per client.')
-  for i, n in enumerate(num_examples):
-    accounting.check_delta(delta, int(n), f'client {i}', allow_large_delta,
-                           members='examples')
+def client_epsilons(name: str, epsilons: Sequence[float]) -> list[float]:
+  """The epsilon each client runs at under algorithm `name` (min_epsilon:
+  every client at the smallest)."""
   if _rule(name).min_epsilon:
-    epsilons = [min(epsilons)] * len(epsilons)
-  return [
-      dp_sgd.plan_client_privacy(e, delta, n, b, rounds,
-                                 allow_large_delta=allow_large_delta)
-      for e, n, b in zip(epsilons, num_examples, batch_sizes)
-  ]
+    return [min(epsilons)] * len(epsilons)
+  return list(epsilons)
 
 
-def client_weight(name: str, privacy: dp_sgd.ClientPrivacy,
+def client_weight(name: str, privacy: plans.ClientPrivacy,
                   learning_rate: float, clip_norm: float,
                   num_params: int) -> float:
   """The weight a client attaches to its update under rule `name`."""

@@ -25,12 +25,13 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tqdm
 
+from tff_hdp.privacy.plans import ClientPrivacy
+from tff_hdp.privacy.plans import plan_client_privacy
 from tff_hdp.simulation import checkpointing
 from tff_hdp.learning import cross_silo_process
 from tff_hdp.learning import algorithms
 from tff_hdp.learning import ditto
 from tff_hdp.privacy import dp_randomness
-from tff_hdp.learning import dp_sgd
 from tff_hdp.simulation import evaluation
 from tff_hdp.privacy import release_policy
 from tff_hdp.simulation import round_loop
@@ -117,7 +118,7 @@ def _check(task: FederatedTask, method: Method,
 
 def plan_silos(task: FederatedTask, method: Method,
                settings: CrossSiloSettings,
-               progress: bool = False) -> list[dp_sgd.ClientPrivacy]:
+               progress: bool = False) -> list[ClientPrivacy]:
   """Each silo's DP-SGD plan at its own budget for this method's reads."""
   _check(task, method, settings)
   epsilons = settings.silo_epsilons(len(task.client_ids))
@@ -127,7 +128,7 @@ def plan_silos(task: FederatedTask, method: Method,
                           desc='calibrating silos\' noise', unit='silo',
                           disable=not progress, leave=False):
     n = len(task.client_train[c][0])
-    plans.append(dp_sgd.plan_client_privacy(
+    plans.append(plan_client_privacy(
         eps, settings.delta, n, min(task.batch_size, n), settings.rounds,
         epochs_per_round=2 if method.personal_epoch else 1,
         selection_epsilon=settings.selection_share * eps,
@@ -252,7 +253,7 @@ class CrossSiloRounds(round_loop.RoundProgram):
   def __init__(self, task: FederatedTask, method: Method,
                settings: CrossSiloSettings,
                process: tff.templates.IterativeProcess,
-               plans: list[dp_sgd.ClientPrivacy], silo_seeds, label: str):
+               plans: list[ClientPrivacy], silo_seeds, label: str):
     self.label = label
     self.rounds = settings.rounds
     self._task, self._method, self._settings = task, method, settings

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import tensorflow_federated as tff
 
+from tff_hdp.privacy import plans
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.learning import algorithms as registry
 from tff_hdp.learning import ditto
@@ -57,7 +58,7 @@ class Settings:
   local_epochs: int = 1
   client_lr: float = 0.1
   server_lr: float = 1.0
-  clip: fedhdp.ClipSettings = fedhdp.ClipSettings()
+  clip: plans.ClipSettings = plans.ClipSettings()
   denominator: str = 'expected'
   seed: int = 0
   eval_every: int = 10
@@ -195,7 +196,7 @@ class TrustedRounds(round_loop.RoundProgram):
 
   def __init__(self, task: FederatedTask,
                process: tff.learning.templates.LearningProcess,
-               plan: fedhdp.PrivacyPlan, client_choices: GroupAssignment, *,
+               plan: plans.PrivacyPlan, client_choices: GroupAssignment, *,
                seed: int, sampling_seed: int,
                execution: Execution = Execution(),
                personalization: Personalization | None = None,
@@ -292,7 +293,7 @@ def run_configuration(task: FederatedTask, config: Configuration,
   """Trains one configuration; returns (and writes) its summary, and returns
   the final global model weights. `release_managers` get each round's row."""
   assignment = _training_groups(config, choices)
-  plan = fedhdp.plan_privacy(assignment, settings.sampling, settings.rounds,
+  plan = plans.plan_privacy(assignment, settings.sampling, settings.rounds,
                              settings.clip, settings.denominator,
                              allow_large_delta=settings.allow_large_delta)
   run_dir = os.path.join(output_dir, config.name) if output_dir else None

@@ -15,6 +15,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from tff_hdp.privacy import plans
 from tff_hdp.privacy import dp_randomness
 from tff_hdp.learning import dp_sgd
 from tff_hdp.simulation import evaluation
@@ -94,8 +95,9 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
   sizes = [len(task.client_train[c][0]) for c in clients]
   batch_sizes = np.minimum(
       heterogeneity.sample_batch_sizes(n, settings.seed), sizes)
-  plans = noise_aware.plan_clients(
-      rule, _epsilons(settings.epsilon_distribution, n, settings.seed),
+  client_plans = plans.plan_clients(
+      noise_aware.client_epsilons(
+          rule, _epsilons(settings.epsilon_distribution, n, settings.seed)),
       settings.delta, sizes, batch_sizes, settings.rounds,
       allow_large_delta=settings.allow_large_delta)
   loss = task.loss_fn()
@@ -108,20 +110,20 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
                    for w in process.get_model_weights(state).trainable)
   weights = [noise_aware.client_weight(rule, p, settings.learning_rate,
                                             settings.clip_norm, num_params)
-             for p in plans]
+             for p in client_plans]
   # Each client's DP-SGD noise and example sampling follow its own seed,
   # secret unless the run is explicitly seeded (in memory only: these runs
   # are not resumable).
   client_seeds = dp_randomness.client_seeds(
       settings.seed, settings.unsafe_seeded_dp_randomness, n)
-  program = UntrustedRounds(task, process, state, plans, weights, client_seeds,
-                            settings, label=f'{rule} rounds')
+  program = UntrustedRounds(task, process, state, client_plans, weights,
+                            client_seeds, settings, label=f'{rule} rounds')
   run_dir = os.path.join(output_dir, rule) if output_dir else None
   result = round_loop.run_rounds(program, output_dir=run_dir,
                                  eval_every=settings.eval_every,
                                  progress=progress)
   metrics = result.final_metrics
-  spent = [p.epsilon_after(settings.rounds) for p in plans]
+  spent = [p.epsilon_after(settings.rounds) for p in client_plans]
   summary = {
       'configuration': rule,
       'task': task.name,
@@ -131,7 +133,7 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
       'privacy_warnings': release_policy.privacy_warnings(
           seeded=settings.unsafe_seeded_dp_randomness,
           large_delta=settings.allow_large_delta),
-      'target_epsilons': [p.epsilon for p in plans],
+      'target_epsilons': [p.epsilon for p in client_plans],
       'batch_sizes': [int(b) for b in batch_sizes],
       'epsilon_spent_max': max(spent),
       'epsilon_spent_min': min(spent),

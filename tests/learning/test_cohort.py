@@ -6,6 +6,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import digits
+from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.learning import client_work
 from tff_hdp.learning import cohort
@@ -212,7 +213,7 @@ def test_experiment_with_cohorts_matches_per_client_run(task):
   for cohort_size in (0, 3):
     settings = trusted_setting.Settings(
         rounds=2, sampling=accounting.PoissonSampling(0.5),
-        clip=fedhdp.ClipSettings(initial_norm=0.5, count_stddev=2.0),
+        clip=plans.ClipSettings(initial_norm=0.5, count_stddev=2.0),
         eval_every=2, checkpoint_every=0, cohort_size=cohort_size,
         unsafe_seeded_dp_randomness=True)
     summary, w = trusted_setting.run_configuration(

@@ -11,8 +11,9 @@ import pytest
 
 from tff_hdp.reporting import paper_claims
 from tff_hdp.reporting import published
+from tests import repository
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = repository.ROOT
 
 
 def _write(path, summary):

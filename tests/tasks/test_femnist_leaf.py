@@ -12,13 +12,16 @@ import tasks
 from tasks import data_files
 from tasks import femnist_leaf
 from tff_hdp.federated_task import TaskOptions
+from tests import repository
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LEAF_DIR = os.path.join(ROOT, '..', 'shared', 'data', 'femnist_leaf')
+
+
+def _leaf_dir():
+  return repository.data_path('femnist_leaf')
 
 
 def test_real_sample_has_105_writers_and_62_classes():
-  task = tasks.load('femnist_leaf', TaskOptions(data_dir=LEAF_DIR))
+  task = tasks.load('femnist_leaf', TaskOptions(data_dir=_leaf_dir()))
   assert len(task.client_ids) == 105 and task.dropped_clients == 0
   assert sum(len(y) for _, y in task.client_train.values()) == 14708
   assert sum(len(y) for _, y in task.client_test.values()) == 1685
@@ -36,8 +39,8 @@ def test_real_sample_has_105_writers_and_62_classes():
 
 
 def test_num_clients_is_a_seeded_subset():
-  a = femnist_leaf.load(LEAF_DIR, num_clients=10, seed=4)
-  b = femnist_leaf.load(LEAF_DIR, num_clients=10, seed=4)
+  a = femnist_leaf.load(_leaf_dir(), num_clients=10, seed=4)
+  b = femnist_leaf.load(_leaf_dir(), num_clients=10, seed=4)
   assert len(a.client_ids) == 10 and a.client_ids == b.client_ids
 
 

@@ -9,16 +9,17 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import test_cross_silo
-import test_dp_sgd
-import test_heterogeneous_dp
-import test_noise_aware_aggregators
+from tff_hdp.privacy import plans
 from tff_hdp.simulation import cross_silo_setting as cse
 from tff_hdp.learning import cross_silo_process
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import noise_aware
 from tff_hdp.aggregators import CohortHeterogeneousDPFactory
 from tff_hdp.aggregators import HeterogeneousDPFactory
+from tests.aggregators import test_heterogeneous_dp
+from tests.learning import test_dp_sgd
+from tests.learning import test_noise_aware
+from tests.simulation import test_cross_silo_setting
 
 SHAPES = collections.OrderedDict(w=[2, 3], b=[3])
 CLIP = 1.0
@@ -304,18 +305,18 @@ def test_local_dp_sgd_update_ignores_a_nan_pixel():
 
 def _full_batch_plan(num_examples):
   """Rate 1: every example, the NaN one too, is in every step."""
-  return dp_sgd.plan_client_privacy(4.0, 1e-4, num_examples, num_examples,
+  return plans.plan_client_privacy(4.0, 1e-4, num_examples, num_examples,
                                     rounds=1)
 
 
 def test_cross_silo_silo_with_a_nan_pixel_trains_on_its_other_examples():
-  task = test_cross_silo._clustered_task(num_silos=3, examples=40)
+  task = test_cross_silo_setting._clustered_task(num_silos=3, examples=40)
   x, y = task.client_train['silo0']
   x = x.copy()
   x[3, 1] = np.nan
   task.client_train['silo0'] = (x, y)
   process = cse.build_process(task, cse.method_record('mrmtl'),
-                              test_cross_silo._settings())
+                              test_cross_silo_setting._settings())
   state = process.initialize()
   initial = cross_silo_process.cluster_weights(state, 0).trainable
   data = [cross_silo_process.make_client_data(
@@ -336,8 +337,8 @@ def test_cross_silo_silo_with_a_nan_pixel_trains_on_its_other_examples():
 def test_untrusted_server_round_survives_a_nan_example():
   # Before, the NaN update made TFF's finalizer reject the whole aggregate.
   process = noise_aware.build_noise_aware_fedavg(
-      test_noise_aware_aggregators._model_fn(),
-      test_noise_aware_aggregators._loss,
+      test_noise_aware._model_fn(),
+      test_noise_aware._loss,
       noise_aware.build_aggregator('dpfedavg'), learning_rate=0.1,
       clip_norm=1.0)
   rng = np.random.default_rng(8)

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.privacy import plans
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import noise_aware
 from tff_hdp.aggregators import pfa
@@ -140,7 +141,7 @@ def test_pfa_refuses_bad_settings():
 
 
 def _plans(rule):
-  return noise_aware.plan_clients(rule, [0.5, 2.0, 8.0], 1e-5,
+  return plans.plan_clients(noise_aware.client_epsilons(rule, [0.5, 2.0, 8.0]), 1e-5,
                                        [100, 200, 300], [16, 64, 32], 5)
 
 

@@ -16,8 +16,10 @@ import time
 import shutil
 
 import numpy as np
+from tests import repository
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+ROOT = repository.ROOT
 ROUNDS = 12
 FLAGS = ['--algorithms=fedhdp', '--r=0.5', f'--rounds={ROUNDS}',
          '--clients_per_round=20', '--clip_count_stddev=3', '--eval_every=4',

@@ -6,11 +6,10 @@ import subprocess
 import sys
 
 import pytest
+from tests import repository
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CROSS_SILO_DATA = os.path.join(ROOT, '..', 'shared', 'data', 'cross_silo')
-VEHICLE_DIR = os.path.join(CROSS_SILO_DATA, 'vehicle_partial')
-SCHOOL_DIR = os.path.join(CROSS_SILO_DATA, 'school')
+
+ROOT = repository.ROOT
 
 
 def _run(*flags, cwd=ROOT):
@@ -55,9 +54,13 @@ def _run(*flags, cwd=ROOT):
 def test_bad_input_is_one_clear_line(flags, message, tmp_path):
   os.makedirs(tmp_path / 'bad')
   (tmp_path / 'bad' / 'mnist.npz').write_text('not an archive')
-  flags = [f.replace('{tmp}', str(tmp_path)).replace(
-      '{vehicle}', VEHICLE_DIR).replace('{school}', SCHOOL_DIR)
-           for f in flags]
+  data = {'{vehicle}': ('cross_silo', 'vehicle_partial'),
+          '{school}': ('cross_silo', 'school')}
+  for placeholder, parts in data.items():
+    if any(placeholder in f for f in flags):
+      flags = [f.replace(placeholder, repository.data_path(*parts))
+               for f in flags]
+  flags = [f.replace('{tmp}', str(tmp_path)) for f in flags]
   result = _run(*flags, f'--output_dir={tmp_path}/out')
   assert result.returncode != 0
   last = result.stderr.strip().splitlines()[-1]
@@ -112,7 +115,7 @@ def test_untrusted_server_rules_run_and_report_client_spend(tmp_path):
 
 
 def test_cross_silo_sweep_reports_best_setting_curve_and_silo_spend(tmp_path):
-  result = _run('--task=vehicle', f'--data_dir={VEHICLE_DIR}',
+  result = _run('--task=vehicle', '--data_dir=' + repository.data_path('cross_silo', 'vehicle_partial'),
                 '--algorithms=local,mrmtl', '--lambdas=0.1,1', '--rounds=2',
                 '--epsilons=1', '--deltas=1e-3', '--dp_sgd_clip=6',
                 '--batch_size=64', '--eval_every=1',

@@ -14,14 +14,18 @@ import tasks
 from tasks import data_files
 from tasks import mnist
 from tff_hdp.federated_task import TaskOptions
+from tests import repository
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MNIST_DIR = os.path.join(ROOT, '..', 'shared', 'data', 'mnist')
+ROOT = repository.ROOT
+
+
+def _mnist_dir():
+  return repository.data_path('mnist')
 
 
 @pytest.fixture(scope='module')
 def task():
-  return mnist.load(MNIST_DIR, num_clients=100, seed=3)
+  return mnist.load(_mnist_dir(), num_clients=100, seed=3)
 
 
 def test_each_client_holds_one_digit_in_equal_numbers(task):
@@ -48,14 +52,15 @@ def test_each_client_holds_one_digit_in_equal_numbers(task):
 def test_clients_are_disjoint_and_seeded(task):
   seen = np.concatenate([task.client_train[c][0] for c in task.client_ids])
   assert len(np.unique(seen, axis=0)) > 0.99 * len(seen)
-  again = mnist.load(MNIST_DIR, num_clients=100, seed=3)
+  again = mnist.load(_mnist_dir(), num_clients=100, seed=3)
   c = task.client_ids[17]
   np.testing.assert_array_equal(again.client_train[c][0],
                                 task.client_train[c][0])
 
 
 def test_iid_split_shards_the_training_set_with_every_digit():
-  task = tasks.load('mnist_iid', TaskOptions(data_dir=MNIST_DIR, seed=4))
+  task = tasks.load('mnist_iid',
+                    TaskOptions(data_dir=_mnist_dir(), seed=4))
   assert len(task.client_ids) == 20 and task.name == 'mnist_iid'
   sizes = [len(task.client_train[c][1]) + len(task.client_test[c][1])
            for c in task.client_ids]
@@ -67,23 +72,24 @@ def test_iid_split_shards_the_training_set_with_every_digit():
   for c in task.client_ids:
     assert len(set(task.client_train[c][1])) == 10
   np.testing.assert_allclose(np.bincount(train_labels) / len(train_labels),
-                             np.bincount(data_files.read_mnist(MNIST_DIR)[1])
+                             np.bincount(data_files.read_mnist(_mnist_dir())[1])
                              / 60000, atol=0.005)
   seen = np.concatenate([task.client_train[c][0] for c in task.client_ids]
                         + [task.client_test[c][0] for c in task.client_ids])
   assert len(np.unique(seen, axis=0)) > 0.99 * 60000
-  again = mnist.load_iid(MNIST_DIR, seed=4)
+  again = mnist.load_iid(_mnist_dir(), seed=4)
   np.testing.assert_array_equal(again.client_train['client7'][0],
                                 task.client_train['client7'][0])
-  other = mnist.load_iid(MNIST_DIR, seed=5)
+  other = mnist.load_iid(_mnist_dir(), seed=5)
   assert not np.array_equal(other.client_train['client7'][1],
                             task.client_train['client7'][1])
   with pytest.raises(ValueError, match='at least 1 client'):
-    mnist.load_iid(MNIST_DIR, num_clients=0)
+    mnist.load_iid(_mnist_dir(), num_clients=0)
 
 
 def test_full_size_default_and_skewed_opt_out_pool():
-  task = tasks.load('mnist_noniid_skewed', TaskOptions(data_dir=MNIST_DIR))
+  task = tasks.load('mnist_noniid_skewed',
+                    TaskOptions(data_dir=_mnist_dir()))
   assert len(task.client_ids) == 2000
   assert {len(task.client_train[c][1]) for c in task.client_ids} == {22}
   assert len(task.opt_out_pool) == 200
@@ -92,9 +98,9 @@ def test_full_size_default_and_skewed_opt_out_pool():
 
 def test_idx_files_give_the_same_data_as_the_npz(tmp_path):
   for name in data_files.MNIST_IDX_FILES:
-    os.symlink(os.path.join(MNIST_DIR, name), tmp_path / name)
+    os.symlink(os.path.join(_mnist_dir(), name), tmp_path / name)
   from_idx = data_files.read_mnist(str(tmp_path))
-  from_npz = data_files.read_mnist(MNIST_DIR)
+  from_npz = data_files.read_mnist(_mnist_dir())
   for a, b in zip(from_idx, from_npz):
     np.testing.assert_array_equal(a, b)
 
@@ -102,7 +108,7 @@ def test_idx_files_give_the_same_data_as_the_npz(tmp_path):
 @pytest.mark.parametrize('num_clients', [0, 15, 25])
 def test_client_count_must_be_a_multiple_of_ten(num_clients):
   with pytest.raises(ValueError, match='multiple of 10'):
-    mnist.load(MNIST_DIR, num_clients=num_clients)
+    mnist.load(_mnist_dir(), num_clients=num_clients)
 
 
 def test_missing_data_says_what_to_put_where(tmp_path):
@@ -125,7 +131,7 @@ def test_malformed_files_are_named(tmp_path):
     data_files.read_mnist(str(tmp_path))
   os.remove(tmp_path / 'mnist.npz')
   for name in data_files.MNIST_IDX_FILES:
-    shutil.copy(os.path.join(MNIST_DIR, name), tmp_path / name)
+    shutil.copy(os.path.join(_mnist_dir(), name), tmp_path / name)
   with gzip.open(tmp_path / 'train-labels-idx1-ubyte.gz', 'wb') as f:
     f.write(b'\0\0\x08\x01\0\0\0\x10abc')
   with pytest.raises(ValueError,
@@ -136,7 +142,7 @@ def test_malformed_files_are_named(tmp_path):
 def test_cli_trains_on_mnist_and_prints_the_table(tmp_path):
   result = subprocess.run(
       [sys.executable, os.path.join(ROOT, 'run_experiment.py'),
-       '--task=mnist_noniid', f'--data_dir={MNIST_DIR}', '--num_clients=40',
+       '--task=mnist_noniid', f'--data_dir={_mnist_dir()}', '--num_clients=40',
        '--algorithms=dp_fedavg,fedhdp', '--rounds=2', '--clients_per_round=10',
        '--clip_count_stddev=3', '--eval_every=1', f'--output_dir={tmp_path}'],
       cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -9,11 +9,11 @@ import tensorflow as tf
 from dp_accounting import rdp
 
 from tasks import models
+from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.simulation import cross_silo_setting as cse
 from tff_hdp.learning import cross_silo_process
 from tff_hdp.learning import ditto
-from tff_hdp.learning import dp_sgd
 from tff_hdp.federated_task import FederatedTask
 
 FEATURES = 5
@@ -118,7 +118,7 @@ def test_ifca_selection_shares_the_budget_with_dp_sgd():
 def test_a_selection_share_that_eats_the_budget_is_refused():
   with pytest.raises(accounting.InfeasiblePrivacyTargetError,
                      match='smaller share'):
-    dp_sgd.plan_client_privacy(1.0, 1e-5, 100, 10, 100,
+    plans.plan_client_privacy(1.0, 1e-5, 100, 10, 100,
                                selection_epsilon=0.9, selection_rounds=100)
 
 

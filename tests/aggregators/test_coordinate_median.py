@@ -4,7 +4,6 @@ command line without editing any driver."""
 
 import collections
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -18,8 +17,9 @@ from tff_hdp.aggregators.coordinate_median import CoordinateMedianFactory
 from tff_hdp.aggregators.coordinate_median import coordinate_median
 from tff_hdp.learning import algorithms
 from tff_hdp.learning import noise_aware
+from tests import repository
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = repository.ROOT
 # As a model update reaches an aggregator: a Python container of tensors.
 VALUE = tff.types.to_type(collections.OrderedDict(
     w=tff.TensorType(np.float32, [2, 2]), b=tff.TensorType(np.float32, [3])))

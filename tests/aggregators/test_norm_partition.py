@@ -6,6 +6,7 @@ from sklearn import mixture
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.privacy.plans import plan_client_privacy
 from tff_hdp.learning import dp_sgd
 from tff_hdp.privacy import heterogeneity
 from tff_hdp.aggregators import norm_partition
@@ -93,7 +94,7 @@ def _calibrated_plans():
   log-log through them.
   """
   anchors = np.array([0.1, 1.0, 10.0])
-  plans = [dp_sgd.plan_client_privacy(e, DELTA, EXAMPLES, BATCH, ROUNDS)
+  plans = [plan_client_privacy(e, DELTA, EXAMPLES, BATCH, ROUNDS)
            for e in anchors]
   coefficients = np.polyfit(np.log(anchors),
                             np.log([p.noise_multiplier for p in plans]), 2)

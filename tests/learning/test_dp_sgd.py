@@ -9,6 +9,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from dp_accounting import rdp
 
+from tff_hdp.privacy import plans
 from tff_hdp.learning import dp_sgd
 
 
@@ -173,7 +174,7 @@ def test_poisson_sampling_includes_each_example_independently_at_rate_q():
 
 
 def test_reported_epsilon_equals_dp_accounting_computed_directly():
-  privacy = dp_sgd.plan_client_privacy(epsilon=2.0, delta=1e-5,
+  privacy = plans.plan_client_privacy(epsilon=2.0, delta=1e-5,
                                        num_examples=100, batch_size=16,
                                        rounds=10)
   assert privacy.sampling_rate == float(np.float32(0.16))
@@ -192,7 +193,7 @@ def test_reported_epsilon_equals_dp_accounting_computed_directly():
 
 def test_plan_refuses_a_batch_larger_than_the_data():
   with pytest.raises(ValueError, match='batch size'):
-    dp_sgd.plan_client_privacy(1.0, 1e-5, num_examples=10, batch_size=16,
+    plans.plan_client_privacy(1.0, 1e-5, num_examples=10, batch_size=16,
                                rounds=1)
 
 
@@ -232,7 +233,7 @@ def test_update_noise_has_the_planned_variance():
       lambda v: tf.constant(v.numpy()),
       tff.learning.models.ModelWeights.from_model(model))
   x, y = _data(64)
-  privacy = dp_sgd.plan_client_privacy(1.0, 1e-5, 64, 16, rounds=3)
+  privacy = plans.plan_client_privacy(1.0, 1e-5, 64, 16, rounds=3)
   p = 5 * 3 + 3
   draws = []
   for s in range(40):
@@ -253,7 +254,7 @@ def test_client_work_takes_privacy_from_client_data_and_reports_no_metrics():
   privacy_type = data_type[dp_sgd.PRIVACY_KEY].element
   assert set(tff.structure.name_list(privacy_type)) == {
       'noise_multiplier', 'sampling_rate', 'steps', 'weight', 'seed'}
-  privacy = dp_sgd.plan_client_privacy(4.0, 1e-5, 40, 16, rounds=2)
+  privacy = plans.plan_client_privacy(4.0, 1e-5, 40, 16, rounds=2)
   x, y = _data(40)
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
   clients = [dp_sgd.make_client_data(dataset, privacy, 3.0, seed=s)
@@ -275,7 +276,7 @@ def test_client_work_takes_privacy_from_client_data_and_reports_no_metrics():
 
 
 def test_client_data_round_trips_its_privacy_element():
-  privacy = dp_sgd.plan_client_privacy(1.0, 1e-5, 40, 8, rounds=1)
+  privacy = plans.plan_client_privacy(1.0, 1e-5, 40, 8, rounds=1)
   data = dp_sgd.make_client_data(tf.data.Dataset.range(1), privacy, 2.0, 9)
   own = data[dp_sgd.PRIVACY_KEY].get_single_element()
   assert isinstance(data, collections.OrderedDict)

@@ -22,8 +22,9 @@ from cli import presets  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
 from tff_hdp.federated_task import TaskOptions  # noqa: E402
 from tff_hdp.privacy.privacy_groups import PrivacyGroup  # noqa: E402
+from tests import repository
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = repository.ROOT
 # Two configurations with Ditto (one lambda block), 2 rounds, every round
 # evaluated: the whole pipeline in about a minute.
 FLAGS = ['--presets=digits', '--rounds=2', '--eval_every=1',

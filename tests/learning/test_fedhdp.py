@@ -13,6 +13,7 @@ import tensorflow_federated as tff
 
 from tasks import digits
 from tasks import models
+from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.simulation import trusted_setting
 from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
@@ -38,7 +39,7 @@ def test_plan_calibrates_every_private_group_to_its_target():
   ids = list(range(1000))
   choices = _choices(ids)
   sampling = accounting.PoissonSampling(0.05)
-  plan = fedhdp.plan_privacy(choices, sampling, 100, fedhdp.ClipSettings())
+  plan = plans.plan_privacy(choices, sampling, 100, plans.ClipSettings())
   z_b = plan.clip_count_stddev
   assert z_b == pytest.approx(0.05 * 0.05 * 1000)
   for j, g in enumerate(choices.groups):
@@ -70,10 +71,10 @@ def test_algorithm_groupings():
 
 def _factory(task):
   return HeterogeneousDPFactory.from_plan(
-      fedhdp.plan_privacy(
+      plans.plan_privacy(
           _choices(task.client_ids), accounting.PoissonSampling(0.5), 2,
-          fedhdp.ClipSettings(count_stddev=5.0)),
-      fedhdp.ClipSettings(count_stddev=5.0), seed=0)
+          plans.ClipSettings(count_stddev=5.0)),
+      plans.ClipSettings(count_stddev=5.0), seed=0)
 
 
 def test_learning_process_is_a_tff_learning_process(task):
@@ -120,7 +121,7 @@ def test_short_run_writes_every_round_and_reports_epsilon(task, tmp_path):
       task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.2, seed=0)
   settings = trusted_setting.Settings(
       rounds=3, sampling=accounting.PoissonSampling(0.5),
-      clip=fedhdp.ClipSettings(initial_norm=0.5, count_stddev=5.0),
+      clip=plans.ClipSettings(initial_norm=0.5, count_stddev=5.0),
       eval_every=2)
   summary, weights = trusted_setting.run_configuration(
       task, trusted_setting.Configuration('fedhdp', 0.5), choices, settings,
@@ -157,9 +158,9 @@ def test_sampling_is_seeded_per_round_and_matches_its_event():
 def test_budget_guard_refuses_rounds_beyond_the_target(task):
   choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.0, seed=0)
-  clip = fedhdp.ClipSettings(count_stddev=5.0)
+  clip = plans.ClipSettings(count_stddev=5.0)
   sampling = accounting.PoissonSampling(0.5)
-  plan = fedhdp.plan_privacy(choices, sampling, 2, clip)
+  plan = plans.plan_privacy(choices, sampling, 2, clip)
   longer = plan.__class__(**{**plan.__dict__, 'rounds': 3})
   process = fedhdp.build_fedhdp(task.tff_model_fn(),
                                 HeterogeneousDPFactory.from_plan(plan, clip, 0), 2,

@@ -2,9 +2,8 @@
 
 import pytest
 
+from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
-from tff_hdp.learning import dp_sgd
-from tff_hdp.learning import fedhdp
 from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.learning import noise_aware
 
@@ -17,8 +16,8 @@ def _plan(delta, **kwargs):
             pg.PrivacyGroup('opt_out'))
   assignment = pg.GroupAssignment(
       groups, {c: int(c >= _PRIVATE) for c in range(_PRIVATE + 10)})
-  return fedhdp.plan_privacy(assignment, accounting.PoissonSampling(0.5), 2,
-                             fedhdp.ClipSettings(), **kwargs)
+  return plans.plan_privacy(assignment, accounting.PoissonSampling(0.5), 2,
+                             plans.ClipSettings(), **kwargs)
 
 
 @pytest.mark.parametrize('delta', [1 / _PRIVATE, 0.5])
@@ -41,20 +40,20 @@ def test_fedhdp_group_delta_just_below_or_allowed_is_planned():
 @pytest.mark.parametrize('delta', [1 / 300, 0.5])
 def test_dp_sgd_client_delta_at_or_above_one_over_n_is_refused(delta):
   with pytest.raises(accounting.InfeasiblePrivacyTargetError) as error:
-    dp_sgd.plan_client_privacy(2.0, delta, 300, 30, 2)
+    plans.plan_client_privacy(2.0, delta, 300, 30, 2)
   message = str(error.value)
   assert message.startswith(f'--deltas={delta:g} must be below 1/n = 0.00333 ')
   assert '(300 examples)' in message
 
 
 def test_dp_sgd_client_delta_just_below_or_allowed_is_planned():
-  assert dp_sgd.plan_client_privacy(2.0, 0.99 / 300, 300, 30,
+  assert plans.plan_client_privacy(2.0, 0.99 / 300, 300, 30,
                                     2).noise_multiplier > 0
-  plan = dp_sgd.plan_client_privacy(2.0, 0.5, 300, 30, 2,
+  plan = plans.plan_client_privacy(2.0, 0.5, 300, 30, 2,
                                     allow_large_delta=True)
   assert plan.noise_multiplier > 0 and plan.delta == 0.5
   # Still cached: a sweep calibrates each distinct client once.
-  assert dp_sgd.plan_client_privacy(2.0, 0.5, 300, 30, 2,
+  assert plans.plan_client_privacy(2.0, 0.5, 300, 30, 2,
                                     allow_large_delta=True) is plan
 
 
@@ -65,7 +64,7 @@ def test_dp_sgd_client_delta_just_below_or_allowed_is_planned():
 ])
 def test_untrusted_clients_are_refused_by_index(delta, refused, bound):
   with pytest.raises(accounting.InfeasiblePrivacyTargetError) as error:
-    noise_aware.plan_clients('weiavg', [1.0, 2.0, 4.0], delta,
+    plans.plan_clients(noise_aware.client_epsilons('weiavg', [1.0, 2.0, 4.0]), delta,
                                   [300, 400, 200], [30, 40, 20], 2)
   message = str(error.value)
   assert message.startswith(f'--deltas={delta:g} must be below 1/n = {bound} ')
@@ -74,10 +73,10 @@ def test_untrusted_clients_are_refused_by_index(delta, refused, bound):
 
 def test_untrusted_clients_just_below_or_allowed_are_planned():
   sizes, batches = [300, 400, 200], [30, 40, 20]
-  below = noise_aware.plan_clients('weiavg', [1.0, 2.0, 4.0], 0.99 / 400,
+  below = plans.plan_clients(noise_aware.client_epsilons('weiavg', [1.0, 2.0, 4.0]), 0.99 / 400,
                                         sizes, batches, 2)
   assert [p.num_examples for p in below] == sizes
-  allowed = noise_aware.plan_clients('weiavg', [1.0, 2.0, 4.0], 0.5,
+  allowed = plans.plan_clients(noise_aware.client_epsilons('weiavg', [1.0, 2.0, 4.0]), 0.5,
                                           sizes, batches, 2,
                                           allow_large_delta=True)
   assert all(p.delta == 0.5 and p.noise_multiplier > 0 for p in allowed)

@@ -17,9 +17,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import digits
+from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.simulation import trusted_setting
-from tff_hdp.learning import fedhdp
 from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.privacy import release_policy
 from tff_hdp.reporting import tables
@@ -59,7 +59,7 @@ def _run(task, out, clip_lr=0.2, denominator='expected', **flags):
       task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.2, seed=0)
   settings = trusted_setting.Settings(
       rounds=2, sampling=accounting.PoissonSampling(0.5),
-      clip=fedhdp.ClipSettings(initial_norm=0.5, count_stddev=5.0,
+      clip=plans.ClipSettings(initial_norm=0.5, count_stddev=5.0,
                                learning_rate=clip_lr),
       denominator=denominator, eval_every=1, **flags)
   config = trusted_setting.Configuration('fedhdp', 0.5)

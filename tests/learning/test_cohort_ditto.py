@@ -6,12 +6,12 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import digits
+from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.learning import client_work
 from tff_hdp.learning import cohort
 from tff_hdp.learning import ditto
 from tff_hdp.simulation import trusted_setting
-from tff_hdp.learning import fedhdp
 from tff_hdp.privacy import privacy_groups as pg
 
 EYE = np.eye(2, dtype=np.float32)
@@ -142,7 +142,7 @@ def test_run_with_ditto_in_cohorts_matches_per_client_run(task, tmp_path):
   for cohort_size in (0, 3):
     settings = trusted_setting.Settings(
         rounds=2, sampling=accounting.PoissonSampling(0.5),
-        clip=fedhdp.ClipSettings(initial_norm=0.5, count_stddev=2.0),
+        clip=plans.ClipSettings(initial_norm=0.5, count_stddev=2.0),
         eval_every=2, checkpoint_every=2, local_epochs=2,
         ditto=trusted_setting.DittoSettings(0.1, 1.0, 0.2),
         cohort_size=cohort_size, unsafe_seeded_dp_randomness=True,

@@ -1,0 +1,1 @@
+"""Tests of the command line: `cli/`, `run_experiment.py`, `reproduce.py`."""

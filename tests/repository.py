@@ -1,0 +1,26 @@
+"""Where the tests find the repository and the real data sets.
+
+A test that needs a real data set asks `data_path` for it. When the file is
+absent the test is skipped with a reason that names the file and the setting
+(`$TFF_HDP_DATA`, default `../shared/data`); under `CI`, tests/conftest.py
+turns any such skip into a failed run, so CI never passes without running them.
+"""
+
+import os
+
+import pytest
+
+from tasks import data_files
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MISSING_DATA = 'missing data set'
+
+
+def data_path(*parts: str) -> str:
+  """`data_root()/parts...` (an absolute path is taken as it is), or skips
+  the calling test naming what is missing."""
+  path = os.path.join(data_files.data_root(), *parts)
+  if not os.path.exists(path):
+    pytest.skip(f'{MISSING_DATA}: {path} (set ${data_files.DATA_ROOT_ENV} to '
+                'the folder holding the data sets)')
+  return path

@@ -1,0 +1,251 @@
+"""Privacy plans: from (epsilon, delta) targets to noise multipliers.
+
+Two kinds of run are planned here, before anything is built. FedHDP's
+trusted server adds noise per privacy group (`plan_privacy`: one noise
+multiplier per private group and the ledger that tracks them); DP-SGD clients
+and silos add their own noise (`plan_client_privacy`, and `plan_clients` for a
+whole untrusted-server population). A plan is pure arithmetic through
+`accounting`, so it can be read and tested without TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+import numpy as np
+
+from tff_hdp.privacy import accounting
+from tff_hdp.privacy.privacy_groups import GroupAssignment
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipSettings:
+  """Adaptive clipping of Andrew et al.; `learning_rate=0` fixes the norm.
+
+  `count_stddev` is z_b, the noise std on the count of unclipped clients;
+  `None` means TFF's default of 5% of the expected clients per round.
+  """
+
+  initial_norm: float = 0.1
+  target_quantile: float = 0.5
+  learning_rate: float = 0.2
+  count_stddev: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyPlan:
+  """Everything the aggregator and the ledger need, derived once per run."""
+
+  assignment: GroupAssignment
+  sampling: accounting.Sampling
+  rounds: int
+  noise_multipliers: tuple[float, ...]
+  clip_count_stddev: float
+  expected_group_sizes: tuple[float | None, ...]
+  expected_clients_per_round: float | None
+  ledger: accounting.PrivacyLedger
+
+  @property
+  def accounted(self) -> bool:
+    """Whether the ledger's epsilon covers the released model. Realized
+    denominators divide by noise-free counts of private clients (adding one
+    client with a zero update rescales the output), which no event models."""
+    return self.expected_clients_per_round is not None
+
+  @property
+  def adaptive_clipping(self) -> bool:
+    """Whether the clip norm follows the (accounted) noisy clip count."""
+    return self.ledger.clip_count_stddev is not None
+
+
+def plan_privacy(assignment: GroupAssignment, sampling: accounting.Sampling,
+                 rounds: int, clip: ClipSettings,
+                 denominator: str = 'expected',
+                 allow_large_delta: bool = False) -> PrivacyPlan:
+  """Calibrates z_j per private group for `rounds` rounds of `sampling`.
+
+  `denominator='expected'` divides each private group's noisy sum by its
+  expected size q N_j and the clip count by q N (the privacy-sound TF Privacy
+  convention); 'realized' uses the round's counts as the paper writes them.
+  Non-private groups always use their realized count. A private group's
+  delta must be below 1/N_j unless `allow_large_delta` (experiments only).
+  """
+  if denominator not in ('expected', 'realized'):
+    raise ValueError(
+        f"denominator must be 'expected' or 'realized', got {denominator!r}.")
+  sizes = assignment.group_sizes()
+  population = int(sizes.sum())
+  if isinstance(sampling, accounting.FixedSizeSampling):
+    if sampling.population != population:
+      raise ValueError(
+          f'sampling population {sampling.population} differs from the '
+          f'{population} clients assigned to privacy groups.')
+  q = sampling.rate
+  any_private = any(g.is_private for g in assignment.groups)
+  adaptive = clip.learning_rate > 0
+  count_stddev = clip.count_stddev
+  if count_stddev is None:
+    count_stddev = 0.05 * q * population if (any_private and adaptive) else 0.0
+  accounted_count_stddev = count_stddev if adaptive else None
+  budgets = []
+  multipliers = []
+  expected = []
+  for j, group in enumerate(assignment.groups):
+    if group.is_private:
+      if sizes[j] == 0:
+        raise ValueError(f'privacy group {group.name!r} has no clients.')
+      accounting.check_delta(group.delta, int(sizes[j]),
+                             f'privacy group {group.name!r}',
+                             allow_large_delta)
+      z = accounting.calibrate_noise_multiplier(
+          group.epsilon, group.delta, sampling, rounds, accounted_count_stddev)
+      budgets.append(
+          accounting.GroupBudget(group.name, z, group.epsilon, group.delta))
+      multipliers.append(z)
+      expected.append(q * sizes[j] if denominator == 'expected' else None)
+    else:
+      budgets.append(None)
+      multipliers.append(0.0)
+      expected.append(None)
+  ledger = accounting.PrivacyLedger(budgets, sampling, accounted_count_stddev)
+  return PrivacyPlan(
+      assignment=assignment,
+      sampling=sampling,
+      rounds=rounds,
+      noise_multipliers=tuple(multipliers),
+      clip_count_stddev=count_stddev,
+      expected_group_sizes=tuple(expected),
+      expected_clients_per_round=(q * population if denominator == 'expected'
+                                  else None),
+      ledger=ledger)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientPrivacy:
+  """One client's DP-SGD parameters for a whole run, and what they cost.
+
+  `sampling_rate` is `batch_size / num_examples` rounded to float32, the
+  probability the client's graph actually samples with, so the accountant
+  analyses exactly the mechanism that runs.
+  """
+
+  epsilon: float
+  delta: float
+  num_examples: int
+  batch_size: int
+  rounds: int
+  epochs_per_round: int
+  sampling_rate: float
+  steps_per_round: int
+  noise_multiplier: float
+  # Private selections (exponential mechanism, e.g. IFCA's cluster choice):
+  # one per round in the first `selection_rounds` rounds, each
+  # (selection_epsilon, 0)-DP.
+  selection_epsilon: float = 0.0
+  selection_rounds: int = 0
+
+  @property
+  def expected_batch_size(self) -> float:
+    return self.sampling_rate * self.num_examples
+
+  @property
+  def steps_per_epoch(self) -> int:
+    return self.steps_per_round // self.epochs_per_round
+
+  @functools.lru_cache(maxsize=None)
+  def epsilon_after(self, rounds: int) -> float:
+    """epsilon at `delta` after `rounds` rounds of local DP-SGD (cached)."""
+    selections = min(rounds, self.selection_rounds)
+    return accounting.epsilon_spent(
+        self.noise_multiplier, None,
+        accounting.PoissonSampling(self.sampling_rate),
+        rounds * self.steps_per_round, self.delta,
+        accounting.exponential_mechanism_event(
+            self.selection_epsilon, selections) if selections else None)
+
+  def update_noise_variance(self, learning_rate: float, clip_norm: float,
+                            num_params: int) -> float:
+    """Noise power in one round's update (SPEC §3, clipping effective).
+
+    `sigma_i^2 = K_i ceil(N_i / b_i) eta^2 p c^2 z_i^2 / b_i^2`, with the
+    expected batch size in place of `b_i` because that is the denominator.
+    """
+    return (self.steps_per_round * learning_rate**2 * num_params *
+            (clip_norm * self.noise_multiplier / self.expected_batch_size)**2)
+
+
+@functools.lru_cache(maxsize=None)
+def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
+                        batch_size: int, rounds: int,
+                        epochs_per_round: int = 1,
+                        selection_epsilon: float = 0.0,
+                        selection_rounds: int = 0,
+                        allow_large_delta: bool = False) -> ClientPrivacy:
+  """Calibrates z for `rounds` rounds of `epochs_per_round` DP-SGD epochs.
+
+  One epoch is `ceil(num_examples / batch_size)` Poisson-sampled steps. With
+  `selection_rounds` > 0, that many (selection_epsilon, 0)-DP selections share
+  the budget: DP-SGD gets what they leave. delta must be below 1/num_examples
+  unless `allow_large_delta` (experiments only). Plans are cached: a sweep or
+  a comparison of methods plans each distinct silo once (a calibration runs
+  the accountant a dozen times).
+  """
+  num_examples, batch_size = int(num_examples), int(batch_size)
+  if num_examples < 1 or not 1 <= batch_size <= num_examples:
+    raise ValueError(
+        f'batch size must be in [1, {num_examples}] (the client\'s examples), '
+        f'got {batch_size}.')
+  accounting.check_delta(delta, num_examples, 'the client', allow_large_delta,
+                         members='examples')
+  if rounds < 1 or epochs_per_round < 1:
+    raise ValueError('rounds and epochs per round must be >= 1, got '
+                     f'{rounds} and {epochs_per_round}.')
+  q = float(np.float32(batch_size / num_examples))
+  steps = epochs_per_round * -(-num_examples // batch_size)
+  if selection_rounds < 0 or selection_rounds > rounds:
+    raise ValueError(f'selection rounds must be in [0, {rounds}] (the '
+                     f'rounds), got {selection_rounds}.')
+  selection = (accounting.exponential_mechanism_event(
+      selection_epsilon, selection_rounds) if selection_rounds else None)
+  z = accounting.calibrate_noise_multiplier(
+      epsilon, delta, accounting.PoissonSampling(q), rounds * steps, None,
+      selection)
+  return ClientPrivacy(epsilon, delta, num_examples, batch_size, rounds,
+                       epochs_per_round, q, steps, z,
+                       selection_epsilon if selection_rounds else 0.0,
+                       selection_rounds)
+
+
+def plan_clients(epsilons: Sequence[float], delta: float,
+                 num_examples: Sequence[int], batch_sizes: Sequence[int],
+                 rounds: int,
+                 allow_large_delta: bool = False) -> list[ClientPrivacy]:
+  """Each client's DP-SGD plan at its own epsilon, one local epoch a round.
+
+  Args:
+    epsilons: each client's target epsilon (what the algorithm runs it at).
+    delta: the common target delta.
+    num_examples: each client's number of examples.
+    batch_sizes: each client's expected batch size.
+    rounds: the rounds the budget must last.
+    allow_large_delta: allow delta >= 1/n_i (experiments only).
+
+  Returns:
+    One `ClientPrivacy` per client, in order.
+
+  Raises:
+    ValueError: lists of different lengths, or a delta at or above 1/n_i
+      (every client is checked, by index, before any calibration runs).
+  """
+  if not len(epsilons) == len(num_examples) == len(batch_sizes):
+    raise ValueError('one epsilon, dataset size and batch size per client.')
+  for i, n in enumerate(num_examples):
+    accounting.check_delta(delta, int(n), f'client {i}', allow_large_delta,
+                           members='examples')
+  return [
+      plan_client_privacy(e, delta, n, b, rounds,
+                          allow_large_delta=allow_large_delta)
+      for e, n, b in zip(epsilons, num_examples, batch_sizes)
+  ]
