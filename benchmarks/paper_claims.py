@@ -14,12 +14,13 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app
 from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
+
+from cli import entry  # noqa: E402
 
 from tff_hdp.reporting import paper_claims  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
@@ -60,8 +61,8 @@ def _claims() -> list[paper_claims.Claim]:
     print(f'\n{directory}: Acc_g over seeds, each rule at its best learning '
           'rate\n')
     print(tables.markdown_table(
-        ['rule', 'lr (tried)', 'Acc_g mean +- sd', 'per seed'],
-        [[r['rule'],
+        ['algorithm', 'lr (tried)', 'Acc_g mean +- sd', 'per seed'],
+        [[r['algorithm'],
           f"{r['learning_rate']:g} ({', '.join(f'{x:g}' for x in r['learning_rates_tried'])})",
           f"{r['mean']:.2f} +- {r['sd']:.2f}",
           ' / '.join(f'{a:.2f}' for a in r['acc_g'])] for r in rows]))
@@ -89,4 +90,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  entry.run(main, __doc__)

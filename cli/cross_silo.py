@@ -1,4 +1,4 @@
-"""The cross-silo setting from the command line: each method over its
+"""The cross-silo setting from the command line: each algorithm over its
 lambda x learning-rate grid, the best setting's table and the curves."""
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ def run() -> None:
   flags.print_privacy_warnings()
   rows, curves = [], {}
   try:
-    for method in flags.ALGORITHMS.value:
-      result = cse.sweep(task, method, settings, lambdas, rates,
+    for algorithm in flags.ALGORITHMS.value:
+      result = cse.sweep(task, algorithm, settings, lambdas, rates,
                          flags.OUTPUT_DIR.value)
       if result['best_lambda'] is not None and len(result['curve']) > 1:
-        curves[method] = result['curve']
+        curves[algorithm] = result['curve']
       low, high = result['epsilon_spent']
       rows.append([
-          method,
+          algorithm,
           '-' if result['best_lambda'] is None else
           f"{result['best_lambda']:g}",
           f"{result['best_learning_rate']:g}",
@@ -59,13 +59,13 @@ def run() -> None:
         f', best over the swept settings\n')
   print(tables.markdown_table(header, rows))
   tables.write_table(flags.OUTPUT_DIR.value, header, rows)
-  for method, curve in curves.items():
-    print(f'\n{method}: best {metric} over learning rates, per lambda\n')
+  for algorithm, curve in curves.items():
+    print(f'\n{algorithm}: best {metric} over learning rates, per lambda\n')
     print(tables.markdown_table(
         ['lambda', 'learning rate', metric],
         [[f'{lam:g}', f'{lr:g}', f'{m:.4g}'] for lam, lr, m in curve]))
     plots.metric_vs_lambda(
         [lam for lam, _, _ in curve], [m for _, _, m in curve],
-        os.path.join(flags.OUTPUT_DIR.value, f'{method}_vs_lambda.png'),
-        ylabel=metric, title=f'{task.name}: {method}')
+        os.path.join(flags.OUTPUT_DIR.value, f'{algorithm}_vs_lambda.png'),
+        ylabel=metric, title=f'{task.name}: {algorithm}')
   print(f'\nPer-round metrics, summaries and sweeps: {flags.OUTPUT_DIR.value}/')

@@ -23,10 +23,10 @@ def run() -> None:
   flags.print_privacy_warnings()
   rows = []
   try:
-    for rule in flags.ALGORITHMS.value:
-      s = untrusted_setting.run_rule(task, rule, settings,
+    for algorithm in flags.ALGORITHMS.value:
+      s = untrusted_setting.run_algorithm(task, algorithm, settings,
                                         flags.OUTPUT_DIR.value)
-      rows.append([rule, f"{s['metrics']['acc_g']:.2f}",
+      rows.append([algorithm, f"{s['metrics']['acc_g']:.2f}",
                    f"{s['epsilon_spent_min']:.3g} - "
                    f"{s['epsilon_spent_max']:.3g}", f"{s['seconds']:.0f}"])
   except ValueError as e:

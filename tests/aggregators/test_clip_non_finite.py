@@ -315,7 +315,7 @@ def test_cross_silo_silo_with_a_nan_pixel_trains_on_its_other_examples():
   x = x.copy()
   x[3, 1] = np.nan
   task.client_train['silo0'] = (x, y)
-  process = cse.build_process(task, cse.method_record('mrmtl'),
+  process = cse.build_process(task, cse.algorithm_record('mrmtl'),
                               test_cross_silo_setting._settings())
   state = process.initialize()
   initial = cross_silo_process.cluster_weights(state, 0).trainable

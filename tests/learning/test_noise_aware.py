@@ -161,7 +161,7 @@ def test_client_weights_of_each_rule():
 
 
 def test_unknown_rule_is_refused():
-  with pytest.raises(ValueError, match='unknown aggregation rule'):
+  with pytest.raises(ValueError, match='unknown untrusted-server algorithm'):
     noise_aware.build_aggregator('fedhdp')
 
 

@@ -117,7 +117,7 @@ def test_untrusted_table_takes_each_rules_best_learning_rate(tmp_path):
     _untrusted_run(tmp_path, 'robust_hdp', 0.1, seed, robust - 4)
     _untrusted_run(tmp_path, 'weiavg', 0.3, seed, weiavg)
   _untrusted_run(tmp_path, 'weiavg', 1.0, 0, 95)  # one seed only: not chosen
-  rows = {r['rule']: r for r in paper_claims.untrusted_table(str(tmp_path))}
+  rows = {r['algorithm']: r for r in paper_claims.untrusted_table(str(tmp_path))}
   assert rows['robust_hdp']['learning_rate'] == 1.0
   assert rows['robust_hdp']['mean'] == pytest.approx(90)
   assert rows['weiavg']['learning_rate'] == 0.3

@@ -51,7 +51,7 @@ def _settings(**kw):
 
 def test_silo_epsilon_equals_dp_accounting_for_its_q_z_and_steps():
   task = _clustered_task()
-  plans = cse.plan_silos(task, cse.method_record('mrmtl'), _settings(rounds=50))
+  plans = cse.plan_silos(task, cse.algorithm_record('mrmtl'), _settings(rounds=50))
   p = plans[0]
   accountant = rdp.RdpAccountant()
   accountant.compose(dp_accounting.SelfComposedDpEvent(
@@ -67,8 +67,8 @@ def test_silo_epsilon_equals_dp_accounting_for_its_q_z_and_steps():
 def test_ditto_pays_for_its_second_epoch_with_more_noise():
   task = _clustered_task()
   s = _settings(rounds=50)
-  mrmtl = cse.plan_silos(task, cse.method_record('mrmtl'), s)[0]
-  dit = cse.plan_silos(task, cse.method_record('ditto'), s)[0]
+  mrmtl = cse.plan_silos(task, cse.algorithm_record('mrmtl'), s)[0]
+  dit = cse.plan_silos(task, cse.algorithm_record('ditto'), s)[0]
   assert dit.steps_per_round == 2 * mrmtl.steps_per_round
   assert dit.noise_multiplier > mrmtl.noise_multiplier * 1.2
   assert dit.epsilon_after(50) == pytest.approx(4.0, rel=0.01)
@@ -96,8 +96,8 @@ def test_selection_cost_is_the_exponential_mechanisms_zcdp():
 def test_ifca_selection_shares_the_budget_with_dp_sgd():
   task = _clustered_task()
   s = _settings(rounds=40, selection_fraction=0.1, selection_share=0.03)
-  ifca = cse.plan_silos(task, cse.method_record('ifca'), s)[0]
-  fedavg = cse.plan_silos(task, cse.method_record('fedavg'), s)[0]
+  ifca = cse.plan_silos(task, cse.algorithm_record('ifca'), s)[0]
+  fedavg = cse.plan_silos(task, cse.algorithm_record('fedavg'), s)[0]
   assert ifca.selection_rounds == 4
   assert ifca.selection_epsilon == pytest.approx(0.03 * 4.0)
   assert ifca.noise_multiplier > fedavg.noise_multiplier
@@ -145,14 +145,14 @@ def test_exponential_mechanism_samples_softmax_of_scaled_scores():
 def test_delta_must_be_below_n_to_the_minus_1_1():
   task = _clustered_task(examples=30)
   with pytest.raises(ValueError, match='--deltas'):
-    cse.plan_silos(task, cse.method_record('local'), _settings(delta=0.1))
+    cse.plan_silos(task, cse.algorithm_record('local'), _settings(delta=0.1))
 
 
 def test_ifca_is_refused_on_a_regression_task():
   task = _clustered_task()
   task.metric = 'mse'
   with pytest.raises(ValueError, match='error rate'):
-    cse.plan_silos(task, cse.method_record('ifca'), _settings())
+    cse.plan_silos(task, cse.algorithm_record('ifca'), _settings())
 
 
 @pytest.fixture(scope='module')
@@ -160,9 +160,9 @@ def task():
   return _clustered_task()
 
 
-def _personal(run_dir, task, method, settings, round_num):
+def _personal(run_dir, task, algorithm, settings, round_num):
   """The saved personal models, as {silo: [arrays]} (every silo has one)."""
-  name = cse.configuration_name(cse.method_record(method), settings)
+  name = cse.configuration_name(cse.algorithm_record(algorithm), settings)
   store = ditto.PersonalModels.load(
       str(run_dir / name / 'checkpoints' / f'personal_round_{round_num}.npz'),
       task.client_ids)
@@ -172,7 +172,7 @@ def _personal(run_dir, task, method, settings, round_num):
 
 def test_local_training_ignores_the_other_silos(task, tmp_path):
   s = _settings(rounds=2, checkpoint_every=2)
-  cse.run_method(task, 'local', s, str(tmp_path / 'all'), progress=False)
+  cse.run_algorithm(task, 'local', s, str(tmp_path / 'all'), progress=False)
   alone = FederatedTask(
       name='one', client_train={'silo0': task.client_train['silo0']},
       client_test={'silo0': task.client_test['silo0']},
@@ -180,13 +180,13 @@ def test_local_training_ignores_the_other_silos(task, tmp_path):
       loss_fn=task.loss_fn, batch_size=task.batch_size,
       metric=task.metric)
   # Silo 0 draws the same batches and noise in both runs (it is first).
-  cse.run_method(alone, 'local', s, str(tmp_path / 'one'), progress=False)
+  cse.run_algorithm(alone, 'local', s, str(tmp_path / 'one'), progress=False)
   with_others = _personal(tmp_path / 'all', task, 'local', s, 2)['silo0']
   by_itself = _personal(tmp_path / 'one', alone, 'local', s, 2)['silo0']
   for x, y in zip(with_others, by_itself):
     np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
   # MR-MTL with lambda > 0 does feel the others.
-  cse.run_method(task, 'mrmtl', s, str(tmp_path / 'all'), progress=False)
+  cse.run_algorithm(task, 'mrmtl', s, str(tmp_path / 'all'), progress=False)
   pulled = _personal(tmp_path / 'all', task, 'mrmtl', s, 2)['silo0']
   assert not np.allclose(pulled[0], with_others[0])
 
@@ -194,11 +194,11 @@ def test_local_training_ignores_the_other_silos(task, tmp_path):
 def test_ifca_recovers_the_two_clusters(task):
   s = _settings(rounds=6, epsilons=(50.0,), selection_fraction=0.5,
                 selection_share=0.05, checkpoint_every=0)
-  out = cse.run_method(task, 'ifca', s, None, progress=False)
+  out = cse.run_algorithm(task, 'ifca', s, None, progress=False)
   clusters = np.array(out['final_clusters'])
   truth = np.arange(6) % 2
   assert (np.all(clusters == truth) or np.all(clusters == 1 - truth)), clusters
-  fedavg = cse.run_method(task, 'fedavg', s, None, progress=False)
+  fedavg = cse.run_algorithm(task, 'fedavg', s, None, progress=False)
   # One shared model cannot fit mirrored labels; the clusters can.
   assert out['metric'] > fedavg['metric'] + 20
 
@@ -207,11 +207,11 @@ def test_resume_restores_personal_models_and_clusters_bit_for_bit(
     task, tmp_path, monkeypatch):
   s = _settings(rounds=4, checkpoint_every=2,
                 unsafe_seeded_dp_randomness=False)
-  straight = cse.run_method(task, 'ifca_mrmtl', s, str(tmp_path / 'a'),
+  straight = cse.run_algorithm(task, 'ifca_mrmtl', s, str(tmp_path / 'a'),
                             progress=False)
   # The crashed run gets the straight run's secret seed (its checkpoint keeps
   # it), so that the two runs can be compared.
-  name = cse.configuration_name(cse.method_record('ifca_mrmtl'), s)
+  name = cse.configuration_name(cse.algorithm_record('ifca_mrmtl'), s)
   (tmp_path / 'b' / name / 'checkpoints').mkdir(parents=True)
   (tmp_path / 'b' / name / 'checkpoints' / 'dp_secret_seed').write_text(
       (tmp_path / 'a' / name / 'checkpoints' / 'dp_secret_seed').read_text())
@@ -238,9 +238,9 @@ def test_resume_restores_personal_models_and_clusters_bit_for_bit(
 
   monkeypatch.setattr(cse, 'build_process', crashing)
   with pytest.raises(Crash):
-    cse.run_method(task, 'ifca_mrmtl', s, str(tmp_path / 'b'), progress=False)
+    cse.run_algorithm(task, 'ifca_mrmtl', s, str(tmp_path / 'b'), progress=False)
   monkeypatch.setattr(cse, 'build_process', build)
-  resumed = cse.run_method(task, 'ifca_mrmtl', s, str(tmp_path / 'b'),
+  resumed = cse.run_algorithm(task, 'ifca_mrmtl', s, str(tmp_path / 'b'),
                            progress=False)
   assert resumed['metric'] == straight['metric']
   assert resumed['final_clusters'] == straight['final_clusters']

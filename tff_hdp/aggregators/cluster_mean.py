@@ -29,7 +29,16 @@ def _stacked(value_type, num_clusters: int) -> tff.Type:
 class ClusterMeanFactory(tff.aggregators.WeightedAggregationFactory):
   """Weighted mean of each cluster's updates; weights are `[G]` float32."""
 
-  def __init__(self, num_clusters: int = 1):
+  def __init__(self, num_clusters: int = 1) -> None:
+    """Initializes `ClusterMeanFactory`.
+
+    Args:
+      num_clusters: G, the number of clusters; 1 is the ordinary weighted
+        mean.
+
+    Raises:
+      ValueError: if `num_clusters` is less than 1.
+    """
     if num_clusters < 1:
       raise ValueError(f'number of clusters must be >= 1, got {num_clusters}.')
     self._num_clusters = num_clusters
@@ -38,7 +47,26 @@ class ClusterMeanFactory(tff.aggregators.WeightedAggregationFactory):
   def num_clusters(self) -> int:
     return self._num_clusters
 
-  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+  def create(self, value_type: tff.types.TensorType | tff.StructType,
+             weight_type: tff.types.TensorType
+             ) -> tff.templates.AggregationProcess:
+    """Builds the process for values of `value_type`.
+
+    Args:
+      value_type: a client's update, a float32 tensor or a structure of them.
+      weight_type: float32[G], a client's cluster one-hot times its own
+        weight.
+
+    Returns:
+      A stateless `tff.templates.AggregationProcess` whose result stacks the
+      G cluster means along a leading axis (each leaf [G] + its shape) and
+      whose measurements are each cluster's total weight
+      (`cluster_weights`) and number of clients of positive weight
+      (`cluster_client_counts`).
+
+    Raises:
+      TypeError: if `weight_type` is not float32[G].
+    """
     g = self._num_clusters
     expected_weight = tff.TensorType(np.float32, [g])
     if weight_type != expected_weight:

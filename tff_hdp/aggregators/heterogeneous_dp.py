@@ -109,7 +109,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
                expected_clients_per_round: float | None = None,
                seed: int = 0,
                value_sum_factory: (tff.aggregators.UnweightedAggregationFactory
-                                   | None) = None):
+                                   | None) = None) -> None:
     """Args:
       noise_multipliers: z_j per group (0 for a non-private group).
       ratios: r_j per group, the weight multiplier of its mean.
@@ -163,6 +163,10 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
 
     Returns:
       The factory of this class for that plan.
+
+    Raises:
+      ValueError: if the plan's settings are inconsistent or out of range (as
+        the constructor checks them).
     """
     return cls(
         noise_multipliers=plan.noise_multipliers,

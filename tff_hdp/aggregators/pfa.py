@@ -48,12 +48,6 @@ def pfa_combine(rows: tf.Tensor, public: tf.Tensor, rank: int) -> tf.Tensor:
 class PFAFactory(tff.aggregators.UnweightedAggregationFactory):
   """Projected federated averaging on a partition the server infers.
 
-  Args:
-    projection_rank: k, the number of public eigenvectors kept (at most the
-      number of public clients in the round).
-    max_iterations: EM iteration cap of the norm mixture.
-    tolerance: EM stops when the mean log-likelihood changes by less.
-
   Measurements per round: `public` (per client, in the order the updates were
   stacked), `num_public`, `num_private`, `update_norms`, `mixture_means`
   (of the log norms, public first), `mixture_converged` and
@@ -62,7 +56,19 @@ class PFAFactory(tff.aggregators.UnweightedAggregationFactory):
   """
 
   def __init__(self, projection_rank: int = 1, max_iterations: int = 200,
-               tolerance: float = 1e-6):
+               tolerance: float = 1e-6) -> None:
+    """Initializes `PFAFactory`.
+
+    Args:
+      projection_rank: k, the number of public eigenvectors kept (at most the
+        number of public clients in the round).
+      max_iterations: EM iteration cap of the norm mixture.
+      tolerance: EM stops when the mean log-likelihood changes by less.
+
+    Raises:
+      ValueError: if `projection_rank` or `max_iterations` is less than 1, or
+        `tolerance` is not > 0.
+    """
     if projection_rank < 1:
       raise ValueError(
           f'projection rank must be >= 1, got {projection_rank}.')
@@ -73,7 +79,19 @@ class PFAFactory(tff.aggregators.UnweightedAggregationFactory):
     self._max_iterations = int(max_iterations)
     self._tolerance = float(tolerance)
 
-  def create(self, value_type) -> tff.templates.AggregationProcess:
+  def create(self, value_type: tff.types.TensorType | tff.StructType
+             ) -> tff.templates.AggregationProcess:
+    """Builds the process for values of `value_type`.
+
+    Args:
+      value_type: a client's update, a tensor or a structure of tensors.
+
+    Returns:
+      A stateless `tff.templates.AggregationProcess` whose result is PFA's
+      aggregate `(sum_public Delta_i + V_k V_k^T sum_private Delta_i) / n` in
+      `value_type`'s structure, with the measurements the class docstring
+      lists.
+    """
 
     def server_update(rows):
       public, fit = norm_partition.public_by_update_norm(

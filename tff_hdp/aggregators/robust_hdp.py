@@ -34,17 +34,6 @@ def inverse_variance_weights(variances: tf.Tensor) -> tf.Tensor:
 class RobustHDPFactory(tff.aggregators.UnweightedAggregationFactory):
   """Weights each update by the inverse of its RPCA-estimated noise variance.
 
-  Args:
-    block_rows: rows p' per RPCA block (the paper uses 200,000 for CIFAR-10);
-      the estimates of the blocks are averaged.
-    tolerance: RPCA stops when `||M - L - S||_F <= tolerance ||M||_F`.
-    max_iterations: RPCA iteration cap per block.
-    freeze_after_round: None recomputes every round (Algorithm 1); k >= 1
-      computes the weights in rounds 1..k and reuses round k's weights after
-      (the authors' code is k = 1). Reuse assumes the same clients in the same
-      order every round (full participation); a round with a different number
-      of clients recomputes.
-
   Measurements per round: `weights`, `noise_variance_estimates` (NaN in a
   round that reused frozen weights), `weights_frozen`, `rpca_converged` (every
   block) and `rpca_iterations` (the most any block used). Weights from an
@@ -55,7 +44,25 @@ class RobustHDPFactory(tff.aggregators.UnweightedAggregationFactory):
                block_rows: int = 200_000,
                tolerance: float = 1e-7,
                max_iterations: int = 1000,
-               freeze_after_round: int | None = None):
+               freeze_after_round: int | None = None) -> None:
+    """Initializes `RobustHDPFactory`.
+
+    Args:
+      block_rows: rows p' per RPCA block (the paper uses 200,000 for
+        CIFAR-10); the estimates of the blocks are averaged.
+      tolerance: RPCA stops when `||M - L - S||_F <= tolerance ||M||_F`.
+      max_iterations: RPCA iteration cap per block.
+      freeze_after_round: None recomputes every round (Algorithm 1); k >= 1
+        computes the weights in rounds 1..k and reuses round k's weights
+        after (the authors' code is k = 1). Reuse assumes the same clients in
+        the same order every round (full participation); a round with a
+        different number of clients recomputes.
+
+    Raises:
+      ValueError: if `block_rows` or `max_iterations` is less than 1,
+        `tolerance` is not > 0, or `freeze_after_round` is neither None nor
+        >= 1.
+    """
     if block_rows < 1:
       raise ValueError(f'block rows must be >= 1, got {block_rows}.')
     if not tolerance > 0 or max_iterations < 1:
@@ -69,7 +76,19 @@ class RobustHDPFactory(tff.aggregators.UnweightedAggregationFactory):
     self._max_iterations = int(max_iterations)
     self._freeze_after = freeze_after_round
 
-  def create(self, value_type) -> tff.templates.AggregationProcess:
+  def create(self, value_type: tff.types.TensorType | tff.StructType
+             ) -> tff.templates.AggregationProcess:
+    """Builds the process for values of `value_type`.
+
+    Args:
+      value_type: a client's update, a tensor or a structure of tensors.
+
+    Returns:
+      A `tff.templates.AggregationProcess` whose state holds the round number
+      and the frozen weights, whose result is `sum_i w_i Delta_i` in
+      `value_type`'s structure, and whose measurements are those the class
+      docstring lists.
+    """
     value_type = tff.types.to_type(value_type)
     freeze_after = self._freeze_after
 

@@ -124,12 +124,25 @@ def build_client_work_process(
 ) -> tff.learning.templates.ClientWorkProcess:
   """The `ClientWorkProcess` around a local-training tf.function.
 
-  Shared by the per-client and the cohort client work (`tff_hdp.learning.cohort`):
-  `data_type_fn(model.input_spec)` is a TFF client's input type, and
-  `build_train()` returns `train(optimizer, hparams, initial_weights,
-  client_data) -> (ClientResult, unfinalized metrics, counts)` with counts
-  `num_examples` and `num_non_finite_updates`; the server state is the client
-  optimizer's hyperparameters.
+  Shared by the per-client and the cohort client work
+  (`tff_hdp.learning.cohort`): `data_type_fn(model.input_spec)` is a TFF
+  client's input type, and `build_train()` returns `train(optimizer, hparams,
+  initial_weights, client_data) -> (ClientResult, unfinalized metrics,
+  counts)` with counts `num_examples` and `num_non_finite_updates`; the server
+  state is the client optimizer's hyperparameters.
+
+  Args:
+    model_fn: builds the TFF model; called here once for its weights' type,
+      input spec and metric finalizers.
+    client_optimizer: the clients' local optimizer.
+    data_type_fn: maps the model's input spec to a TFF client's input type.
+    build_train: builds the local-training tf.function described above.
+
+  Returns:
+    A `tff.learning.templates.ClientWorkProcess` whose state is the client
+    optimizer's hyperparameters and whose measurements are the aggregated
+    `train` metrics and the summed `num_examples` and
+    `num_non_finite_updates`.
   """
   with tf.Graph().as_default():
     model = model_fn()
@@ -185,7 +198,21 @@ def build_group_client_work(
     client_optimizer: tff.learning.optimizers.Optimizer,
     num_groups: int,
     epochs: int = 1) -> tff.learning.templates.ClientWorkProcess:
-  """`ClientWorkProcess` of E local epochs whose weight is the group vector."""
+  """`ClientWorkProcess` of E local epochs whose weight is the group vector.
+
+  Args:
+    model_fn: builds the TFF model.
+    client_optimizer: the clients' local optimizer.
+    num_groups: l, the length of the one-hot privacy-group vector.
+    epochs: E, local epochs per round.
+
+  Returns:
+    The `tff.learning.templates.ClientWorkProcess` of
+    `build_client_work_process` for per-client data (`client_data_type`).
+
+  Raises:
+    ValueError: if `epochs` is less than 1.
+  """
   if epochs < 1:
     raise ValueError(f'local epochs must be >= 1, got {epochs}.')
   return build_client_work_process(

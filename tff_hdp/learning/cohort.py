@@ -182,6 +182,21 @@ def build_cohort_client_work(
 
   Measurements (train metrics, `num_examples`, `num_non_finite_updates`) are
   those of the per-client client work over the same simulated clients.
+
+  Args:
+    model_fn: builds the TFF model.
+    client_optimizer: the clients' local optimizer.
+    num_groups: l, the length of each one-hot privacy-group row.
+    batch_size: examples per local step of a simulated client.
+    epochs: E, local epochs per round.
+
+  Returns:
+    The `tff.learning.templates.ClientWorkProcess` of
+    `client_work.build_client_work_process` for cohort data
+    (`cohort_data_type`).
+
+  Raises:
+    ValueError: if `epochs` or `batch_size` is less than 1.
   """
   if epochs < 1:
     raise ValueError(f'local epochs must be >= 1, got {epochs}.')
@@ -202,7 +217,27 @@ def build_cohort_fedhdp(
     server_optimizer: tff.learning.optimizers.Optimizer | None = None,
     local_epochs: int = 1) -> tff.learning.templates.LearningProcess:
   """FedHDP whose TFF clients are cohorts (`pack_round`): same rounds as
-  `fedhdp.build_fedhdp` on the same clients, a fraction of TFF's overhead."""
+  `fedhdp.build_fedhdp` on the same clients, a fraction of TFF's overhead.
+
+  Args:
+    model_fn: builds the TFF model.
+    aggregator: the server rule; it receives each cohort's stacked updates
+      weighted by their [K, l] group rows.
+    num_groups: l, the number of privacy groups.
+    client_optimizer: the clients' local optimizer.
+    batch_size: examples per local step of a simulated client.
+    server_optimizer: applies the aggregate (None: SGD with learning rate 1,
+      see `learning_process.compose`).
+    local_epochs: E, local epochs per round.
+
+  Returns:
+    The `tff.learning.templates.LearningProcess`.
+
+  Raises:
+    ValueError: if `local_epochs` or `batch_size` is less than 1.
+    TypeError: if `aggregator` refuses float32[?, num_groups] weights (e.g. a
+      factory of another number of groups).
+  """
   work = build_cohort_client_work(model_fn, client_optimizer, num_groups,
                                   batch_size, local_epochs)
   stacked_update = work.next.type_signature.result.result.member.update

@@ -198,6 +198,29 @@ def build_cross_silo_process(
   at the model's initial weights plus its own seeded `N(0,
   cluster_init_stddev^2)` perturbation, so that IFCA's clusters differ from
   the start even for a deterministic initializer (e.g. zeros).
+
+  Args:
+    model_fn: builds the TFF model.
+    per_example_loss: `(y, predictions)` to the `[b]` losses DP-SGD clips.
+    per_example_error: IFCA's selection error, or None (see above).
+    clip_norm: c, DP-SGD's per-example clip norm.
+    num_clusters: G, the number of cluster models (1: one global model).
+    personal_epoch: Ditto's second, personal epoch per round.
+    aggregator: the server rule, weighted by float32[G] (a silo's cluster
+      one-hot times its weight); None is `ClusterMeanFactory(num_clusters)`.
+    cluster_init_stddev: std of the clusters' initial perturbation.
+    seed: seeds the initial weights and the clusters' perturbations.
+
+  Returns:
+    A `tff.templates.IterativeProcess` with `next(state, personal,
+    client_data) -> (state, client_outputs, measurements)`: the server state
+    holds the stacked cluster models, the non-trainable weights, the round
+    number and the aggregator's state; `client_outputs` at CLIENTS are each
+    silo's new `personal` model and chosen `cluster`.
+
+  Raises:
+    ValueError: if `clip_norm` is not > 0, or (default aggregator)
+      `num_clusters` is less than 1.
   """
   if not clip_norm > 0:
     raise ValueError(f'clip norm must be > 0, got {clip_norm}.')

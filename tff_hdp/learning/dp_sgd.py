@@ -246,7 +246,8 @@ def whole_dataset(data: tf.data.Dataset):
 def build_local_dp_sgd(model: tff.learning.models.VariableModel,
                        per_example_loss: Callable[[tf.Tensor, tf.Tensor],
                                                   tf.Tensor],
-                       learning_rate: float, clip_norm: float):
+                       learning_rate: float, clip_norm: float
+                       ) -> tf.types.experimental.GenericFunction:
   """tf.function: one round of DP-SGD steps on `model`, from given weights.
 
   Called with the initial `ModelWeights`, the client's batched dataset, its
@@ -259,6 +260,17 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   privacy because it is added after clipping and noising. A `step_size`
   tensor given at call time replaces `learning_rate`, so that one trace
   serves a whole learning-rate sweep.
+
+  Args:
+    model: the model whose variables the steps train.
+    per_example_loss: `(y, predictions)` to the `[b]` losses.
+    learning_rate: the step size when no `step_size` is given.
+    clip_norm: c, the per-example clip norm.
+
+  Returns:
+    The tf.function `train(initial_weights, data, noise_multiplier,
+    sampling_rate, steps, seed, regularization=0.0, anchor=None,
+    step_size=None) -> (update, noise)`.
   """
   weights = tff.learning.models.ModelWeights.from_model(model)
   trainable = tf.nest.flatten(weights.trainable)
@@ -351,6 +363,19 @@ def build_dp_sgd_client_work(
   `make_client_data`); the server state is only the round number, folded into
   each client's seed so every round draws fresh noise. Only the update and its
   weight leave the client: training metrics on private data are not reported.
+
+  Args:
+    model_fn: builds the TFF model.
+    per_example_loss: `(y, predictions)` to the `[b]` losses.
+    learning_rate: the DP-SGD step size.
+    clip_norm: c, the per-example clip norm.
+
+  Returns:
+    A `tff.learning.templates.ClientWorkProcess` whose state is the round
+    number and whose measurements are empty.
+
+  Raises:
+    ValueError: if `learning_rate` or `clip_norm` is not > 0.
   """
   if not (learning_rate > 0 and clip_norm > 0):
     raise ValueError('learning rate and clip norm must be > 0, got '

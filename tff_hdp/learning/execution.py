@@ -62,11 +62,29 @@ class Execution:
                                         batch_size=batch_size, **training)
     return fedhdp.build_fedhdp(model_fn, aggregator, num_groups, **training)
 
-  def build_personalization(self, model_fn, lambdas: Sequence[float],
-                            learning_rate: float, batch_size: int,
-                            epochs: int):
+  def build_personalization(
+      self, model_fn: Callable[[], tff.learning.models.VariableModel],
+      lambdas: Sequence[float], learning_rate: float, batch_size: int,
+      epochs: int) -> tff.Computation | ditto.CohortPersonalization:
     """Ditto's step with per-group `lambdas` (`ditto.build_personalization`
-    or its cohort twin)."""
+    or its cohort twin).
+
+    Args:
+      model_fn: builds the TFF model.
+      lambdas: lambda per privacy group, each >= 0.
+      learning_rate: eta_p, the personal step size.
+      batch_size: examples per personal step of a cohort (per-client data
+        comes batched).
+      epochs: personal epochs per call.
+
+    Returns:
+      The step that `personalize` takes: the federated computation of
+      `ditto.build_personalization`, or a `ditto.CohortPersonalization`.
+
+    Raises:
+      ValueError: if a lambda is negative, `learning_rate` is not > 0 or
+        (cohorts) `batch_size` is less than 1.
+    """
     if self.cohorts:
       return ditto.build_cohort_personalization(model_fn, lambdas,
                                                 learning_rate, batch_size,

@@ -35,6 +35,22 @@ def build_fedhdp(
   privacy-group vector; any `WeightedAggregationFactory` accepting that weight
   can be plugged in. The server applies the aggregate with `server_optimizer`
   (SGD with learning rate 1, i.e. theta <- theta + Delta, by default).
+
+  Args:
+    model_fn: builds the TFF model.
+    aggregator: the server rule, weighted by float32[num_groups] one-hots.
+    num_groups: l, the number of privacy groups.
+    client_optimizer: the clients' local optimizer.
+    server_optimizer: applies the aggregate (None: the default above).
+    local_epochs: E, local epochs per round.
+
+  Returns:
+    The `tff.learning.templates.LearningProcess`.
+
+  Raises:
+    ValueError: if `local_epochs` is less than 1.
+    TypeError: if `aggregator` refuses float32[num_groups] weights (e.g. a
+      factory of another number of groups).
   """
   return learning_process.compose(
       model_fn,

@@ -35,19 +35,19 @@ from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import learning_process
 
 
-def _rule(name: str) -> algorithms.Algorithm:
-  rule = algorithms.find(name, algorithms.UNTRUSTED)
-  if rule is None:
+def _record(name: str) -> algorithms.Algorithm:
+  algorithm = algorithms.find(name, algorithms.UNTRUSTED)
+  if algorithm is None:
     raise ValueError(
-        f'unknown aggregation rule {name!r}; choose one of '
+        f'unknown untrusted-server algorithm {name!r}; choose one of '
         f'{sorted(algorithms.names(algorithms.UNTRUSTED))}.')
-  return rule
+  return algorithm
 
 
 def client_epsilons(name: str, epsilons: Sequence[float]) -> list[float]:
   """The epsilon each client runs at under algorithm `name` (min_epsilon:
   every client at the smallest)."""
-  if _rule(name).min_epsilon:
+  if _record(name).min_epsilon:
     return [min(epsilons)] * len(epsilons)
   return list(epsilons)
 
@@ -55,8 +55,8 @@ def client_epsilons(name: str, epsilons: Sequence[float]) -> list[float]:
 def client_weight(name: str, privacy: plans.ClientPrivacy,
                   learning_rate: float, clip_norm: float,
                   num_params: int) -> float:
-  """The weight a client attaches to its update under rule `name`."""
-  kind = _rule(name).client_weight
+  """The weight a client attaches to its update under algorithm `name`."""
+  kind = _record(name).client_weight
   if kind == 'none':
     return 1.0
   if kind == 'epsilon':
@@ -69,20 +69,30 @@ def client_weight(name: str, privacy: plans.ClientPrivacy,
 
 def build_aggregator(name: str,
                      **options) -> tff.aggregators.WeightedAggregationFactory:
-  """The factory of rule `name` (its registry record's); `options` go to its
+  """The factory of algorithm `name` (its registry record's); `options` go to its
   constructor.
 
   An unweighted factory (Robust-HDP, PFA, the median) is wrapped so the
   learning process can pass the (ignored) client weight; its own process
   still sees only the updates.
 
+  Args:
+    name: an untrusted-setting algorithm of `tff_hdp.learning.algorithms`.
+    **options: keyword arguments of the factory's constructor; only an
+      algorithm whose client weight is 'none' takes any.
+
+  Returns:
+    The weighted aggregation factory.
+
   Raises:
-    ValueError: an unknown rule, or options for a rule that takes none.
+    ValueError: an unknown algorithm, or options for one that takes none.
+    TypeError: an option the factory's constructor does not take (option
+      values it refuses raise its own ValueError).
   """
-  rule = _rule(name)
-  if options and rule.client_weight != 'none':
-    raise ValueError(f'rule {name!r} takes no options, got {sorted(options)}.')
-  factory = rule.build_factory(**options)
+  algorithm = _record(name)
+  if options and algorithm.client_weight != 'none':
+    raise ValueError(f'algorithm {name!r} takes no options, got {sorted(options)}.')
+  factory = algorithm.build_factory(**options)
   if isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
     return tff.aggregators.as_weighted_aggregator(factory)
   return factory
@@ -100,6 +110,21 @@ def build_noise_aware_fedavg(
 
   The server applies the aggregate with `server_optimizer` (SGD with learning
   rate 1, i.e. theta <- theta - aggregate pseudo-gradient, by default).
+
+  Args:
+    model_fn: builds the TFF model.
+    per_example_loss: `(y, predictions)` to the `[b]` losses DP-SGD clips.
+    aggregator: the server rule, weighted by each client's float32 scalar
+      weight (`build_aggregator`).
+    learning_rate: the clients' DP-SGD step size.
+    clip_norm: c, the per-example clip norm.
+    server_optimizer: applies the aggregate (None: the default above).
+
+  Returns:
+    The `tff.learning.templates.LearningProcess`.
+
+  Raises:
+    ValueError: if `learning_rate` or `clip_norm` is not > 0.
   """
   return learning_process.compose(
       model_fn,

@@ -30,7 +30,7 @@ from tff_hdp.reporting import published
 from tff_hdp.reporting import tables
 from tff_hdp import metrics
 
-UNTRUSTED_RULES = ('robust_hdp', 'weiavg', 'dpfedavg', 'min_epsilon')
+UNTRUSTED_ALGORITHMS = ('robust_hdp', 'weiavg', 'dpfedavg', 'min_epsilon')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,9 +191,9 @@ def cross_silo_claim(directory: str) -> Claim:
 
 
 def untrusted_table(directory: str) -> list[dict]:
-  """Per rule, the learning rate whose mean accuracy over seeds is highest
+  """Per algorithm, the learning rate whose mean accuracy over seeds is highest
   (among those run on the most seeds), with that mean, sd and the seeds."""
-  by_rule = {}
+  by_algorithm = {}
   for s in load_summaries(directory):
     if 'epsilon_distribution' not in s:
       continue
@@ -201,36 +201,38 @@ def untrusted_table(directory: str) -> list[dict]:
       raise ValueError(f"{s['_dir']}: summary has no settings (written "
                        'before they were recorded); re-run it.')
     lr, seed = s['settings']['learning_rate'], s['settings']['seed']
-    by_rule.setdefault(s['configuration'], {}).setdefault(lr, {})[seed] = (
-        s['metrics']['acc_g'])
+    runs = by_algorithm.setdefault(s['configuration'], {})
+    runs.setdefault(lr, {})[seed] = s['metrics']['acc_g']
   rows = []
-  order = {rule: i for i, rule in enumerate(UNTRUSTED_RULES)}
-  for rule in sorted(by_rule, key=lambda r: (order.get(r, len(order)), r)):
-    most = max(len(runs) for runs in by_rule[rule].values())
-    lr, runs = max(((lr, runs) for lr, runs in by_rule[rule].items()
+  order = {algorithm: i for i, algorithm in enumerate(UNTRUSTED_ALGORITHMS)}
+  for algorithm in sorted(by_algorithm,
+                          key=lambda a: (order.get(a, len(order)), a)):
+    most = max(len(runs) for runs in by_algorithm[algorithm].values())
+    lr, runs = max(((lr, runs) for lr, runs in by_algorithm[algorithm].items()
                     if len(runs) == most),
                    key=lambda item: statistics.mean(item[1].values()))
     accs = [runs[seed] for seed in sorted(runs)]
-    rows.append({'rule': rule, 'learning_rate': lr, 'seeds': sorted(runs),
+    rows.append({'algorithm': algorithm, 'learning_rate': lr,
+                 'seeds': sorted(runs),
                  'acc_g': accs, 'mean': statistics.mean(accs),
                  'sd': statistics.stdev(accs) if len(accs) > 1 else 0.0,
-                 'learning_rates_tried': sorted(by_rule[rule])})
+                 'learning_rates_tried': sorted(by_algorithm[algorithm])})
   return rows
 
 
 def untrusted_claim(rows: list[dict], min_seeds: int = 3) -> Claim:
-  """Robust-HDP has the highest mean accuracy, every rule over the same
+  """Robust-HDP has the highest mean accuracy, every algorithm over the same
   `min_seeds` or more seeds."""
   seeds = {tuple(r['seeds']) for r in rows}
-  rules = {r['rule'] for r in rows}
-  if 'robust_hdp' not in rules or len(rules) < 2:
-    raise ValueError('need robust_hdp and at least one baseline rule.')
+  names = {r['algorithm'] for r in rows}
+  if 'robust_hdp' not in names or len(names) < 2:
+    raise ValueError('need robust_hdp and at least one baseline algorithm.')
   same = len(seeds) == 1 and len(next(iter(seeds))) >= min_seeds
   top = max(rows, key=lambda r: r['mean'])
-  detail = '; '.join(f"{r['rule']} {r['mean']:.2f} +- {r['sd']:.2f} "
+  detail = '; '.join(f"{r['algorithm']} {r['mean']:.2f} +- {r['sd']:.2f} "
                      f"(lr {r['learning_rate']:g}, seeds {r['seeds']})"
                      for r in rows)
   if not same:
-    detail += f'; the rules were not all run on the same {min_seeds}+ seeds'
+    detail += f'; the algorithms were not all run on the same {min_seeds}+ seeds'
   return Claim('untrusted server: Robust-HDP has the highest mean Acc_g',
-               same and top['rule'] == 'robust_hdp', detail)
+               same and top['algorithm'] == 'robust_hdp', detail)

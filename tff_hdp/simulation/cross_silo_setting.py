@@ -1,9 +1,10 @@
-"""One run of a cross-silo method under silo-specific sample-level DP (SPEC.md §2).
+"""One run of a cross-silo algorithm under silo-specific sample-level DP
+(SPEC.md §2).
 
 Every silo takes part in every round. Each silo's DP-SGD noise multiplier is
 calibrated for its own (epsilon, delta), sampling rate `B / n_k` and the
-epochs the method reads its data for (Ditto: two per round), minus what IFCA's
-private cluster selections spend, so every method runs at the same total
+epochs the algorithm reads its data for (Ditto: two per round), minus what IFCA's
+private cluster selections spend, so every algorithm runs at the same total
 privacy cost; the summary reports each silo's epsilon spent. The metric is the
 MR-MTL paper's: the silos' test metrics averaged with weights equal to their
 test counts, each silo scored with the model it would deploy (its personal
@@ -44,12 +45,6 @@ LAMBDA_GRID = (1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
 LEARNING_RATE_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)
 
 
-# A method is a cross-silo record of `tff_hdp.learning.algorithms`: its
-# flags say how it uses the common round (see `cross_silo_process`); what
-# each round does beyond that (reset, phases) is decided in `_role`.
-Method = algorithms.Algorithm
-
-
 @dataclasses.dataclass(frozen=True)
 class CrossSiloSettings:
   """One run. `epsilons` holds one value for every silo or one per silo.
@@ -79,13 +74,13 @@ class CrossSiloSettings:
     """Each silo's target: the one value repeated, or the given list."""
     return self.epsilons * (num_silos // len(self.epsilons))
 
-  def selection_rounds(self, method: Method) -> int:
-    if not method.clustered:
+  def selection_rounds(self, algorithm: algorithms.Algorithm) -> int:
+    if not algorithm.clustered:
       return 0
     return max(1, math.ceil(self.selection_fraction * self.rounds))
 
 
-def _check(task: FederatedTask, method: Method,
+def _check(task: FederatedTask, algorithm: algorithms.Algorithm,
            settings: CrossSiloSettings) -> None:
   if settings.rounds < 1:
     raise ValueError(f'--rounds must be >= 1, got {settings.rounds}.')
@@ -101,12 +96,12 @@ def _check(task: FederatedTask, method: Method,
         'pass --unsafe_allow_large_delta to accept it for an experiment.')
   if settings.regularization < 0:
     raise ValueError(f'lambda must be >= 0, got {settings.regularization}.')
-  if method.clustered:
+  if algorithm.clustered:
     if settings.num_clusters < 1:
       raise ValueError('--num_clusters must be >= 1, got '
                        f'{settings.num_clusters}.')
     if task.metric_record.per_example_error is None:
-      raise ValueError(f'{method.name} selects clusters by error rate, which '
+      raise ValueError(f'{algorithm.name} selects clusters by error rate, which '
                        f'task {task.name!r} (a regression) does not have.')
     if not 0 < settings.selection_share < 1:
       raise ValueError('--selection_share must be in (0, 1), got '
@@ -116,13 +111,13 @@ def _check(task: FederatedTask, method: Method,
                        f'{settings.selection_fraction}.')
 
 
-def plan_silos(task: FederatedTask, method: Method,
+def plan_silos(task: FederatedTask, algorithm: algorithms.Algorithm,
                settings: CrossSiloSettings,
                progress: bool = False) -> list[ClientPrivacy]:
-  """Each silo's DP-SGD plan at its own budget for this method's reads."""
-  _check(task, method, settings)
+  """Each silo's DP-SGD plan at its own budget for this algorithm's reads."""
+  _check(task, algorithm, settings)
   epsilons = settings.silo_epsilons(len(task.client_ids))
-  selections = settings.selection_rounds(method)
+  selections = settings.selection_rounds(algorithm)
   plans = []
   for c, eps in tqdm.tqdm(list(zip(task.client_ids, epsilons)),
                           desc='calibrating silos\' noise', unit='silo',
@@ -130,49 +125,49 @@ def plan_silos(task: FederatedTask, method: Method,
     n = len(task.client_train[c][0])
     plans.append(plan_client_privacy(
         eps, settings.delta, n, min(task.batch_size, n), settings.rounds,
-        epochs_per_round=2 if method.personal_epoch else 1,
+        epochs_per_round=2 if algorithm.personal_epoch else 1,
         selection_epsilon=settings.selection_share * eps,
         selection_rounds=selections,
         allow_large_delta=settings.allow_large_delta))
   return plans
 
 
-def _switch_round(method: Method, settings: CrossSiloSettings) -> int | None:
+def _switch_round(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) -> int | None:
   """The last round of the first phase (FedAvg / IFCA), if there are two."""
-  if method.name == 'finetune':
+  if algorithm.name == 'finetune':
     return settings.rounds // 2
-  if method.name == 'ifca_mrmtl':
-    return settings.selection_rounds(method)
+  if algorithm.name == 'ifca_mrmtl':
+    return settings.selection_rounds(algorithm)
   return None
 
 
-def _role(method: Method, settings: CrossSiloSettings, round_num: int,
+def _role(algorithm: algorithms.Algorithm, settings: CrossSiloSettings, round_num: int,
           cluster: int, epsilon: float) -> collections.OrderedDict:
-  """What a silo does in round `round_num` (1-based) of `method`."""
-  lam = settings.regularization if method.regularized else 0.0
-  switch = _switch_round(method, settings)
+  """What a silo does in round `round_num` (1-based) of `algorithm`."""
+  lam = settings.regularization if algorithm.regularized else 0.0
+  switch = _switch_round(algorithm, settings)
   select = (settings.selection_share * epsilon
-            if round_num <= settings.selection_rounds(method) else 0.0)
-  if method.name in ('local', 'mrmtl', 'ditto'):
+            if round_num <= settings.selection_rounds(algorithm) else 0.0)
+  if algorithm.name in ('local', 'mrmtl', 'ditto'):
     reset = False
-  elif method.name in ('fedavg', 'ifca'):
+  elif algorithm.name in ('fedavg', 'ifca'):
     reset = True
   else:  # Two phases: shared training, then personal from where it ended.
     reset = round_num <= switch + 1
     if round_num <= switch:
       lam = 0.0
-  num_clusters = settings.num_clusters if method.clustered else 1
+  num_clusters = settings.num_clusters if algorithm.clustered else 1
   return cross_silo_process.make_role(settings.learning_rate, lam, reset,
                                       select, cluster, num_clusters)
 
 
-def _deployed(method: Method, settings: CrossSiloSettings,
+def _deployed(algorithm: algorithms.Algorithm, settings: CrossSiloSettings,
               round_num: int) -> str:
   """Which model a silo would use after `round_num`: personal, global or its
   cluster's."""
-  if method.name in ('fedavg', 'ifca'):
+  if algorithm.name in ('fedavg', 'ifca'):
     return 'cluster'
-  switch = _switch_round(method, settings)
+  switch = _switch_round(algorithm, settings)
   if switch is not None and round_num <= switch:
     return 'cluster'
   return 'personal'
@@ -202,47 +197,48 @@ def test_weighted_metric(task: FederatedTask,
   return total / count
 
 
-def build_process(task: FederatedTask, method: Method,
+def build_process(task: FederatedTask, algorithm: algorithms.Algorithm,
                   settings: CrossSiloSettings
                   ) -> tff.templates.IterativeProcess:
   loss = task.loss_fn()
   loss.reduction = tf.keras.losses.Reduction.NONE
   return cross_silo_process.build_cross_silo_process(
       task.tff_model_fn(), loss,
-      task.metric_record.per_example_error if method.clustered else None,
+      task.metric_record.per_example_error if algorithm.clustered else None,
       settings.clip_norm,
-      num_clusters=settings.num_clusters if method.clustered else 1,
-      personal_epoch=method.personal_epoch, seed=settings.seed)
+      num_clusters=settings.num_clusters if algorithm.clustered else 1,
+      personal_epoch=algorithm.personal_epoch, seed=settings.seed)
 
 
-def configuration_name(method: Method, settings: CrossSiloSettings) -> str:
-  name = f'{method.name}_lr{settings.learning_rate:g}'
-  if method.regularized:
+def configuration_name(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) -> str:
+  name = f'{algorithm.name}_lr{settings.learning_rate:g}'
+  if algorithm.regularized:
     name += f'_lambda{settings.regularization:g}'
   return name
 
 
-def _run_key(task: FederatedTask, method: Method,
+def _run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
              settings: CrossSiloSettings) -> dict:
   key = dataclasses.asdict(settings)
   key.pop('checkpoint_every')
   key.pop('eval_every')
-  key.update(task=task.name, method=method.name,
+  key.update(task=task.name, method=algorithm.name,
              silos=hashlib.sha256(repr(task.client_ids).encode()).hexdigest())
   return key
 
 
-def method_record(name: str) -> Method:
-  """The record of cross-silo method `name`; an unknown one is a ValueError."""
+def algorithm_record(name: str) -> algorithms.Algorithm:
+  """The record of cross-silo algorithm `name`; an unknown one is a
+  ValueError."""
   found = algorithms.find(name, algorithms.CROSS_SILO)
   if found is None:
-    raise ValueError(f'unknown cross-silo method {name!r}; choose from '
+    raise ValueError(f'unknown cross-silo algorithm {name!r}; choose from '
                      f'{", ".join(algorithms.names(algorithms.CROSS_SILO))}.')
   return found
 
 
 class CrossSiloRounds(round_loop.RoundProgram):
-  """A cross-silo method's rounds for `round_loop.run_rounds`: every silo,
+  """A cross-silo algorithm's rounds for `round_loop.run_rounds`: every silo,
   every round, with its personal model and cluster kept between rounds (and
   in the checkpoint).
 
@@ -250,13 +246,13 @@ class CrossSiloRounds(round_loop.RoundProgram):
   per-round column would cost more than the round.
   """
 
-  def __init__(self, task: FederatedTask, method: Method,
+  def __init__(self, task: FederatedTask, algorithm: algorithms.Algorithm,
                settings: CrossSiloSettings,
                process: tff.templates.IterativeProcess,
                plans: list[ClientPrivacy], silo_seeds, label: str):
     self.label = label
     self.rounds = settings.rounds
-    self._task, self._method, self._settings = task, method, settings
+    self._task, self._algorithm, self._settings = task, algorithm, settings
     self._process, self._plans, self._seeds = process, plans, silo_seeds
     self.state = process.initialize()
     self._initial = cross_silo_process.cluster_weights(self.state, 0)
@@ -267,7 +263,7 @@ class CrossSiloRounds(round_loop.RoundProgram):
                      for p in plans]
     self.columns = ['round', 'metric', 'num_non_finite_updates'] + (
         [f'cluster_{g}_silos' for g in range(settings.num_clusters)]
-        if method.clustered else [])
+        if algorithm.clustered else [])
 
   def _saved(self):
     return collections.OrderedDict(process=self.state, clusters=self.clusters)
@@ -292,7 +288,7 @@ class CrossSiloRounds(round_loop.RoundProgram):
         cross_silo_process.make_client_data(
             self._task.train_dataset(c, order), self._plans[i],
             self._weights[i], self._seeds[i],
-            _role(self._method, settings, round_num, int(self.clusters[i]),
+            _role(self._algorithm, settings, round_num, int(self.clusters[i]),
                   self._epsilons[i]))
         for i, c in enumerate(silos)
     ]
@@ -303,13 +299,13 @@ class CrossSiloRounds(round_loop.RoundProgram):
     self.clusters = np.array([int(o['cluster']) for o in outputs], np.int32)
     row = {'num_non_finite_updates': int(
         measurements['num_non_finite_updates'])}
-    if self._method.clustered:
+    if self._algorithm.clustered:
       for g in range(settings.num_clusters):
         row[f'cluster_{g}_silos'] = int(np.sum(self.clusters == g))
     return row
 
   def evaluate(self, round_num: int) -> dict:
-    return {'metric': evaluate(self._task, self._method, self._settings,
+    return {'metric': evaluate(self._task, self._algorithm, self._settings,
                                round_num, self.state, self.personal,
                                self.clusters)}
 
@@ -320,34 +316,34 @@ class CrossSiloRounds(round_loop.RoundProgram):
     return cross_silo_process.cluster_weights(self.state, 0)
 
 
-def run_method(task: FederatedTask, method_name: str,
+def run_algorithm(task: FederatedTask, algorithm_name: str,
                settings: CrossSiloSettings, output_dir: str | None,
                progress: bool = True,
                process: tff.templates.IterativeProcess | None = None) -> dict:
   """Trains `method_name` on `task`; returns (and writes) its summary.
 
-  `process` is `build_process(task, method, settings)` built earlier; it
-  depends only on the method, clip norm, clusters and seed, so a sweep over
+  `process` is `build_process(task, algorithm, settings)` built earlier; it
+  depends only on the algorithm, clip norm, clusters and seed, so a sweep over
   lambda and learning rates builds it once.
   """
-  method = method_record(method_name)
-  plans = plan_silos(task, method, settings, progress)
+  algorithm = algorithm_record(algorithm_name)
+  plans = plan_silos(task, algorithm, settings, progress)
   silos = task.client_ids
   if process is None:
-    process = build_process(task, method, settings)
-  name = configuration_name(method, settings)
+    process = build_process(task, algorithm, settings)
+  name = configuration_name(algorithm, settings)
   run_dir = os.path.join(output_dir, name) if output_dir else None
   checkpoint = None
   if run_dir and settings.checkpoint_every > 0:
     checkpoint = checkpointing.RunCheckpoint(
         os.path.join(run_dir, 'checkpoints'),
-        _run_key(task, method, settings))
+        _run_key(task, algorithm, settings))
   # Each silo's DP-SGD noise, example sampling and private selections follow
   # its own seed, derived from the run's secret (kept in the checkpoint).
   silo_seeds = dp_randomness.client_seeds(
       settings.seed, settings.unsafe_seeded_dp_randomness, len(silos),
       checkpoint)
-  program = CrossSiloRounds(task, method, settings, process, plans,
+  program = CrossSiloRounds(task, algorithm, settings, process, plans,
                             silo_seeds, label=f'{name} rounds')
   result = round_loop.run_rounds(
       program, output_dir=run_dir, eval_every=settings.eval_every,
@@ -358,7 +354,7 @@ def run_method(task: FederatedTask, method_name: str,
   spent = [p.epsilon_after(settings.rounds) for p in plans]
   summary = {
       'configuration': name,
-      'method': method.name,
+      'method': algorithm.name,
       'task': task.name,
       'metric_name': task.metric,
       'metric': metric,
@@ -381,7 +377,7 @@ def run_method(task: FederatedTask, method_name: str,
       'epsilon_spent_max': max(spent),
       'epsilon_spent_min': min(spent),
       'final_clusters': ([int(g) for g in clusters]
-                         if method.clustered else None),
+                         if algorithm.clustered else None),
       'seconds': result.seconds,
   }
   if run_dir:
@@ -389,17 +385,17 @@ def run_method(task: FederatedTask, method_name: str,
   return summary
 
 
-def evaluate(task: FederatedTask, method: Method, settings: CrossSiloSettings,
+def evaluate(task: FederatedTask, algorithm: algorithms.Algorithm, settings: CrossSiloSettings,
              round_num: int, state, personal: ditto.PersonalModels,
              clusters: np.ndarray) -> float:
   """The test-count-weighted metric of the models the silos would deploy."""
-  kind = _deployed(method, settings, round_num)
-  num_clusters = settings.num_clusters if method.clustered else 1
+  kind = _deployed(algorithm, settings, round_num)
+  num_clusters = settings.num_clusters if algorithm.clustered else 1
   cluster_models = [cross_silo_process.cluster_weights(state, g)
                     for g in range(num_clusters)]
   weights_of = {}
   for i, c in enumerate(task.client_ids):
-    shared = cluster_models[int(clusters[i]) if method.clustered else 0]
+    shared = cluster_models[int(clusters[i]) if algorithm.clustered else 0]
     if kind == 'personal':
       weights_of[c] = tff.learning.models.ModelWeights(
           personal.get(c, shared.trainable), shared.non_trainable)
@@ -408,7 +404,7 @@ def evaluate(task: FederatedTask, method: Method, settings: CrossSiloSettings,
   return test_weighted_metric(task, weights_of)
 
 
-def sweep(task: FederatedTask, method_name: str, settings: CrossSiloSettings,
+def sweep(task: FederatedTask, algorithm_name: str, settings: CrossSiloSettings,
           lambdas, learning_rates, output_dir: str | None,
           progress: bool = True) -> dict:
   """Runs `method_name` over the lambda x learning-rate grid.
@@ -416,17 +412,17 @@ def sweep(task: FederatedTask, method_name: str, settings: CrossSiloSettings,
   Returns the best setting, per lambda the best metric over learning rates
   (the curve the MR-MTL paper plots against lambda) and the range of the
   silos' epsilon spent over all runs; writes every run's metric to
-  `sweep_<method>.csv`. Methods without lambda sweep the learning rates only.
+  `sweep_<algorithm>.csv`. Algorithms without lambda sweep the learning rates only.
   """
-  method = method_record(method_name)
-  lambdas = list(lambdas) if method.regularized else [0.0]
-  process = build_process(task, method, settings)
+  algorithm = algorithm_record(algorithm_name)
+  lambdas = list(lambdas) if algorithm.regularized else [0.0]
+  process = build_process(task, algorithm, settings)
   results, spent = [], []
   grid = [(lam, lr) for lam in lambdas for lr in learning_rates]
-  for lam, lr in tqdm.tqdm(grid, desc=f'{method_name} settings',
+  for lam, lr in tqdm.tqdm(grid, desc=f'{algorithm_name} settings',
                            disable=not progress or len(grid) == 1):
     s = dataclasses.replace(settings, regularization=lam, learning_rate=lr)
-    summary = run_method(task, method_name, s, output_dir, progress=progress,
+    summary = run_algorithm(task, algorithm_name, s, output_dir, progress=progress,
                          process=process)
     results.append((lam, lr, summary['metric']))
     spent += [summary['epsilon_spent_min'], summary['epsilon_spent_max']]
@@ -440,15 +436,15 @@ def sweep(task: FederatedTask, method_name: str, settings: CrossSiloSettings,
       curve[lam] = (lr, m)
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)
-    with open(os.path.join(output_dir, f'sweep_{method_name}.csv'), 'w',
+    with open(os.path.join(output_dir, f'sweep_{algorithm_name}.csv'), 'w',
               newline='') as f:
       out = csv.writer(f)
       out.writerow(['method', 'lambda', 'learning_rate', task.metric])
       for lam, lr, m in results:
-        out.writerow([method_name, f'{lam:g}', f'{lr:g}', f'{m:.6g}'])
+        out.writerow([algorithm_name, f'{lam:g}', f'{lr:g}', f'{m:.6g}'])
   return {
-      'method': method_name,
-      'best_lambda': best[0] if method.regularized else None,
+      'method': algorithm_name,
+      'best_lambda': best[0] if algorithm.regularized else None,
       'best_learning_rate': best[1],
       'best_metric': best[2],
       'curve': [(lam, lr, m) for lam, (lr, m) in curve.items()],

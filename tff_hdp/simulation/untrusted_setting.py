@@ -87,9 +87,9 @@ class UntrustedRounds(round_loop.RoundProgram):
     return self._process.get_model_weights(self.state)
 
 
-def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
+def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettings,
              output_dir: str | None, progress: bool = True) -> dict:
-  """Trains with aggregation rule `rule`; returns (and writes) a summary."""
+  """Trains with algorithm `algorithm`; returns (and writes) a summary."""
   clients = task.client_ids
   n = len(clients)
   sizes = [len(task.client_train[c][0]) for c in clients]
@@ -97,18 +97,18 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
       heterogeneity.sample_batch_sizes(n, settings.seed), sizes)
   client_plans = plans.plan_clients(
       noise_aware.client_epsilons(
-          rule, _epsilons(settings.epsilon_distribution, n, settings.seed)),
+          algorithm, _epsilons(settings.epsilon_distribution, n, settings.seed)),
       settings.delta, sizes, batch_sizes, settings.rounds,
       allow_large_delta=settings.allow_large_delta)
   loss = task.loss_fn()
   loss.reduction = tf.keras.losses.Reduction.NONE
   process = noise_aware.build_noise_aware_fedavg(
-      task.tff_model_fn(), loss, noise_aware.build_aggregator(rule),
+      task.tff_model_fn(), loss, noise_aware.build_aggregator(algorithm),
       settings.learning_rate, settings.clip_norm)
   state = process.initialize()
   num_params = sum(int(np.prod(np.shape(w)))
                    for w in process.get_model_weights(state).trainable)
-  weights = [noise_aware.client_weight(rule, p, settings.learning_rate,
+  weights = [noise_aware.client_weight(algorithm, p, settings.learning_rate,
                                             settings.clip_norm, num_params)
              for p in client_plans]
   # Each client's DP-SGD noise and example sampling follow its own seed,
@@ -117,15 +117,15 @@ def run_rule(task: FederatedTask, rule: str, settings: UntrustedSettings,
   client_seeds = dp_randomness.client_seeds(
       settings.seed, settings.unsafe_seeded_dp_randomness, n)
   program = UntrustedRounds(task, process, state, client_plans, weights,
-                            client_seeds, settings, label=f'{rule} rounds')
-  run_dir = os.path.join(output_dir, rule) if output_dir else None
+                            client_seeds, settings, label=f'{algorithm} rounds')
+  run_dir = os.path.join(output_dir, algorithm) if output_dir else None
   result = round_loop.run_rounds(program, output_dir=run_dir,
                                  eval_every=settings.eval_every,
                                  progress=progress)
   metrics = result.final_metrics
   spent = [p.epsilon_after(settings.rounds) for p in client_plans]
   summary = {
-      'configuration': rule,
+      'configuration': algorithm,
       'task': task.name,
       'rounds': settings.rounds,
       'epsilon_distribution': settings.epsilon_distribution,

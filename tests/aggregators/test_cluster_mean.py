@@ -1,0 +1,82 @@
+"""The per-cluster weighted mean (`ClusterMeanFactory`), the server rule of the
+cross-silo methods, in TFF's two halves: its type signatures show a stateless
+server that receives each silo's update with its `[G]` cluster weight and
+returns the G cluster means stacked along a leading axis; its execution gives
+numpy's weighted mean in each cluster, a zero mean for a cluster nobody chose,
+and ignores a client of zero weight. A weight of another type is refused."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
+
+G = 3
+# As a model update reaches an aggregator: a Python container of tensors.
+VALUE = tff.types.to_type(collections.OrderedDict(
+    w=tff.TensorType(np.float32, [2, 2]), b=tff.TensorType(np.float32, [3])))
+WEIGHT = tff.TensorType(np.float32, [G])
+
+
+def _assert_equivalent(actual, expected):
+  assert actual.is_equivalent_to(expected), f'{actual}\n  is not\n{expected}'
+
+
+def test_type_signatures_show_a_stateless_server_with_a_mean_per_cluster():
+  process = ClusterMeanFactory(G).create(VALUE, WEIGHT)
+  no_state = tff.FederatedType((), tff.SERVER)
+  _assert_equivalent(process.initialize.type_signature,
+                     tff.FunctionType(None, no_state))
+  one_mean_per_cluster = collections.OrderedDict(
+      w=tff.TensorType(np.float32, [G, 2, 2]),
+      b=tff.TensorType(np.float32, [G, 3]))
+  per_cluster = tff.TensorType(np.float32, [G])
+  _assert_equivalent(
+      process.next.type_signature,
+      tff.FunctionType(
+          parameter=collections.OrderedDict(
+              state=no_state,
+              value=tff.FederatedType(VALUE, tff.CLIENTS),
+              weight=tff.FederatedType(WEIGHT, tff.CLIENTS)),
+          result=tff.templates.MeasuredProcessOutput(
+              state=no_state,
+              result=tff.FederatedType(one_mean_per_cluster, tff.SERVER),
+              measurements=tff.FederatedType(
+                  collections.OrderedDict(cluster_weights=per_cluster,
+                                          cluster_client_counts=per_cluster),
+                  tff.SERVER))))
+
+
+def test_execution_gives_weighted_cluster_means_and_zero_for_an_empty_one():
+  rng = np.random.default_rng(0)
+  clusters = [0, 2, 0, 0, 2]
+  own_weights = [1.0, 2.0, 3.0, 4.0, 0.0]  # the last client is dropped
+  values = [{'w': rng.normal(size=(2, 2)).astype(np.float32),
+             'b': rng.normal(size=3).astype(np.float32)} for _ in clusters]
+  values[-1] = {'w': np.full((2, 2), 1e6, np.float32),
+                'b': np.full(3, 1e6, np.float32)}
+  weights = [np.eye(G, dtype=np.float32)[g] * n
+             for g, n in zip(clusters, own_weights)]
+  process = ClusterMeanFactory(G).create(VALUE, WEIGHT)
+  output = process.next(process.initialize(), values, weights)
+  for key in ('w', 'b'):
+    for g in range(G):
+      members = [i for i, c in enumerate(clusters)
+                 if c == g and own_weights[i] > 0]
+      expected = (np.average([values[i][key] for i in members], axis=0,
+                             weights=[own_weights[i] for i in members])
+                  if members else np.zeros_like(values[0][key]))
+      np.testing.assert_allclose(output.result[key][g], expected, rtol=1e-5)
+  np.testing.assert_allclose(output.measurements['cluster_weights'],
+                             [8.0, 0.0, 2.0])
+  np.testing.assert_allclose(output.measurements['cluster_client_counts'],
+                             [3.0, 0.0, 1.0])
+
+
+def test_a_weight_that_is_not_a_float32_vector_of_g_is_refused():
+  with pytest.raises(TypeError, match=r'ClusterMeanFactory\(3\) takes weights'):
+    ClusterMeanFactory(G).create(VALUE, tff.TensorType(np.float32, [2]))
+  with pytest.raises(ValueError, match='number of clusters must be >= 1'):
+    ClusterMeanFactory(0)
