@@ -2,7 +2,7 @@
 
 Examples:
   python reproduce.py --presets=mnist_noniid --data_dir=../shared/data/mnist
-  python reproduce.py --presets=femnist --data_dir=DIR --rounds=100 \
+  python reproduce.py --presets=femnist --data_dir=DIR --rounds=100
       --num_clients=500 --ditto_lambdas=0.05 --output_dir=results/small
   python reproduce.py --presets=digits   # minutes: checks the whole pipeline
 
@@ -15,9 +15,9 @@ the same code as there (`cli.trusted.learning_setup`,
 configuration. Any of those flags given on the command line wins over the
 preset (e.g. --rounds, --num_clients, --clients_per_round, --r, --client_lr);
 clients per round follow --num_clients at the preset's fraction. Smaller runs
-shrink the default clip-count noise (5% of the clients per round): raise
---clip_count_stddev if the privacy target becomes infeasible, and give them
-their own --output_dir (a folder holds one run per configuration).
+shrink the default clip-count noise (5% of the clients per round); where
+that is too little for the target, the noise the target needs is used and
+printed. Give them their own --output_dir (a folder holds one run per configuration).
 
 Files, under <output_dir>/<preset>/:
   lambda<l>/<configuration>/  rounds.csv, summary.json, checkpoints/ and
@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 
-from absl import app
 from absl import flags
 
-import tff_hdp  # noqa: F401  (quiets TF and imports it before app.run)
+import tff_hdp  # noqa: F401  (quiets TF before anything imports it)
 
+from cli import entry
 from cli import flags as cli_flags
 from cli import trusted as cli_trusted
 from cli.presets import PAPER_PRESETS
@@ -196,25 +195,34 @@ def _run_preset(name: str, output_dir: str,
         f'Table, per-round files and plots: {preset_dir}/')
 
 
+def _validate() -> None:
+  """The checks that need no data, before TensorFlow is imported."""
+  _preset_names()
+  _lambdas_flag()
+  cli_flags.validate_flags()
+
+
 def main(argv: list[str]) -> None:
-  try:
-    if len(argv) > 1:
-      raise cli_flags.InputError(f'unexpected arguments: {argv[1:]}')
-    names = _preset_names()
-    lambdas = _lambdas_flag()
-    output_dir = (FLAGS.output_dir if FLAGS['output_dir'].present else
-                  os.path.join('results', 'reproduce'))
-    from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
-    runtime.init()
-    # Each preset starts from the command line's flags, not the last preset's.
-    start = {name: FLAGS[name].value for name in _MANAGED_FLAGS}
-    for name in names:
-      for flag, value in start.items():
-        FLAGS[flag].value = value
-      _run_preset(name, output_dir, lambdas)
-  except cli_flags.InputError as e:
-    sys.exit(f'reproduce.py: error: {e}')
+  del argv  # cli.entry refuses stray arguments
+  names = _preset_names()
+  lambdas = _lambdas_flag()
+  output_dir = (FLAGS.output_dir if FLAGS['output_dir'].present else
+                os.path.join('results', 'reproduce'))
+  from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
+  runtime.init()
+  # Each preset starts from the command line's flags, not the last preset's.
+  start = {name: FLAGS[name].value for name in _MANAGED_FLAGS}
+  for name in names:
+    for flag, value in start.items():
+      FLAGS[flag].value = value
+    _run_preset(name, output_dir, lambdas)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  entry.run(main, __doc__,
+            [('reproduce.py', ['presets', 'ditto_lambdas', 'tensorboard',
+                               'plots'])] +
+            [(title, names) for title, names in cli_flags.help_groups()
+             if any(cli_flags.TRUSTED in cli_flags.APPLIES[n]
+                    for n in names)],
+            _validate)

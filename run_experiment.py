@@ -1,52 +1,53 @@
 """Runs FedHDP / FeO2 experiments from the command line.
 
+Usage: python run_experiment.py [--flag=value ...]
+
 Examples:
-  python run_experiment.py --task=digits --algorithms=nonprivate,dp_fedavg,fedhdp \
-      --r=0.1,1 --rounds=60 --output_dir=results/demo
+  python run_experiment.py
+      (the embedded digits task, FedHDP, 60 rounds: prints the table)
+  python run_experiment.py --task=digits --r=0.1,1 --rounds=40
+      --algorithms=nonprivate,dp_fedavg,fedhdp --clients_per_round=20
+      --output_dir=results/demo
+  python run_experiment.py --task=mnist_noniid --data_dir=../shared/data/mnist
+  python run_experiment.py --algorithms=robust_hdp,weiavg,dpfedavg --rounds=20
+  python run_experiment.py --task=school --algorithms=local,mrmtl --sweep
   python run_experiment.py --task=point_estimation --r=0.2,1
 
 Each configuration writes `<output_dir>/<config>/rounds.csv` (one row per
 round: clip norm, per-group counts, noise and epsilon spent, metrics) and
 `summary.json`; the comparison table is printed and saved as `results.md` and
-`results.csv` in `--output_dir`.
+`results.csv` in `--output_dir`. Re-running the same command resumes.
 """
 
 from __future__ import annotations
 
-import sys
+import tff_hdp  # noqa: F401  (quiets TF before anything imports it)
 
-from absl import app
-
-import tff_hdp  # noqa: F401  (quiets TF and imports it before app.run)
-
-from cli import cross_silo
+from cli import entry
 from cli import flags
-from cli import point_estimation
-from cli import trusted
-from cli import untrusted
 
 
 def main(argv: list[str]) -> None:
-  try:
-    if len(argv) > 1:
-      raise flags.InputError(f'unexpected arguments: {argv[1:]}')
-    flags.validate_flags()
-    from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
-    runtime.init()
-    if flags.TASK.value == 'point_estimation':
-      point_estimation.run()
-    elif flags.setting(flags.ALGORITHMS.value[0]) == 'untrusted':
-      untrusted.run()
-    elif flags.setting(flags.ALGORITHMS.value[0]) == 'cross_silo':
-      cross_silo.run()
-    else:
-      trusted.run()
-  except flags.InputError as e:
-    sys.exit(f'run_experiment.py: error: {e}')
+  del argv  # cli.entry refuses stray arguments
+  # pylint: disable=g-import-not-at-top
+  from cli import cross_silo
+  from cli import point_estimation
+  from cli import trusted
+  from cli import untrusted
+  from tff_hdp.simulation import runtime
+  # pylint: enable=g-import-not-at-top
+  runtime.init()
+  run = {flags.TRUSTED: trusted.run, flags.UNTRUSTED: untrusted.run,
+         flags.CROSS_SILO: cross_silo.run,
+         flags.POINT_ESTIMATION: point_estimation.run}[flags.run_setting()]
+  run()
+
+
+def run() -> None:
+  """The command line; a user script that registers its own algorithm or
+  task calls this after registering."""
+  entry.run(main, __doc__, flags.help_groups(), flags.validate_flags)
 
 
 if __name__ == '__main__':
-  if sys.version_info[:2] != (3, 11):
-    sys.exit(f'tff-hdp needs Python 3.11 (TensorFlow 2.14 / TFF 0.87); this '
-             f'is Python {sys.version.split()[0]}.')
-  app.run(main)
+  run()

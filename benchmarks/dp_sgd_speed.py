@@ -17,12 +17,13 @@ import os
 import sys
 import time
 
-from absl import app
 from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
+
+from cli import entry  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 _BATCH = flags.DEFINE_integer('batch', 64, 'Examples per step.')
@@ -119,4 +120,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  entry.run(main, __doc__)

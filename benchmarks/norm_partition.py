@@ -20,12 +20,13 @@ import dataclasses
 import os
 import sys
 
-from absl import app
 from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
+
+from cli import entry  # noqa: E402
 import numpy as np  # noqa: E402
 from sklearn import mixture  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -118,4 +119,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flag_as_required('data_dir')
-  app.run(main)
+  entry.run(main, __doc__)

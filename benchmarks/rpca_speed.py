@@ -15,12 +15,13 @@ import os
 import sys
 import time
 
-from absl import app
 from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
+
+from cli import entry  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tff_hdp.aggregators import rpca  # noqa: E402
@@ -67,4 +68,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  entry.run(main, __doc__)

@@ -1,13 +1,18 @@
-"""Every flag of run_experiment.py, grouped by the setting that reads it, and
-their validation: a bad value is an `InputError` naming the flag, reported
-as one line (exit 2 from absl for unknown flags, `sys.exit` message else).
+"""Every flag of run_experiment.py, the settings that read each one
+(`APPLIES`, which also groups --help), and their validation: a bad value is
+an `InputError` naming the flag, which `cli.entry` prints as one line with
+exit status 2.
 
-Algorithm names come from the library's registry
-(`tff_hdp.learning.algorithms`), so a registered rule is selectable here
-without an edit.
+Task and algorithm names come from the registries (`tasks.REGISTRY`,
+`tff_hdp.learning.algorithms`), so a registered one is selectable here
+without an edit. Nothing here imports TensorFlow: --help and the checks run
+before it is loaded.
 """
 
 from __future__ import annotations
+
+import math
+import os
 
 from absl import flags as absl_flags
 
@@ -19,7 +24,9 @@ TASK = absl_flags.DEFINE_enum('task', 'digits',
                           sorted(tasks.REGISTRY) + ['point_estimation'],
                           'Task to run.')
 DATA_DIR = absl_flags.DEFINE_string(
-    'data_dir', None, 'Directory with the task\'s data files (real datasets).')
+    'data_dir', None, 'Directory with the task\'s data files (real '
+    'datasets). Default: the task\'s folder under $TFF_HDP_DATA, else '
+    '../shared/data beside the repository.')
 NUM_CLIENTS = absl_flags.DEFINE_integer(
     'num_clients', None, 'Number of clients, for tasks that allow choosing it.')
 ALGORITHMS = absl_flags.DEFINE_list(
@@ -94,8 +101,10 @@ TARGET_QUANTILE = absl_flags.DEFINE_float(
 CLIP_LR = absl_flags.DEFINE_float(
     'clip_lr', 0.2, 'Adaptive clipping learning rate eta_b (0: fixed norm).')
 CLIP_COUNT_STDDEV = absl_flags.DEFINE_float(
-    'clip_count_stddev', None, 'Noise std z_b of the unclipped count '
-    '(default: 5% of the expected clients per round).')
+    'clip_count_stddev', None, 'Noise std z_b of the unclipped count. '
+    'Default: 5% of the expected clients per round, or, where that is too '
+    'little for the target, the noise multiplier the strictest level needs '
+    '(printed).')
 DENOMINATOR = absl_flags.DEFINE_enum(
     'denominator', 'expected', ['expected', 'realized'],
     'Private groups\' mean denominator: expected size (privacy-sound) or the '
@@ -154,13 +163,81 @@ class InputError(ValueError):
   """Bad flags or data: reported as one line, without a traceback."""
 
 
-def floats(flag) -> list[float]:
+TRUSTED, UNTRUSTED, CROSS_SILO = (algorithms.TRUSTED, algorithms.UNTRUSTED,
+                                  algorithms.CROSS_SILO)
+POINT_ESTIMATION = 'point_estimation'
+_TRAINING = (TRUSTED, UNTRUSTED, CROSS_SILO)
+_EVERY = _TRAINING + (POINT_ESTIMATION,)
+
+# The settings that read each flag. Giving a flag that the run's setting does
+# not read is an error, not a silent no-op; --help groups the flags by it.
+APPLIES: dict[str, tuple[str, ...]] = {
+    'task': _EVERY, 'output_dir': _EVERY, 'seed': _EVERY,
+    'unsafe_seeded_dp_randomness': _EVERY, 'checkpoint_every': _EVERY,
+    'algorithms': _TRAINING, 'data_dir': _TRAINING, 'num_clients': _TRAINING,
+    'rounds': _TRAINING, 'batch_size': _TRAINING, 'client_lr': _TRAINING,
+    'eval_every': _TRAINING, 'deltas': _TRAINING,
+    'unsafe_allow_large_delta': _TRAINING,
+    'epsilons': (TRUSTED, CROSS_SILO), 'r': (TRUSTED, POINT_ESTIMATION),
+    'dp_sgd_clip': (UNTRUSTED, CROSS_SILO),
+    **{name: (TRUSTED,) for name in (
+        'level_fractions', 'opt_out_fraction', 'clients_per_round',
+        'sampling', 'local_epochs', 'cohort_size', 'server_lr', 'clip_norm',
+        'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
+        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr',
+        'release_unprotected_stats')},
+    'epsilon_distribution': (UNTRUSTED,),
+    **{name: (CROSS_SILO,) for name in (
+        'lambdas', 'client_lrs', 'sweep', 'num_clusters',
+        'selection_fraction', 'selection_share')},
+    **{name: (POINT_ESTIMATION,) for name in (
+        'trials', 'pe_clients', 'pe_private', 'pe_samples', 'pe_tau2',
+        'pe_beta2', 'pe_gamma2')},
+}
+_SETTING_NAMES = {
+    TRUSTED: 'trusted-server', UNTRUSTED: 'untrusted-server',
+    CROSS_SILO: 'cross-silo', POINT_ESTIMATION: 'point-estimation'}
+_GROUP_TITLES = {
+    _EVERY: 'Every run',
+    _TRAINING: 'Every training run (trusted server, untrusted server, '
+               'cross-silo)',
+    (TRUSTED,): 'Trusted server, client-level DP (--algorithms='
+                f'{",".join(algorithms.names(TRUSTED))})',
+    (UNTRUSTED,): 'Untrusted server, every client runs DP-SGD '
+                  f'(--algorithms={",".join(algorithms.names(UNTRUSTED))})',
+    (CROSS_SILO,): 'Cross-silo, silo-specific sample-level DP '
+                   f'(--algorithms={",".join(algorithms.names(CROSS_SILO))})',
+    (POINT_ESTIMATION,): 'Point estimation (--task=point_estimation)',
+}
+
+
+def help_groups() -> list[tuple[str, list[str]]]:
+  """(title, flag names) for --help, one group per set of settings."""
+  grouped: dict[tuple[str, ...], list[str]] = {}
+  for name, settings in APPLIES.items():
+    grouped.setdefault(settings, []).append(name)
+  def title(settings):
+    return _GROUP_TITLES.get(settings) or ' and '.join(
+        _SETTING_NAMES[s] for s in settings).capitalize()
+  order = list(_GROUP_TITLES)
+  keys = sorted(grouped, key=lambda s: (order.index(s) if s in order
+                                        else len(order), s))
+  return [(title(k), sorted(grouped[k])) for k in keys]
+
+
+def floats(flag, allow_empty: bool = False) -> list[float]:
+  """The flag's comma-separated values as finite floats."""
+  if not flag.value and not allow_empty:
+    raise InputError(f'--{flag.name} needs at least one number.')
   try:
-    return [float(v) for v in flag.value]
+    values = [float(v) for v in flag.value]
   except ValueError:
     raise InputError(
         f'--{flag.name} must be comma-separated numbers, got '
         f'{",".join(flag.value)!r}.') from None
+  for v in values:
+    check(math.isfinite(v), f'--{flag.name} must be finite numbers, got {v}.')
+  return values
 
 
 def check(condition: bool, message: str) -> None:
@@ -168,43 +245,144 @@ def check(condition: bool, message: str) -> None:
     raise InputError(message)
 
 
-def validate_flags() -> None:
-  check(ROUNDS.value >= 1, f'--rounds must be >= 1, got {ROUNDS.value}.')
-  check(CLIENTS_PER_ROUND.value >= 1,
-         f'--clients_per_round must be >= 1, got {CLIENTS_PER_ROUND.value}.')
-  check(0.0 <= OPT_OUT.value <= 1.0,
-         f'--opt_out_fraction must be in [0, 1], got {OPT_OUT.value}.')
-  for r in floats(R):
-    check(r >= 0, f'--r must be >= 0, got {r}.')
-  for e in floats(EPSILONS):
-    check(e > 0, f'--epsilons must be > 0, got {e}.')
-  for d in floats(DELTAS):
-    check(0 < d < 1, f'--deltas must be in (0, 1), got {d}.')
-  check(EVAL_EVERY.value >= 1,
-         f'--eval_every must be >= 1, got {EVAL_EVERY.value}.')
-  for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP):
-    check(flag.value is None or flag.value >= 0,
-           f'--{flag.name} must be >= 0, got {flag.value}.')
-  check(DITTO_LR.value is None or DITTO_LR.value > 0,
-         f'--ditto_lr must be > 0, got {DITTO_LR.value}.')
-  check(CHECKPOINT_EVERY.value >= 0,
-         f'--checkpoint_every must be >= 0, got {CHECKPOINT_EVERY.value}.')
-  check(COHORT_SIZE.value >= 0,
-         f'--cohort_size must be >= 0, got {COHORT_SIZE.value}.')
+def _in(flag, low: float, high: float = math.inf, low_open: bool = False,
+        high_open: bool = False) -> None:
+  """The scalar flag's value (when set) lies in the interval, finite."""
+  v = flag.value
+  if v is None:
+    return
+  ok = (math.isfinite(v) and (v > low if low_open else v >= low) and
+        (v < high if high_open else v <= high))
+  if not ok:
+    interval = ('(' if low_open else '[') + f'{_number(low)}, ' + (
+        'inf)' if high == math.inf else _number(high) + (
+            ')' if high_open else ']'))
+    check(False, f'--{flag.name} must be in {interval}, got {v}.')
+
+
+def _number(x: float) -> str:
+  return str(int(x)) if float(x).is_integer() else f'{x:g}'
+
+
+def run_setting() -> str:
+  """The setting the flags ask for (after --algorithms was checked)."""
+  if TASK.value == POINT_ESTIMATION:
+    return POINT_ESTIMATION
+  return setting(ALGORITHMS.value[0])
+
+
+def _check_algorithms() -> None:
+  check(bool(ALGORITHMS.value), '--algorithms needs at least one algorithm.')
   known = sum((algorithms.names(s) for s in algorithms.SETTINGS), ())
   for a in ALGORITHMS.value:
     check(a in known, f'--algorithms: unknown algorithm {a!r}; choose from '
-           f'{", ".join(known)}.')
+          f'{", ".join(known)}.')
+  check(len(set(ALGORITHMS.value)) == len(ALGORITHMS.value),
+        f'--algorithms lists an algorithm twice: {",".join(ALGORITHMS.value)}.')
   kinds = {setting(a) for a in ALGORITHMS.value}
   check(len(kinds) == 1, '--algorithms: trusted-server (fedhdp, dp_fedavg, '
-         'nonprivate), untrusted-server and cross-silo algorithms cannot be '
-         'mixed in one run.')
-  for lam in floats(LAMBDAS):
-    check(lam >= 0, f'--lambdas must be >= 0, got {lam}.')
-  for lr in floats(CLIENT_LRS) if CLIENT_LRS.value else []:
-    check(lr > 0, f'--client_lrs must be > 0, got {lr}.')
-  check(DP_SGD_CLIP.value > 0,
-         f'--dp_sgd_clip must be > 0, got {DP_SGD_CLIP.value}.')
+        'nonprivate), untrusted-server and cross-silo algorithms cannot be '
+        'mixed in one run.')
+
+
+def _check_applies(current: str) -> None:
+  for name, settings in APPLIES.items():
+    if absl_flags.FLAGS[name].present and current not in settings:
+      check(False, f'--{name} does not apply to {_SETTING_NAMES[current]} '
+            'runs (it is read by ' + ', '.join(
+                _SETTING_NAMES[s] for s in settings) + ' runs); drop it.')
+  task = tasks.REGISTRY.get(TASK.value)
+  if DATA_DIR.value and task is not None and task.data is None:
+    check(False, f'--data_dir does not apply to --task={TASK.value}, which '
+          'makes its own data; drop it.')
+
+
+def _check_output_dir() -> None:
+  path = os.path.abspath(OUTPUT_DIR.value)
+  check(bool(OUTPUT_DIR.value), '--output_dir must not be empty.')
+  existing = path
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  check(os.path.isdir(existing), f'--output_dir={OUTPUT_DIR.value}: '
+        f'{existing} is a file, not a folder.')
+  check(os.access(existing, os.W_OK | os.X_OK),
+        f'--output_dir={OUTPUT_DIR.value}: {existing} is not writable.')
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError as e:
+    check(False, f'--output_dir={OUTPUT_DIR.value}: cannot create it '
+          f'({e.strerror}).')
+
+
+def validate_flags() -> None:
+  """Every check that needs no data; an `InputError` names the flag."""
+  if TASK.value != POINT_ESTIMATION:
+    _check_algorithms()
+  current = run_setting()
+  _check_applies(current)
+  _check_output_dir()
+  _in(SEED, 0, 2**31 - 1)
+  _in(CHECKPOINT_EVERY, 0)
+  if current == POINT_ESTIMATION:
+    _check_ratios()
+    _in(TRIALS, 1)
+    _in(PE_CLIENTS, 1)
+    _in(PE_PRIVATE, 0, PE_CLIENTS.value)
+    _in(PE_SAMPLES, 1)
+    for flag in (PE_TAU2, PE_BETA2, PE_GAMMA2):
+      _in(flag, 0)
+    return
+  _in(NUM_CLIENTS, 1)
+  _in(ROUNDS, 1)
+  _in(BATCH_SIZE, 1)
+  _in(CLIENT_LR, 0, low_open=True)
+  _in(EVAL_EVERY, 1)
+  for d in floats(DELTAS):
+    check(0 < d < 1, f'--deltas must be in (0, 1), got {d}.')
+  if current in (TRUSTED, CROSS_SILO):
+    for e in floats(EPSILONS):
+      check(e > 0, f'--epsilons must be > 0, got {e}.')
+  if current in (UNTRUSTED, CROSS_SILO):
+    _in(DP_SGD_CLIP, 0, low_open=True)
+  if current == TRUSTED:
+    _check_ratios()
+    _in(CLIENTS_PER_ROUND, 1)
+    _in(OPT_OUT, 0, 1)
+    _in(LOCAL_EPOCHS, 1)
+    _in(COHORT_SIZE, 0)
+    _in(SERVER_LR, 0, low_open=True)
+    _in(CLIP_NORM, 0, low_open=True)
+    _in(TARGET_QUANTILE, 0, 1)
+    _in(CLIP_LR, 0)
+    _in(CLIP_COUNT_STDDEV, 0, low_open=CLIP_LR.value > 0)
+    for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP):
+      _in(flag, 0)
+    _in(DITTO_LR, 0, low_open=True)
+    if LEVEL_FRACTIONS.value:
+      fractions = floats(LEVEL_FRACTIONS)
+      check(len(fractions) == len(EPSILONS.value),
+            f'--level_fractions has {len(fractions)} values for '
+            f'{len(EPSILONS.value)} --epsilons.')
+      check(all(0 <= f <= 1 for f in fractions) and
+            math.isclose(sum(fractions), 1.0, abs_tol=1e-6),
+            '--level_fractions must be in [0, 1] and sum to 1, got '
+            f'{",".join(LEVEL_FRACTIONS.value)}.')
+  if current == CROSS_SILO:
+    for lam in floats(LAMBDAS):
+      check(lam >= 0, f'--lambdas must be >= 0, got {lam}.')
+    for lr in floats(CLIENT_LRS) if CLIENT_LRS.value is not None else []:
+      check(lr > 0, f'--client_lrs must be > 0, got {lr}.')
+    _in(NUM_CLUSTERS, 1)
+    _in(SELECTION_FRACTION, 0, 1)
+    _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
+
+
+def _check_ratios() -> None:
+  ratios = floats(R)
+  for r in ratios:
+    check(r >= 0, f'--r must be >= 0, got {r}.')
+  check(len(set(ratios)) == len(ratios),
+        f'--r lists a ratio twice: {",".join(R.value)}.')
 
 
 def setting(algorithm: str) -> str:
@@ -224,14 +402,19 @@ def private_levels():
 
 
 def load_task():
+  from tff_hdp.federated_task import TaskOptions  # pylint: disable=g-import-not-at-top
+  data_dir = DATA_DIR.value or tasks.REGISTRY[TASK.value].default_data_dir()
   try:
     return tasks.load(
         TASK.value,
-        tasks.TaskOptions(data_dir=DATA_DIR.value,
+        TaskOptions(data_dir=data_dir,
                           batch_size=BATCH_SIZE.value, seed=SEED.value,
                           num_clients=NUM_CLIENTS.value))
   except ValueError as e:
-    raise InputError(f'--task={TASK.value}: {e}') from None
+    where = '' if DATA_DIR.value else (
+        f' (the default --data_dir, under ${tasks.DATA_ROOT_ENV} or '
+        '../shared/data; pass --data_dir=DIR)')
+    raise InputError(f'--task={TASK.value}: {e}{where}') from None
 
 
 def print_privacy_warnings() -> None:

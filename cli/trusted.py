@@ -33,6 +33,9 @@ def learning_setup(task):
     ditto = trusted_setting.DittoSettings(lam_p, lam_np,
                                      flags.DITTO_LR.value or flags.CLIENT_LR.value)
   fractions = (flags.floats(flags.LEVEL_FRACTIONS) if flags.LEVEL_FRACTIONS.value else None)
+  count_stddev = flags.CLIP_COUNT_STDDEV.value
+  if count_stddev is None and flags.CLIP_LR.value > 0:
+    count_stddev = _derived_clip_count_stddev(levels, sampling, n)
   settings = trusted_setting.Settings(
       rounds=flags.ROUNDS.value,
       sampling=sampling,
@@ -43,7 +46,7 @@ def learning_setup(task):
           initial_norm=flags.CLIP_NORM.value,
           target_quantile=flags.TARGET_QUANTILE.value,
           learning_rate=flags.CLIP_LR.value,
-          count_stddev=flags.CLIP_COUNT_STDDEV.value),
+          count_stddev=count_stddev),
       denominator=flags.DENOMINATOR.value,
       seed=flags.SEED.value,
       eval_every=flags.EVAL_EVERY.value,
@@ -61,6 +64,27 @@ def learning_setup(task):
   except ValueError as e:
     raise flags.InputError(str(e)) from None
   return settings, choices, configs
+
+
+def _derived_clip_count_stddev(levels, sampling, n) -> float | None:
+  """`plans.default_clip_count_stddev` where it departs from TFF's 5% (None,
+  the plan's own default, otherwise: a run's key stays as it was)."""
+  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top
+  try:
+    value, derived = plans.default_clip_count_stddev(
+        levels, sampling, flags.ROUNDS.value, n)
+  except accounting.InfeasiblePrivacyTargetError as e:
+    raise flags.InputError(f'--epsilons/--deltas: {e}') from None
+  if not derived:
+    return None
+  print(f'--clip_count_stddev not given: using {value:.4g}, the noise '
+        'multiplier the strictest level needs over '
+        f'{flags.ROUNDS.value} rounds (5% of the '
+        f'{sampling.rate * n:g} expected clients per round, '
+        f'{0.05 * sampling.rate * n:.3g}, is too little noise on the clip '
+        'count for the target).')
+  return value
 
 
 def run() -> None:

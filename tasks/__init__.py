@@ -1,35 +1,67 @@
 """Datasets and models, one module per task, behind `tff_hdp.federated_task.FederatedTask`.
 
-`REGISTRY` maps a task name (the CLI's `--task`) to a loader taking
-`TaskOptions`; adding a task is one module plus one entry here.
+`REGISTRY` maps a task name (the CLI's `--task`) to its record: the module
+and function that load it, and where its real data set lives under the data
+root (None: the task makes its own data). Adding a task is one module plus
+one entry here. Loaders are imported when a task is loaded, so the command
+line can read the names (for --help and validation) without TensorFlow.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import dataclasses
+import importlib
+import os
+from typing import TYPE_CHECKING
 
-from tasks import cross_silo
-from tasks import digits
-from tasks import emnist
-from tasks import femnist_leaf
-from tasks import linear_regression
-from tasks import mnist
-from tff_hdp.federated_task import FederatedTask
-from tff_hdp.federated_task import TaskOptions
+if TYPE_CHECKING:
+  from tff_hdp.federated_task import FederatedTask
+  from tff_hdp.federated_task import TaskOptions
 
-REGISTRY: dict[str, Callable[[TaskOptions], FederatedTask]] = {
-    'digits': digits.load_task,
-    'femnist': emnist.load_full_task,
-    'femnist_leaf': femnist_leaf.load_task,
-    'fmnist': emnist.load_digits_task,
-    'gleam': cross_silo.load_gleam_task,
-    'linear_regression': linear_regression.load_task,
-    'mnist_iid': mnist.load_iid_task,
-    'mnist_noniid': mnist.load_task,
-    'mnist_noniid_skewed': mnist.load_skewed_task,
-    'rotated_masked_mnist': cross_silo.load_rotated_masked_mnist_task,
-    'school': cross_silo.load_school_task,
-    'vehicle': cross_silo.load_vehicle_task,
+
+# Where real data sets live unless a run passes --data_dir: one setting for the
+# command line's defaults and the tests, an environment variable so a clone
+# anywhere can point at its data.
+DATA_ROOT_ENV = 'TFF_HDP_DATA'
+_DEFAULT_DATA_ROOT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), '..',
+    'shared', 'data')
+
+
+def data_root() -> str:
+  """`$TFF_HDP_DATA`, or `../shared/data` beside the repository."""
+  return os.path.normpath(os.environ.get(DATA_ROOT_ENV) or _DEFAULT_DATA_ROOT)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """A registered task: `module.loader(TaskOptions)` builds it; `data` is its
+  folder under `data_root()`, or None when it needs no files."""
+
+  module: str
+  loader: str
+  data: str | None = None
+
+  def default_data_dir(self) -> str | None:
+    return (os.path.join(data_root(), self.data)
+            if self.data else None)
+
+
+REGISTRY: dict[str, Task] = {
+    'digits': Task('tasks.digits', 'load_task'),
+    'femnist': Task('tasks.emnist', 'load_full_task', 'emnist'),
+    'femnist_leaf': Task('tasks.femnist_leaf', 'load_task', 'femnist_leaf'),
+    'fmnist': Task('tasks.emnist', 'load_digits_task', 'emnist'),
+    'gleam': Task('tasks.cross_silo', 'load_gleam_task', 'cross_silo/gleam'),
+    'linear_regression': Task('tasks.linear_regression', 'load_task'),
+    'mnist_iid': Task('tasks.mnist', 'load_iid_task', 'mnist'),
+    'mnist_noniid': Task('tasks.mnist', 'load_task', 'mnist'),
+    'mnist_noniid_skewed': Task('tasks.mnist', 'load_skewed_task', 'mnist'),
+    'rotated_masked_mnist': Task('tasks.cross_silo',
+                                 'load_rotated_masked_mnist_task', 'mnist'),
+    'school': Task('tasks.cross_silo', 'load_school_task', 'cross_silo/school'),
+    'vehicle': Task('tasks.cross_silo', 'load_vehicle_task',
+                    'cross_silo/vehicle_partial'),
 }
 
 
@@ -37,4 +69,5 @@ def load(name: str, options: TaskOptions) -> FederatedTask:
   """Loads task `name`; an unknown name is a ValueError listing the known."""
   if name not in REGISTRY:
     raise ValueError(f'unknown task {name!r}; known tasks: {sorted(REGISTRY)}.')
-  return REGISTRY[name](options)
+  task = REGISTRY[name]
+  return getattr(importlib.import_module(task.module), task.loader)(options)

@@ -22,21 +22,6 @@ import scipy.io
 
 from tff_hdp.federated_task import Arrays
 
-# Where real data sets live unless a run passes --data_dir: one setting for the
-# CLI's defaults and the tests, an environment variable so a clone anywhere can
-# point at its data.
-DATA_ROOT_ENV = 'TFF_HDP_DATA'
-_DEFAULT_DATA_ROOT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), '..',
-    'shared', 'data')
-
-
-def data_root() -> str:
-  """`$TFF_HDP_DATA`, or `../shared/data` beside the repository."""
-  return os.path.normpath(
-      os.environ.get(DATA_ROOT_ENV) or _DEFAULT_DATA_ROOT)
-
-
 MNIST_IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
                    't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
 _MNIST_NPZ_KEYS = ('x_train', 'y_train', 'x_test', 'y_test')

@@ -43,8 +43,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PINNED_FILE = os.path.join(ROOT, 'tests', 'pinned_outputs.json')
 # The Vehicle data, under the data sets' one setting (tasks.data_files).
 sys.path.insert(0, ROOT)
-from tasks import data_files  # noqa: E402  pylint: disable=g-import-not-at-top
-VEHICLE_DIR = os.path.join(data_files.data_root(), 'cross_silo',
+import tasks  # noqa: E402  pylint: disable=g-import-not-at-top
+VEHICLE_DIR = os.path.join(tasks.data_root(), 'cross_silo',
                            'vehicle_partial')
 VEHICLE_PLACEHOLDER = '{vehicle_dir}'
 

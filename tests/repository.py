@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tasks import data_files
+import tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MISSING_DATA = 'missing data set'
@@ -19,8 +19,8 @@ MISSING_DATA = 'missing data set'
 def data_path(*parts: str) -> str:
   """`data_root()/parts...` (an absolute path is taken as it is), or skips
   the calling test naming what is missing."""
-  path = os.path.join(data_files.data_root(), *parts)
+  path = os.path.join(tasks.data_root(), *parts)
   if not os.path.exists(path):
-    pytest.skip(f'{MISSING_DATA}: {path} (set ${data_files.DATA_ROOT_ENV} to '
+    pytest.skip(f'{MISSING_DATA}: {path} (set ${tasks.DATA_ROOT_ENV} to '
                 'the folder holding the data sets)')
   return path

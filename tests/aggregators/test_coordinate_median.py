@@ -78,14 +78,13 @@ def test_a_rule_registered_by_user_code_runs_from_the_cli(tmp_path):
       import sys
       sys.path.insert(0, {ROOT!r})
       import tff_hdp
-      from absl import app
       from tff_hdp.aggregators.coordinate_median import CoordinateMedianFactory
       from tff_hdp.learning import algorithms
       algorithms.register(algorithms.Algorithm(
           'user_median', algorithms.UNTRUSTED, 'a median from user code',
           CoordinateMedianFactory))
       import run_experiment
-      app.run(run_experiment.main)
+      run_experiment.run()
   """))
   result = subprocess.run(
       [sys.executable, str(script), '--num_clients=10',

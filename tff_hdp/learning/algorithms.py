@@ -5,19 +5,21 @@ A new server rule for the untrusted setting is its factory file in
 `tff_hdp/aggregators/`, one record here (or a `register` call from user
 code) and its test; no driver changes. Trusted-server algorithms differ in the
 privacy groups they train with (`fedhdp.groups_for_algorithm`); cross-silo
-methods in how they use the common round (`cross_silo_process`).
+algorithms in how they use the common round (`cross_silo_process`).
+
+The command line reads this registry for its help and its validation before
+TensorFlow is imported, so the built-in factories are named by module and
+class and imported when first built (`lazy_factory`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+import importlib
+from typing import Callable, TYPE_CHECKING
 
-import tensorflow_federated as tff
-
-from tff_hdp.aggregators.coordinate_median import CoordinateMedianFactory
-from tff_hdp.aggregators.pfa import PFAFactory
-from tff_hdp.aggregators.robust_hdp import RobustHDPFactory
+if TYPE_CHECKING:
+  import tensorflow_federated as tff
 
 TRUSTED = 'trusted'  # client-level DP at the server, privacy groups
 UNTRUSTED = 'untrusted'  # every client runs DP-SGD at its own epsilon
@@ -26,6 +28,24 @@ SETTINGS = (TRUSTED, UNTRUSTED, CROSS_SILO)
 
 # What an untrusted-setting client attaches to its update as its weight.
 CLIENT_WEIGHTS = ('none', 'inverse_noise_variance', 'epsilon', 'num_examples')
+
+
+def lazy_factory(module: str,
+                 name: str) -> Callable[..., tff.aggregators.Factory]:
+  """The factory class `module.name` (a dotted name inside `module`),
+  imported when first built."""
+
+  def build(**options) -> tff.aggregators.Factory:
+    factory = importlib.import_module(module)
+    for part in name.split('.'):
+      factory = getattr(factory, part)
+    return factory(**options)
+
+  build.__name__ = build.__qualname__ = name.rpartition('.')[2]
+  return build
+
+
+_MEAN = lazy_factory('tensorflow_federated', 'aggregators.MeanFactory')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,18 +86,20 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm('fedhdp', TRUSTED, 'FedHDP'),
     Algorithm('dp_fedavg', TRUSTED, 'DP-FedAvg'),
     Algorithm('nonprivate', TRUSTED, 'FedAvg'),
-    Algorithm('robust_hdp', UNTRUSTED, 'Robust-HDP', RobustHDPFactory),
-    Algorithm('oracle', UNTRUSTED, 'inverse noise variance (oracle)',
-              tff.aggregators.MeanFactory, 'inverse_noise_variance'),
-    Algorithm('weiavg', UNTRUSTED, 'WeiAvg', tff.aggregators.MeanFactory,
-              'epsilon'),
-    Algorithm('dpfedavg', UNTRUSTED, 'DPFedAvg', tff.aggregators.MeanFactory,
-              'num_examples'),
-    Algorithm('pfa', UNTRUSTED, 'PFA', PFAFactory),
-    Algorithm('min_epsilon', UNTRUSTED, 'minimum epsilon',
-              tff.aggregators.MeanFactory, 'num_examples', min_epsilon=True),
+    Algorithm('robust_hdp', UNTRUSTED, 'Robust-HDP',
+              lazy_factory('tff_hdp.aggregators.robust_hdp',
+                           'RobustHDPFactory')),
+    Algorithm('oracle', UNTRUSTED, 'inverse noise variance (oracle)', _MEAN,
+              'inverse_noise_variance'),
+    Algorithm('weiavg', UNTRUSTED, 'WeiAvg', _MEAN, 'epsilon'),
+    Algorithm('dpfedavg', UNTRUSTED, 'DPFedAvg', _MEAN, 'num_examples'),
+    Algorithm('pfa', UNTRUSTED, 'PFA',
+              lazy_factory('tff_hdp.aggregators.pfa', 'PFAFactory')),
+    Algorithm('min_epsilon', UNTRUSTED, 'minimum epsilon', _MEAN,
+              'num_examples', min_epsilon=True),
     Algorithm('median', UNTRUSTED, 'coordinate-wise median',
-              CoordinateMedianFactory),
+              lazy_factory('tff_hdp.aggregators.coordinate_median',
+                           'CoordinateMedianFactory')),
     Algorithm('local', CROSS_SILO, 'local training'),
     Algorithm('fedavg', CROSS_SILO, 'FedAvg'),
     Algorithm('finetune', CROSS_SILO, 'FedAvg + finetuning'),

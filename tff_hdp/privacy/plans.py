@@ -18,6 +18,7 @@ import numpy as np
 
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy.privacy_groups import GroupAssignment
+from tff_hdp.privacy.privacy_groups import PrivacyGroup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,3 +250,40 @@ def plan_clients(epsilons: Sequence[float], delta: float,
                           allow_large_delta=allow_large_delta)
       for e, n, b in zip(epsilons, num_examples, batch_sizes)
   ]
+
+
+def default_clip_count_stddev(groups: Sequence[PrivacyGroup],
+                              sampling: accounting.Sampling, rounds: int,
+                              population: int) -> tuple[float, bool]:
+  """The clip-count noise z_b a run uses when none is given.
+
+  TFF's default is 5% of the expected clients per round. With few clients per
+  round that is too little noise on the count: the count alone can then spend
+  more than the strictest private level allows (the run is impossible), or
+  leave the updates far more noise than the target needs. Where the 5% is
+  below the effective noise multiplier z* that the strictest level needs,
+  z_b = z* instead: the count then takes a quarter of the budget (in 1/z^2)
+  and the updates get z* / sqrt(3/4), 15% more noise than z* alone.
+
+  Args:
+    groups: the run's privacy levels (non-private ones are ignored).
+    sampling: how clients are sampled each round.
+    rounds: the rounds the budget must last.
+    population: the number of clients.
+
+  Returns:
+    (z_b, derived): derived is True when z_b is z* rather than the 5%.
+
+  Raises:
+    InfeasiblePrivacyTargetError: a target that no noise meets.
+  """
+  tff_default = 0.05 * sampling.rate * population
+  private = [g for g in groups if g.is_private]
+  if not private:
+    return tff_default, False
+  needed = max(
+      accounting.calibrate_noise_multiplier(g.epsilon, g.delta, sampling,
+                                            rounds, None) for g in private)
+  if tff_default >= needed:
+    return tff_default, False
+  return needed, True

@@ -1,0 +1,124 @@
+"""How every entry point starts: flags first, TensorFlow after.
+
+`run(main)` is absl's `app.run` with three differences a command-line user
+expects. `--help` (and `-h`, `--helpshort`, `--helpfull`) prints the usage
+and the flags grouped by setting and exits 0 before TensorFlow is imported,
+so it is instant. A bad flag value is one line, `<program>: error: ...`, with
+exit status 2, also before TensorFlow is imported where the check needs no
+data. Ctrl-C ends with one line saying how to resume, not a traceback.
+
+TensorFlow is imported by the flag parser, after the flags are read: Keras
+2.14 cannot build functional or Sequential models when TensorFlow is first
+imported inside `app.run`'s main.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from typing import Callable, Sequence
+
+from absl import app
+from absl import flags as absl_flags
+
+from cli import flags
+
+HELP_FLAGS = ('--help', '-h', '-?', '--helpshort', '--helpfull')
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def program() -> str:
+  return os.path.basename(sys.argv[0])
+
+
+def fail(message: str) -> None:
+  """Ends the program with one error line and exit status 2."""
+  sys.stderr.write(f'{program()}: error: {message}\n')
+  sys.exit(EXIT_BAD_INPUT)
+
+
+def _describe(flag: absl_flags.Flag) -> str:
+  default = flag.default
+  if isinstance(default, list):
+    default = ','.join(str(v) for v in default)
+  text = f'--{flag.name}: {flag.help}'
+  values = getattr(flag.parser, 'enum_values', None)
+  if values:  # absl writes them as a '<a|b>: ' prefix; a list wraps better
+    text = (f'--{flag.name}: {flag.help.partition(">: ")[2]} One of: '
+            f'{", ".join(values)}.')
+  if default is not None and default != '':
+    text += f' (default: {default})'
+  return textwrap.fill(text, 80, initial_indent='  ',
+                       subsequent_indent='      ', break_long_words=False,
+                       break_on_hyphens=False)
+
+
+def help_text(usage: str, groups: Sequence[tuple[str, Sequence[str]]]) -> str:
+  """`usage`, then each (title, flag names) group with the flags' help."""
+  lines = [usage.strip(), '']
+  for title, names in groups:
+    lines += [f'{title}:'] + [_describe(absl_flags.FLAGS[n]) for n in names]
+    lines.append('')
+  return '\n'.join(lines)
+
+
+def _main_module_flags() -> list[str]:
+  main = sys.modules['__main__']
+  module = getattr(main, '__file__', None) or sys.argv[0]
+  defined = absl_flags.FLAGS.flags_by_module_dict().get(module, [])
+  return sorted(f.name for f in defined)
+
+
+def run(main: Callable[[list[str]], None], usage: str,
+        groups: Sequence[tuple[str, Sequence[str]]] | None = None,
+        validate: Callable[[], None] | None = None) -> None:
+  """Runs `main` as absl's `app.run` does (see the module docstring).
+
+  Args:
+    main: the program, called with the arguments left after the flags.
+    usage: the text `--help` prints before the flags (the module docstring).
+    groups: (title, flag names) for `--help`; default: the main module's flags.
+    validate: checks the flag values before TensorFlow is imported; raises
+      `flags.InputError` naming the flag.
+  """
+
+  def parse(argv: list[str]) -> list[str]:
+    if any(a.split('=')[0] in HELP_FLAGS for a in argv[1:]):
+      try:
+        print(help_text(usage, groups or [('flags', _main_module_flags())]),
+              flush=True)
+      except BrokenPipeError:  # e.g. `--help | head`: the reader is gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+      sys.exit(0)
+    try:
+      rest = absl_flags.FLAGS(argv)
+    except absl_flags.Error as e:
+      fail(f'{e} (see --help)')
+    if len(rest) > 1:
+      fail(f'unexpected arguments: {" ".join(rest[1:])} (flags are written '
+           '--name=value)')
+    try:
+      if validate is not None:
+        validate()
+    except flags.InputError as e:
+      fail(str(e))
+    import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    return rest
+
+  def guarded_main(argv: list[str]) -> None:
+    try:
+      main(argv)
+    except flags.InputError as e:
+      fail(str(e))
+
+  if sys.version_info[:2] != (3, 11):
+    sys.exit(f'tff-hdp needs Python 3.11 (TensorFlow 2.14 / TFF 0.87); this '
+             f'is Python {sys.version.split()[0]}.')
+  try:
+    app.run(guarded_main, flags_parser=parse)
+  except KeyboardInterrupt:
+    sys.stderr.write(f'\n{program()}: interrupted; re-run the same command '
+                     'to resume from the last checkpoint.\n')
+    sys.exit(EXIT_INTERRUPTED)

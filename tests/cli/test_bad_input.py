@@ -1,0 +1,163 @@
+"""Every bad flag value is one line naming the flag, with exit status 2.
+
+These are the checks that need no data: `cli.entry` runs them before
+TensorFlow is imported, so each case costs a fraction of a second. Checks
+that need the data or the accountant (a delta above 1/N, an infeasible
+target, a malformed data file) are in tests/cli/test_cli.py.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import repository
+
+ROOT = repository.ROOT
+
+# (command line, the flag as the line must name it, a fragment of the line).
+CASES = [
+    # Numbers that are not numbers, or not finite.
+    (['--epsilons=inf'], '--epsilons', 'finite'),
+    (['--epsilons='], '--epsilons', 'at least one number'),
+    (['--epsilons=abc'], '--epsilons', 'comma-separated numbers'),
+    (['--deltas='], '--deltas', 'at least one number'),
+    (['--deltas=0'], '--deltas', '(0, 1)'),
+    (['--deltas=1.5'], '--deltas', '(0, 1)'),
+    (['--epsilons=0'], '--epsilons', '> 0'),
+    (['--r=inf'], '--r', 'finite'),
+    (['--r='], '--r', 'at least one number'),
+    (['--r=-0.5'], '--r', '>= 0'),
+    (['--r=1,1.0'], '--r', 'twice'),
+    (['--client_lr=nan'], '--client_lr', '(0, inf)'),
+    (['--client_lr=0'], '--client_lr', '(0, inf)'),
+    (['--server_lr=0'], '--server_lr', '(0, inf)'),
+    (['--clip_norm=0'], '--clip_norm', '(0, inf)'),
+    (['--target_quantile=1.5'], '--target_quantile', '[0, 1]'),
+    (['--clip_lr=-0.1'], '--clip_lr', '[0, inf)'),
+    (['--clip_count_stddev=-1'], '--clip_count_stddev', '(0, inf)'),
+    (['--opt_out_fraction=1.5'], '--opt_out_fraction', '[0, 1]'),
+    (['--ditto_lambda_p=-1'], '--ditto_lambda_p', '[0, inf)'),
+    (['--ditto_lr=0'], '--ditto_lr', '(0, inf)'),
+    (['--level_fractions=0.5,0.5'], '--level_fractions', '1 --epsilons'),
+    (['--epsilons=1,2', '--level_fractions=0.5,0.6'], '--level_fractions',
+     'sum to 1'),
+    # Counts.
+    (['--num_clients=0'], '--num_clients', '[1, inf)'),
+    (['--rounds=0'], '--rounds', '[1, inf)'),
+    (['--clients_per_round=0'], '--clients_per_round', '[1, inf)'),
+    (['--batch_size=0'], '--batch_size', '[1, inf)'),
+    (['--local_epochs=0'], '--local_epochs', '[1, inf)'),
+    (['--eval_every=0'], '--eval_every', '[1, inf)'),
+    (['--checkpoint_every=-1'], '--checkpoint_every', '[0, inf)'),
+    (['--cohort_size=-2'], '--cohort_size', '[0, inf)'),
+    (['--seed=-1'], '--seed', '[0, 2147483647]'),
+    (['--rounds=x'], '--rounds', "'x'"),
+    # Algorithms and settings.
+    (['--algorithms='], '--algorithms', 'at least one'),
+    (['--algorithms=fedprox'], '--algorithms', "unknown algorithm 'fedprox'"),
+    (['--algorithms=fedhdp,fedhdp'], '--algorithms', 'twice'),
+    (['--algorithms=fedhdp,robust_hdp'], '--algorithms', 'cannot be mixed'),
+    (['--algorithms=mrmtl,fedhdp'], '--algorithms', 'cannot be mixed'),
+    (['--task=cifar'], '--task', 'should be one of'),
+    # Flags the run's setting does not read.
+    (['--sweep'], '--sweep', 'does not apply to trusted-server runs'),
+    (['--lambdas=1'], '--lambdas', 'does not apply to trusted-server runs'),
+    (['--num_clusters=3'], '--num_clusters', 'does not apply'),
+    (['--epsilon_distribution=uniform'], '--epsilon_distribution',
+     'does not apply to trusted-server runs'),
+    (['--algorithms=weiavg', '--epsilons=2'], '--epsilons',
+     'does not apply to untrusted-server runs'),
+    (['--algorithms=weiavg', '--cohort_size=8'], '--cohort_size',
+     'does not apply to untrusted-server runs'),
+    (['--algorithms=mrmtl', '--r=0.5'], '--r',
+     'does not apply to cross-silo runs'),
+    (['--task=point_estimation', '--algorithms=weiavg'], '--algorithms',
+     'does not apply to point-estimation runs'),
+    (['--task=point_estimation', '--rounds=5'], '--rounds',
+     'does not apply to point-estimation runs'),
+    (['--trials=10'], '--trials', 'does not apply to trusted-server runs'),
+    (['--data_dir=/tmp'], '--data_dir', 'makes its own data'),
+    # Setting-specific values.
+    (['--algorithms=mrmtl', '--lambdas=-1'], '--lambdas', '>= 0'),
+    (['--algorithms=mrmtl', '--client_lrs=0'], '--client_lrs', '> 0'),
+    (['--algorithms=ifca', '--num_clusters=0'], '--num_clusters', '[1, inf)'),
+    (['--algorithms=ifca', '--selection_share=1'], '--selection_share',
+     '(0, 1)'),
+    (['--algorithms=weiavg', '--dp_sgd_clip=0'], '--dp_sgd_clip', '(0, inf)'),
+    (['--task=point_estimation', '--trials=-5'], '--trials', '[1, inf)'),
+    (['--task=point_estimation', '--trials=0'], '--trials', '[1, inf)'),
+    (['--task=point_estimation', '--pe_private=30'], '--pe_private',
+     '[0, 20]'),
+    # Output folder and stray words.
+    (['--output_dir={file}'], '--output_dir', 'is a file, not a folder'),
+    (['--output_dir={file}/below'], '--output_dir', 'is a file, not a folder'),
+    (['--output_dir='], '--output_dir', 'must not be empty'),
+    (['--task=point_estimation', '--output_dir={file}'], '--output_dir',
+     'is a file'),
+    (['--nonsense=1'], 'nonsense', 'Unknown command line flag'),
+    (['extra'], 'unexpected arguments', 'extra'),
+]
+
+
+def _run(program, *flags, env=None):
+  return subprocess.run(
+      [sys.executable, os.path.join(ROOT, program), *flags], cwd=ROOT,
+      capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize('flags,flag,fragment', CASES,
+                         ids=[' '.join(c[0]) or 'empty' for c in CASES])
+def test_bad_value_is_one_line_naming_the_flag_with_status_2(
+    flags, flag, fragment, tmp_path):
+  a_file = tmp_path / 'a_file'
+  a_file.write_text('')
+  flags = [f.replace('{file}', str(a_file)) for f in flags]
+  if not any(f.startswith('--output_dir') for f in flags):
+    flags.append(f'--output_dir={tmp_path}/out')
+  result = _run('run_experiment.py', *flags)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert 'Traceback' not in result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith('run_experiment.py: error: ')
+  assert flag in lines[0] and fragment in lines[0], lines[0]
+
+
+def test_the_table_has_forty_cases_or_more():
+  assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize('flags,flag,fragment', [
+    (['--presets=nope'], '--presets', "unknown preset 'nope'"),
+    (['--presets=digits', '--sweep'], '--sweep',
+     'does not apply to trusted-server runs'),
+    (['--presets=digits', '--r=inf'], '--r', 'finite'),
+    (['--presets=digits', '--output_dir={file}'], '--output_dir', 'is a file'),
+])
+def test_reproduce_checks_the_same_way(flags, flag, fragment, tmp_path):
+  a_file = tmp_path / 'a_file'
+  a_file.write_text('')
+  flags = [f.replace('{file}', str(a_file)) for f in flags]
+  result = _run('reproduce.py', *flags)
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('reproduce.py: error: ')
+  assert flag in lines[0] and fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize('program', ['run_experiment.py', 'reproduce.py'])
+def test_help_exits_0_grouped_by_setting_without_tensorflow_flags(program):
+  result = _run(program, '--help')
+  assert result.returncode == 0, result.stderr
+  assert 'Trusted server, client-level DP' in result.stdout
+  assert '--clip_count_stddev' in result.stdout
+  # absl's --helpfull lists TensorFlow's own flags once TF is imported; the
+  # help is printed before it is.
+  assert '--tt_check_filter' not in result.stdout
+  assert '--xla' not in result.stdout
+  if program == 'run_experiment.py':
+    for title in ('Every run:', 'Untrusted server', 'Cross-silo',
+                  'Point estimation'):
+      assert title in result.stdout
