@@ -22,11 +22,13 @@ from typing import Callable, Sequence
 from absl import app
 from absl import flags as absl_flags
 
-from cli import flags
-
 HELP_FLAGS = ('--help', '-h', '-?', '--helpshort', '--helpfull')
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+
+
+class InputError(ValueError):
+  """Bad flags or data: reported as one line, without a traceback."""
 
 
 def program() -> str:
@@ -64,13 +66,6 @@ def help_text(usage: str, groups: Sequence[tuple[str, Sequence[str]]]) -> str:
   return '\n'.join(lines)
 
 
-def _main_module_flags() -> list[str]:
-  main = sys.modules['__main__']
-  module = getattr(main, '__file__', None) or sys.argv[0]
-  defined = absl_flags.FLAGS.flags_by_module_dict().get(module, [])
-  return sorted(f.name for f in defined)
-
-
 def run(main: Callable[[list[str]], None], usage: str,
         groups: Sequence[tuple[str, Sequence[str]]] | None = None,
         validate: Callable[[], None] | None = None) -> None:
@@ -79,16 +74,18 @@ def run(main: Callable[[list[str]], None], usage: str,
   Args:
     main: the program, called with the arguments left after the flags.
     usage: the text `--help` prints before the flags (the module docstring).
-    groups: (title, flag names) for `--help`; default: the main module's flags.
+    groups: (title, flag names) for `--help`; default: the main module's
+      flags as absl lists them.
     validate: checks the flag values before TensorFlow is imported; raises
-      `flags.InputError` naming the flag.
+      `InputError` naming the flag.
   """
 
   def parse(argv: list[str]) -> list[str]:
     if any(a.split('=')[0] in HELP_FLAGS for a in argv[1:]):
       try:
-        print(help_text(usage, groups or [('flags', _main_module_flags())]),
-              flush=True)
+        text = (help_text(usage, groups) if groups else
+                f'{usage.strip()}\n\n{absl_flags.FLAGS.main_module_help()}')
+        print(text, flush=True)
       except BrokenPipeError:  # e.g. `--help | head`: the reader is gone
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
       sys.exit(0)
@@ -102,7 +99,7 @@ def run(main: Callable[[list[str]], None], usage: str,
     try:
       if validate is not None:
         validate()
-    except flags.InputError as e:
+    except InputError as e:
       fail(str(e))
     import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     return rest
@@ -110,7 +107,7 @@ def run(main: Callable[[list[str]], None], usage: str,
   def guarded_main(argv: list[str]) -> None:
     try:
       main(argv)
-    except flags.InputError as e:
+    except InputError as e:
       fail(str(e))
 
   if sys.version_info[:2] != (3, 11):

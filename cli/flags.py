@@ -17,6 +17,7 @@ import os
 from absl import flags as absl_flags
 
 import tasks
+from cli.entry import InputError  # noqa: F401  (raised by every check here)
 from tff_hdp.learning import algorithms
 
 # Common to every setting: the task, its data and the run.
@@ -157,10 +158,6 @@ PE_BETA2 = absl_flags.DEFINE_float('pe_beta2', 1.0, 'point_estimation: beta^2.')
 PE_GAMMA2 = absl_flags.DEFINE_float('pe_gamma2', 0.05,
                                 'point_estimation: gamma^2.')
 
-
-
-class InputError(ValueError):
-  """Bad flags or data: reported as one line, without a traceback."""
 
 
 TRUSTED, UNTRUSTED, CROSS_SILO = (algorithms.TRUSTED, algorithms.UNTRUSTED,

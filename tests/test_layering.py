@@ -111,3 +111,23 @@ def test_the_check_reports_an_upward_import(tmp_path):
       'tasks.loader -> tff_hdp.learning.dp_sgd (tasks may not import '
       'learning)',
   ])
+
+
+def test_the_privacy_layer_and_the_flags_load_without_tensorflow():
+  """`--help` and the flag checks run before TensorFlow is imported, and the
+  privacy layer is pure Python at run time too, not only in its imports."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  code = ('import sys\n'
+          'import tff_hdp.privacy.accounting, tff_hdp.privacy.plans\n'
+          'import tff_hdp.privacy.release_policy, tff_hdp.privacy.privacy_audit\n'
+          'import cli.flags, cli.entry, tasks\n'
+          'from tff_hdp.learning import algorithms\n'
+          'loaded = sorted(m for m in sys.modules\n'
+          '                if m.split(".")[0] in ("tensorflow",\n'
+          '                                       "tensorflow_federated"))\n'
+          'print(len(loaded), loaded[:3])\n')
+  result = subprocess.run([sys.executable, '-c', code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.startswith('0 '), result.stdout

@@ -161,3 +161,21 @@ def test_help_exits_0_grouped_by_setting_without_tensorflow_flags(program):
     for title in ('Every run:', 'Untrusted server', 'Cross-silo',
                   'Point estimation'):
       assert title in result.stdout
+
+
+BENCHMARKS = sorted(
+    name for name in os.listdir(os.path.join(ROOT, 'benchmarks'))
+    if name.endswith('.py') and 'entry.run(' in open(
+        os.path.join(ROOT, 'benchmarks', name)).read())
+
+
+@pytest.mark.parametrize('script', BENCHMARKS)
+def test_benchmark_scripts_answer_help_and_refuse_unknown_flags(script):
+  program = os.path.join('benchmarks', script)
+  result = _run(program, '--help')
+  assert result.returncode == 0, result.stderr[-2000:]
+  result = _run(program, '--no_such_flag=1')
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr.strip().splitlines() == [
+      f"{script}: error: Unknown command line flag 'no_such_flag' (see "
+      '--help)']
