@@ -339,6 +339,8 @@ def validate_flags() -> None:
   if current in (TRUSTED, CROSS_SILO):
     for e in floats(EPSILONS):
       check(e > 0, f'--epsilons must be > 0, got {e}.')
+  if current == TRUSTED:
+    _level_targets()
   if current in (UNTRUSTED, CROSS_SILO):
     _in(DP_SGD_CLIP, 0, low_open=True)
   if current == TRUSTED:
@@ -387,15 +389,31 @@ def setting(algorithm: str) -> str:
   return algorithms.REGISTRY[algorithm].setting
 
 
-def private_levels():
-  from tff_hdp.privacy.privacy_groups import PrivacyGroup  # pylint: disable=g-import-not-at-top
+def _level_targets() -> list[tuple[float, float]]:
+  """(epsilon, delta) of each private level, each level once."""
   eps = floats(EPSILONS)
   deltas = floats(DELTAS)
   if len(deltas) == 1:
     deltas = deltas * len(eps)
   check(len(deltas) == len(eps),
-         f'--deltas has {len(deltas)} values for {len(eps)} --epsilons.')
-  return [PrivacyGroup(f'private_eps{e:g}', e, d) for e, d in zip(eps, deltas)]
+        f'--deltas has {len(deltas)} values for {len(eps)} --epsilons.')
+  targets = list(zip(eps, deltas))
+  for i, target in enumerate(targets):
+    check(target not in targets[:i],
+          f'--epsilons/--deltas give the level (epsilon={target[0]:g}, '
+          f'delta={target[1]:g}) twice; list each level once.')
+  return targets
+
+
+def private_levels():
+  """The private levels, named by epsilon (and delta or the exact epsilon
+  where the short names of two levels would coincide)."""
+  from tff_hdp.privacy.privacy_groups import PrivacyGroup  # pylint: disable=g-import-not-at-top
+  targets = _level_targets()
+  names = [f'private_eps{e:g}' for e, _ in targets]
+  if len(set(names)) < len(names):
+    names = [f'private_eps{e!r}_delta{d:g}' for e, d in targets]
+  return [PrivacyGroup(name, e, d) for name, (e, d) in zip(names, targets)]
 
 
 def load_task():
