@@ -35,6 +35,14 @@ class TaskOptions:
   num_clients: int | None = None
 
 
+def _check_finite(arrays: Arrays, where: str) -> None:
+  for kind, a in zip(('features', 'labels'), arrays):
+    a = np.asarray(a)
+    if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
+      raise ValueError(f'{where} has {np.size(a) - np.isfinite(a).sum()} '
+                       f'non-finite (NaN or inf) {kind}; clean the data.')
+
+
 @dataclasses.dataclass
 class FederatedTask:
   """Clients' train/test arrays, a server test set and a model.
@@ -72,6 +80,15 @@ class FederatedTask:
           f'examples, e.g. {empty[:3]}; drop them when building the task.')
     if self.batch_size < 1:
       raise ValueError(f'batch size must be >= 1, got {self.batch_size}.')
+    # A NaN or inf feature would make every update of its client non-finite,
+    # dropped by the aggregator: the run would train on nothing and still
+    # print an accuracy.
+    for split, data in (('training', self.client_train),
+                        ('test', self.client_test)):
+      for c, arrays in data.items():
+        _check_finite(arrays, f'task {self.name!r}: client {c!r}\'s {split} '
+                      'data')
+    _check_finite(self.server_test, f'task {self.name!r}: the server test set')
 
   @property
   def metric_record(self) -> metrics_lib.Metric:
