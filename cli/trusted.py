@@ -82,8 +82,8 @@ def _derived_clip_count_stddev(levels, sampling, n) -> float | None:
         'multiplier the strictest level needs over '
         f'{flags.ROUNDS.value} rounds (5% of the '
         f'{sampling.rate * n:g} expected clients per round, '
-        f'{0.05 * sampling.rate * n:.3g}, is too little noise on the clip '
-        'count for the target).')
+        f'{plans.tff_clip_count_stddev(sampling, n):.3g}, is too little '
+        'noise on the clip count for the target).')
   return value
 
 

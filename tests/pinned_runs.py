@@ -44,8 +44,7 @@ PINNED_FILE = os.path.join(ROOT, 'tests', 'pinned_outputs.json')
 # The Vehicle data, under the data sets' one setting (tasks.data_files).
 sys.path.insert(0, ROOT)
 import tasks  # noqa: E402  pylint: disable=g-import-not-at-top
-VEHICLE_DIR = os.path.join(tasks.data_root(), 'cross_silo',
-                           'vehicle_partial')
+VEHICLE_DIR = tasks.REGISTRY['vehicle'].default_data_dir()
 VEHICLE_PLACEHOLDER = '{vehicle_dir}'
 
 _TRUSTED = [
@@ -84,8 +83,8 @@ SETTINGS: dict[str, list[str]] = {
     ],
 }
 
-# Settings that need data outside the repository: setting -> directory.
-DATA_DIRS = {'cross_silo': VEHICLE_DIR}
+# Settings that need data outside the repository: setting -> the task.
+DATA_TASKS = {'cross_silo': 'vehicle'}
 
 # Written, but only their names are pinned (secret or not user output).
 _UNPINNED_NAMES = ('run_key.json', 'dp_secret_seed')
@@ -232,8 +231,10 @@ def main(argv=None) -> None:
   for name in names:
     if name not in SETTINGS:
       parser.error(f'unknown setting {name!r}; choose from {list(SETTINGS)}')
-    if name in DATA_DIRS and not os.path.isdir(DATA_DIRS[name]):
-      sys.exit(f'{name}: data directory {DATA_DIRS[name]} does not exist.')
+    data_dir = (tasks.REGISTRY[DATA_TASKS[name]].default_data_dir()
+                if name in DATA_TASKS else None)
+    if data_dir and not os.path.isdir(data_dir):
+      sys.exit(f'{name}: data directory {data_dir} does not exist.')
   pinned = {}
   if args.settings and os.path.exists(args.out):
     with open(args.out) as f:

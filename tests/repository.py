@@ -16,9 +16,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MISSING_DATA = 'missing data set'
 
 
-def data_path(*parts: str) -> str:
-  """`data_root()/parts...` (an absolute path is taken as it is), or skips
+def task_data(name: str) -> str:
+  """The folder registered task `name` reads (`tasks.REGISTRY`), or skips
   the calling test naming what is missing."""
+  return data_path(tasks.REGISTRY[name].data)
+
+
+def data_path(*parts: str) -> str:
+  """`data_root()/parts...`, or skips the calling test naming what is
+  missing."""
   path = os.path.join(tasks.data_root(), *parts)
   if not os.path.exists(path):
     pytest.skip(f'{MISSING_DATA}: {path} (set ${tasks.DATA_ROOT_ENV} to '

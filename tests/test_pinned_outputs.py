@@ -149,9 +149,8 @@ def test_every_setting_is_pinned(pinned):
 
 @pytest.mark.parametrize('setting', list(pinned_runs.SETTINGS))
 def test_short_run_writes_the_pinned_outputs(setting, pinned, tmp_path):
-  data_dir = pinned_runs.DATA_DIRS.get(setting)
-  if data_dir is not None:
-    repository.data_path(data_dir)  # skips, naming it, when absent
+  if setting in pinned_runs.DATA_TASKS:  # skips, naming it, when absent
+    repository.task_data(pinned_runs.DATA_TASKS[setting])
   assert setting in pinned, f'{setting}: not in tests/pinned_outputs.json'
   assert pinned[setting]['flags'] == pinned_runs.SETTINGS[setting], (
       f'{setting}: the flags in tests/pinned_runs.py differ from the pinned '

@@ -43,11 +43,9 @@ def test_bad_input_found_with_the_data_is_one_clear_line(flags, message,
                                                          tmp_path):
   os.makedirs(tmp_path / 'bad')
   (tmp_path / 'bad' / 'mnist.npz').write_text('not an archive')
-  data = {'{vehicle}': ('cross_silo', 'vehicle_partial'),
-          '{school}': ('cross_silo', 'school')}
-  for placeholder, parts in data.items():
-    if any(placeholder in f for f in flags):
-      flags = [f.replace(placeholder, repository.data_path(*parts))
+  for task in ('vehicle', 'school'):
+    if any(f'{{{task}}}' in f for f in flags):
+      flags = [f.replace(f'{{{task}}}', repository.task_data(task))
                for f in flags]
   flags = [f.replace('{tmp}', str(tmp_path)) for f in flags]
   result = _run(*flags, f'--output_dir={tmp_path}/out')
@@ -128,7 +126,8 @@ def test_untrusted_server_rules_run_and_report_client_spend(tmp_path):
 
 
 def test_cross_silo_sweep_reports_best_setting_curve_and_silo_spend(tmp_path):
-  result = _run('--task=vehicle', '--data_dir=' + repository.data_path('cross_silo', 'vehicle_partial'),
+  result = _run('--task=vehicle',
+                '--data_dir=' + repository.task_data('vehicle'),
                 '--algorithms=local,mrmtl', '--lambdas=0.1,1', '--rounds=2',
                 '--epsilons=1', '--deltas=1e-3', '--dp_sgd_clip=6',
                 '--batch_size=64', '--eval_every=1',

@@ -13,9 +13,8 @@ from tff_hdp.federated_task import TaskOptions
 from tests import repository
 
 
-
-def _data(*parts):
-  return repository.data_path(*parts)
+def _mnist_dir():
+  return repository.task_data('rotated_masked_mnist')
 
 
 def _sizes(clients):
@@ -24,7 +23,7 @@ def _sizes(clients):
 
 def test_school_silos_features_and_scaled_scores():
   task = tasks.load('school',
-                    TaskOptions(data_dir=_data('cross_silo', 'school')))
+                    TaskOptions(data_dir=repository.task_data('school')))
   assert len(task.client_ids) == 139 and task.metric == 'mse'
   train, test = _sizes(task.client_train), _sizes(task.client_test)
   assert sum(train) + sum(test) == 15362
@@ -40,7 +39,7 @@ def test_school_silos_features_and_scaled_scores():
 
 def test_vehicle_from_the_train_only_json_is_split_per_silo():
   task = tasks.load(
-      'vehicle', TaskOptions(data_dir=_data('cross_silo', 'vehicle_partial')))
+      'vehicle', TaskOptions(data_dir=repository.task_data('vehicle')))
   assert len(task.client_ids) == 23 and task.metric == 'sign_accuracy'
   train, test = _sizes(task.client_train), _sizes(task.client_test)
   assert sum(train) + sum(test) == 1860
@@ -120,7 +119,7 @@ def test_bad_files_are_named(tmp_path):
 
 
 def test_rotated_masked_mnist_silos():
-  task = cross_silo.load_rotated_masked_mnist(_data('mnist'), num_silos=8,
+  task = cross_silo.load_rotated_masked_mnist(_mnist_dir(), num_silos=8,
                                               seed=5)
   assert len(task.client_ids) == 8
   assert set(_sizes(task.client_train)) == {7500}
@@ -143,7 +142,7 @@ def test_rotated_masked_mnist_silos():
 
 
 def test_rotations_turn_the_digits():
-  task = cross_silo.load_rotated_masked_mnist(_data('mnist'), num_silos=4,
+  task = cross_silo.load_rotated_masked_mnist(_mnist_dir(), num_silos=4,
                                               mask_ratio=0.0, seed=0)
   means = {c.split('_')[0]: task.client_train[c][0].mean(axis=0).reshape(
       28, 28) for c in task.client_ids}
@@ -158,7 +157,7 @@ def test_rotations_turn_the_digits():
                                     {'mask_ratio': 1.5}])
 def test_rotated_masked_mnist_rejects_bad_settings(kwargs):
   with pytest.raises(ValueError):
-    cross_silo.load_rotated_masked_mnist(_data('mnist'), **kwargs)
+    cross_silo.load_rotated_masked_mnist(_mnist_dir(), **kwargs)
 
 
 def _one_output_task(metric, y_test):

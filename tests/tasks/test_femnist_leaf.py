@@ -17,7 +17,7 @@ from tests import repository
 
 
 def _leaf_dir():
-  return repository.data_path('femnist_leaf')
+  return repository.task_data('femnist_leaf')
 
 
 def test_real_sample_has_105_writers_and_62_classes():

@@ -20,7 +20,7 @@ ROOT = repository.ROOT
 
 
 def _mnist_dir():
-  return repository.data_path('mnist')
+  return repository.task_data('mnist_noniid')
 
 
 @pytest.fixture(scope='module')

@@ -88,7 +88,8 @@ def plan_privacy(assignment: GroupAssignment, sampling: accounting.Sampling,
   adaptive = clip.learning_rate > 0
   count_stddev = clip.count_stddev
   if count_stddev is None:
-    count_stddev = 0.05 * q * population if (any_private and adaptive) else 0.0
+    count_stddev = (tff_clip_count_stddev(sampling, population)
+                    if (any_private and adaptive) else 0.0)
   accounted_count_stddev = count_stddev if adaptive else None
   budgets = []
   multipliers = []
@@ -252,6 +253,12 @@ def plan_clients(epsilons: Sequence[float], delta: float,
   ]
 
 
+def tff_clip_count_stddev(sampling: accounting.Sampling,
+                          population: int) -> float:
+  """TFF's default clip-count noise: 5% of the expected clients per round."""
+  return 0.05 * sampling.rate * population
+
+
 def default_clip_count_stddev(groups: Sequence[PrivacyGroup],
                               sampling: accounting.Sampling, rounds: int,
                               population: int) -> tuple[float, bool]:
@@ -277,7 +284,7 @@ def default_clip_count_stddev(groups: Sequence[PrivacyGroup],
   Raises:
     InfeasiblePrivacyTargetError: a target that no noise meets.
   """
-  tff_default = 0.05 * sampling.rate * population
+  tff_default = tff_clip_count_stddev(sampling, population)
   private = [g for g in groups if g.is_private]
   if not private:
     return tff_default, False
