@@ -8,12 +8,10 @@ import os
 from cli import flags
 
 
-def run() -> None:
+def learning_setup():
+  """(settings, lambdas, learning rates) the flags ask for: the settings of
+  the grid's first point, and the grid."""
   from tff_hdp.simulation import cross_silo_setting as cse  # pylint: disable=g-import-not-at-top
-  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
-  from tff_hdp.reporting import plots  # pylint: disable=g-import-not-at-top
-  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
-  task = flags.load_task()
   lambdas = flags.floats(flags.LAMBDAS)
   rates = flags.floats(flags.CLIENT_LRS) if flags.CLIENT_LRS.value else [flags.CLIENT_LR.value]
   if flags.SWEEP.value:
@@ -31,8 +29,18 @@ def run() -> None:
       eval_every=flags.EVAL_EVERY.value, checkpoint_every=flags.CHECKPOINT_EVERY.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
+  return settings, lambdas, rates
+
+
+def run() -> None:
+  from tff_hdp.simulation import cross_silo_setting as cse  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import plots  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+  task = flags.load_task()
+  settings, lambdas, rates = learning_setup()
   flags.print_privacy_warnings()
-  rows, curves = [], {}
+  rows, records, curves = [], [], {}
   try:
     for algorithm in flags.ALGORITHMS.value:
       result = cse.sweep(task, algorithm, settings, lambdas, rates,

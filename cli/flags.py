@@ -343,6 +343,10 @@ def validate_flags() -> None:
     _level_targets()
   if current in (UNTRUSTED, CROSS_SILO):
     _in(DP_SGD_CLIP, 0, low_open=True)
+    check(len(DELTAS.value) == 1,
+          f'--deltas: the {_SETTING_NAMES[current]} setting has one delta '
+          f'for every {"client" if current == UNTRUSTED else "silo"}, got '
+          f'{",".join(DELTAS.value)}.')
   if current == TRUSTED:
     _check_ratios()
     _in(CLIENTS_PER_ROUND, 1)

@@ -3,6 +3,8 @@ line; reproduce.py builds its configurations with `learning_setup` too."""
 
 from __future__ import annotations
 
+import functools
+
 from cli import flags
 
 
@@ -78,13 +80,20 @@ def _derived_clip_count_stddev(levels, sampling, n) -> float | None:
     raise flags.InputError(f'--epsilons/--deltas: {e}') from None
   if not derived:
     return None
-  print(f'--clip_count_stddev not given: using {value:.4g}, the noise '
+  _say_once(f'--clip_count_stddev not given: using {value:.4g}, the noise '
         'multiplier the strictest level needs over '
         f'{flags.ROUNDS.value} rounds (5% of the '
         f'{sampling.rate * n:g} expected clients per round, '
         f'{plans.tff_clip_count_stddev(sampling, n):.3g}, is too little '
         'noise on the clip count for the target).')
   return value
+
+
+@functools.lru_cache(maxsize=None)
+def _say_once(line: str) -> None:
+  """Prints `line` the first time only (reproduce.py sets up every Ditto
+  block alike)."""
+  print(line)
 
 
 def run() -> None:

@@ -9,6 +9,8 @@ consumes.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 from typing import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
@@ -89,6 +91,26 @@ class FederatedTask:
         _check_finite(arrays, f'task {self.name!r}: client {c!r}\'s {split} '
                       'data')
     _check_finite(self.server_test, f'task {self.name!r}: the server test set')
+
+  @functools.cached_property
+  def data_digest(self) -> str:
+    """SHA-256 of the clients (in order), their arrays, the server test set
+    and the opt-out pool: a resumed run must read the data it started on."""
+    digest = hashlib.sha256()
+
+    def add(arrays):
+      for a in arrays:
+        a = np.ascontiguousarray(a)
+        digest.update(f'{a.dtype.str}{a.shape}'.encode())
+        digest.update(a.data)
+
+    for c in self.client_train:
+      digest.update(repr(c).encode())
+      add(self.client_train[c])
+      add(self.client_test.get(c, ()))
+    add(self.server_test)
+    digest.update(repr(self.opt_out_pool).encode())
+    return digest.hexdigest()
 
   @property
   def metric_record(self) -> metrics_lib.Metric:

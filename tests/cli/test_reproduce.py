@@ -188,6 +188,13 @@ def test_completed_summary_needs_the_same_run(tmp_path):
   summary = {'configuration': config.name, 'task': 'digits', 'rounds': 3,
              'metrics': {'acc_g': 50.0}}
   (run_dir / 'summary.json').write_text(json.dumps(summary))
+  # No run key beside it: nothing says it is a summary of this run.
+  assert trusted_setting.completed_summary(task, config, choices, settings,
+                                      out) is None
+  checkpointing.RunCheckpoint(
+      str(run_dir / 'checkpoints'),
+      trusted_setting.run_key(task, config, choices, settings)).save(
+          [np.zeros(1, np.float32)], 3)
   assert trusted_setting.completed_summary(task, config, choices, settings,
                                       out) == summary
   (run_dir / 'summary.json').write_text(json.dumps(dict(summary, rounds=2)))

@@ -114,14 +114,29 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path):
   assert 'holds a checkpoint of a different run (differs in: client_lr)' in last
 
 
-def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
+def test_rerun_with_another_batch_size_is_refused(tmp_path):
+  # The batch size lives in the task, not in the training settings: it is
+  # in the run key all the same (tests/cli/test_run_key.py covers every flag).
+  out = str(tmp_path)
+  assert _finish(out, '--rounds=2').returncode == 0
+  result = _finish(out, '--rounds=2', '--batch_size=5')
+  assert result.returncode == 2
+  last = result.stderr.strip().splitlines()[-1]
+  assert 'holds a checkpoint of a different run (differs in: batch_size)' in last
+
+
+def test_unreadable_newest_checkpoint_gives_way_to_the_one_before(tmp_path):
   out = str(tmp_path)
   assert _finish(out).returncode == 0
+  before = dict(_final_model(out))
   bad = os.path.join(out, 'fedhdp_r0.5', 'checkpoints', f'round_{ROUNDS + 1}')
   os.makedirs(bad)
   with open(os.path.join(bad, 'saved_model.pb'), 'wb') as f:
     f.write(b'not a saved model')
   result = _finish(out)
-  assert result.returncode != 0
-  last = result.stderr.strip().splitlines()[-1]
-  assert 'is unreadable' in last and 'delete it to start over' in last
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert f'resuming from round {ROUNDS}' in result.stdout
+  assert not os.path.exists(bad)
+  after = _final_model(out)
+  for name, value in before.items():
+    np.testing.assert_array_equal(after[name], value)

@@ -2,11 +2,15 @@
 program: evaluation cadence, rounds.csv cells, release managers, the budget
 guard; and the untrusted setting's example order following --seed."""
 
+import collections
 import csv
 import types
 
+import numpy as np
+
 import pytest
 
+from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import round_loop
 from tff_hdp.simulation import selection
 from tff_hdp.simulation import untrusted_setting
@@ -88,3 +92,81 @@ def test_untrusted_clients_read_their_data_in_the_order_of_the_seed(
   assert asked == [('a', order(0, 2)), ('b', order(0, 2)),
                    ('a', order(7, 2)), ('b', order(7, 2))]
   assert order(0, 2) == 2 and order(7, 2) != order(0, 2)
+
+
+class _Clock:
+  """Stands in for time.time: advances only when a round trains."""
+
+  def __init__(self, now=0.0):
+    self.now = now
+
+  def __call__(self):
+    return self.now
+
+
+class _SavedProgram(_Program):
+  """A program whose state (one array) goes into a real checkpoint."""
+
+  def __init__(self, rounds, clock):
+    super().__init__(rounds)
+    self.clock = clock
+    self.state = collections.OrderedDict(w=np.zeros(2, np.float32))
+
+  def train(self, round_num):
+    self.clock.now += 10.0
+    self.state = collections.OrderedDict(w=self.state['w'] + 1.0)
+    return super().train(round_num)
+
+  def restore(self, checkpoint):
+    state, done, _ = checkpoint.restore(self.state)
+    if state is not None:
+      self.state = state
+    return done
+
+  def save(self, checkpoint, round_num):
+    checkpoint.save(self.state, round_num)
+
+
+def _run_saved(tmp_path, rounds, clock, monkeypatch):
+  monkeypatch.setattr(round_loop.time, 'time', clock)
+  program = _SavedProgram(rounds, clock)
+  checkpoint = checkpointing.RunCheckpoint(str(tmp_path / 'checkpoints'),
+                                           {'run': 1})
+  result = round_loop.run_rounds(program, output_dir=str(tmp_path),
+                                 progress=False, checkpoint=checkpoint,
+                                 checkpoint_every=1)
+  return program, result
+
+
+def test_seconds_count_every_process_of_a_resumed_run(tmp_path, monkeypatch):
+  _, first = _run_saved(tmp_path, 3, _Clock(0.0), monkeypatch)
+  assert first.seconds == 30.0
+  # A new process (its clock elsewhere) resumes after round 3.
+  program, second = _run_saved(tmp_path, 5, _Clock(1000.0), monkeypatch)
+  assert [r['round'] for r in second.rows] == [4, 5]
+  assert second.seconds == 50.0
+  np.testing.assert_array_equal(program.state['w'], [5.0, 5.0])
+
+
+def test_a_damaged_checkpoint_gives_way_to_the_one_before(
+    tmp_path, monkeypatch, capsys):
+  _run_saved(tmp_path, 3, _Clock(), monkeypatch)  # keeps rounds 2 and 3
+  newest = tmp_path / 'checkpoints' / 'round_3'
+  damaged = [p for p in newest.rglob('*') if p.is_file()]
+  assert damaged
+  for path in damaged:
+    path.write_bytes(b'cut short')
+  program, result = _run_saved(tmp_path, 3, _Clock(500.0), monkeypatch)
+  assert 'resuming from round 2' in capsys.readouterr().out
+  assert [r['round'] for r in result.rows] == [3]  # round 3 redone
+  np.testing.assert_array_equal(program.state['w'], [3.0, 3.0])
+  assert result.seconds == 30.0  # 20 s to round 2, then 10 s
+  with open(tmp_path / 'rounds.csv', newline='') as f:
+    assert [r['round'] for r in csv.DictReader(f)] == ['1', '2', '3']
+  # With every checkpoint damaged, the run stops and says so.
+  for path in (tmp_path / 'checkpoints').rglob('*'):
+    if path.is_file() and path.parent.name.startswith('round_'):
+      path.write_bytes(b'cut short')
+  with pytest.raises(checkpointing.CheckpointError,
+                     match='is unreadable.*delete it to start over'):
+    _run_saved(tmp_path, 3, _Clock(), monkeypatch)

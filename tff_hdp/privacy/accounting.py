@@ -10,6 +10,7 @@ dp_accounting's; this module only builds the events and searches over them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import dp_accounting
@@ -179,6 +180,7 @@ def epsilon_spent(noise_multiplier: float, clip_count_stddev: float | None,
   return accountant.get_epsilon(delta)
 
 
+@functools.lru_cache(maxsize=None)  # Pure: blocks and sweeps share it.
 def calibrate_noise_multiplier(target_epsilon: float, target_delta: float,
                                sampling: Sampling, rounds: int,
                                clip_count_stddev: float | None,

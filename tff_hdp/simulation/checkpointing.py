@@ -8,9 +8,10 @@ state with the round as the version, and the secret seed once, is therefore
 enough for a resumed run to equal an uninterrupted one. The secret seed is
 written readable by its owner only: the checkpoint folder is the run's
 private state, never a release. A checkpoint belongs to one configuration:
-the run's key (its settings) is stored beside it and a mismatch is an error,
-as is a checkpoint that cannot be read or whose structure differs from the
-process's state.
+the run's key (its settings, the task's data and batch size) is stored beside
+it and a mismatch is an error, as is a checkpoint whose structure differs
+from the process's state. An unreadable checkpoint gives way to the newest
+intact one before it.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_hdp.learning import ditto
 
 
 class CheckpointError(RuntimeError):
@@ -31,6 +35,8 @@ class CheckpointError(RuntimeError):
 
 _KEY_FILE = 'run_key.json'
 _SECRET_FILE = 'dp_secret_seed'
+_SECONDS_FILE = 'seconds.json'
+_PREFIX = 'round_'  # of each saved round's folder
 
 
 def _leaves_signature(structure) -> list[tuple[tuple[int, ...], str]]:
@@ -45,18 +51,19 @@ class RunCheckpoint:
     self._directory = directory
     self._run_key = json.loads(json.dumps(run_key, sort_keys=True, default=str))
     self._manager = tff.program.FileProgramStateManager(
-        directory, prefix='round_', keep_total=keep, keep_first=False)
+        directory, prefix=_PREFIX, keep_total=keep, keep_first=False)
     self._secret = None
 
   @property
   def directory(self) -> str:
     return self._directory
 
-  def check_key(self) -> None:
-    """Raises CheckpointError if the folder holds another run's checkpoint."""
+  def check_key(self) -> bool:
+    """Whether the folder holds this run's key (False: no key yet); raises
+    CheckpointError if it holds another run's."""
     path = os.path.join(self._directory, _KEY_FILE)
     if not os.path.exists(path):
-      return
+      return False
     try:
       with open(path) as f:
         stored = json.load(f)
@@ -69,6 +76,7 @@ class RunCheckpoint:
           f'{self._directory} holds a checkpoint of a different run '
           f'(differs in: {", ".join(changed)}); use another --output_dir or '
           'delete that folder to start over.')
+    return True
 
   def dp_secret(self, draw: Callable[[], int]) -> int:
     """The run's secret seed: the saved one when a checkpoint exists, else
@@ -89,19 +97,50 @@ class RunCheckpoint:
       self._secret = draw()
     return self._secret
 
-  def restore(self, template):
-    """(state, round) of the latest checkpoint, or (None, 0) if there is none."""
+  def restore(self, template, client_ids=None):
+    """(state, round, personal models) of the newest intact checkpoint, or
+    (None, 0, None) if there is none.
+
+    A checkpoint that cannot be read (e.g. cut short by a full disk) is
+    skipped, with a line saying so, for the one before it: its rounds are
+    redone with the same secret seed, so they release exactly what they
+    released before and spend nothing more. With `client_ids`, the personal
+    models saved with the state are loaded too and are part of "intact".
+    """
     self.check_key()
     try:
-      versions = asyncio.run(self._manager.get_versions())
-      if not versions:
-        return None, 0
-      latest = max(versions)
-      state = asyncio.run(self._manager.load(latest, template))
+      versions = sorted(asyncio.run(self._manager.get_versions()) or [],
+                        reverse=True)
     except Exception as e:  # pylint: disable=broad-except
       raise CheckpointError(
           f'checkpoint in {self._directory} is unreadable ({type(e).__name__}:'
           f' {e}); delete it to start over.') from None
+    if not versions:
+      return None, 0, None
+    failures = []
+    for version in versions:
+      try:
+        state = asyncio.run(self._manager.load(version, template))
+        personal = (self._load_personal(version, client_ids)
+                    if client_ids is not None else None)
+      except Exception as e:  # pylint: disable=broad-except
+        failures.append(f'round {version}: {type(e).__name__}: {e}')
+        continue
+      self._check_compatible(template, state, version)
+      if failures:
+        for newer in versions[:len(failures)]:  # to be saved again
+          shutil.rmtree(os.path.join(self._directory, f'{_PREFIX}{newer}'))
+          if os.path.exists(self.personal_path(newer)):
+            os.remove(self.personal_path(newer))
+        print(f'{self._directory}: skipped unreadable checkpoint(s) '
+              f'({"; ".join(failures)}); resuming from round {version}.')
+      return (tf.nest.pack_sequence_as(template, tf.nest.flatten(state)),
+              version, personal)
+    raise CheckpointError(
+        f'checkpoint in {self._directory} is unreadable '
+        f'({"; ".join(failures)}); delete it to start over.')
+
+  def _check_compatible(self, template, state, version: int) -> None:
     try:
       tf.nest.assert_same_structure(template, state, check_types=False)
       compatible = _leaves_signature(template) == _leaves_signature(state)
@@ -109,10 +148,38 @@ class RunCheckpoint:
       compatible = False
     if not compatible:
       raise CheckpointError(
-          f'checkpoint in {self._directory} (round {latest}) does not match '
+          f'checkpoint in {self._directory} (round {version}) does not match '
           "this run's model or aggregator state; use another --output_dir or "
           'delete it to start over.')
-    return tf.nest.pack_sequence_as(template, tf.nest.flatten(state)), latest
+
+  def _load_personal(self, version: int, client_ids) -> ditto.PersonalModels:
+    path = self.personal_path(version)
+    if not os.path.exists(path):
+      raise FileNotFoundError(f'no personal models ({path})')
+    return ditto.PersonalModels.load(path, client_ids)
+
+  def seconds_through(self, round_num: int) -> float:
+    """The training seconds of rounds 1..`round_num` as saved (0 if unknown)."""
+    try:
+      with open(os.path.join(self._directory, _SECONDS_FILE)) as f:
+        return float(json.load(f).get(str(round_num), 0.0))
+    except (OSError, ValueError, AttributeError):
+      return 0.0
+
+  def record_seconds(self, round_num: int, seconds: float) -> None:
+    """Keeps the seconds spent through `round_num`, so that a resumed run
+    reports the time of all its processes; only kept rounds are listed."""
+    kept = set(asyncio.run(self._manager.get_versions()) or [])
+    path = os.path.join(self._directory, _SECONDS_FILE)
+    try:
+      with open(path) as f:
+        table = {k: v for k, v in json.load(f).items() if int(k) in kept}
+    except (OSError, ValueError, AttributeError):
+      table = {}
+    table[str(round_num)] = seconds
+    with open(f'{path}.tmp', 'w') as f:
+      json.dump(table, f)
+    os.replace(f'{path}.tmp', path)
 
   def personal_path(self, round_num: int) -> str:
     """Where the clients' personal models of round `round_num` are kept."""

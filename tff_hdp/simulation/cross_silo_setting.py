@@ -217,13 +217,14 @@ def configuration_name(algorithm: algorithms.Algorithm, settings: CrossSiloSetti
   return name
 
 
-def _run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
+def run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
              settings: CrossSiloSettings) -> dict:
+  """What makes two runs the same run (a checkpoint is only reused then):
+  everything but how often it is saved."""
   key = dataclasses.asdict(settings)
   key.pop('checkpoint_every')
-  key.pop('eval_every')
   key.update(task=task.name, method=algorithm.name,
-             silos=hashlib.sha256(repr(task.client_ids).encode()).hexdigest())
+             batch_size=task.batch_size, data=task.data_digest)
   return key
 
 
@@ -269,12 +270,12 @@ class CrossSiloRounds(round_loop.RoundProgram):
     return collections.OrderedDict(process=self.state, clusters=self.clusters)
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
-    restored, done = checkpoint.restore(self._saved())
+    restored, done, personal = checkpoint.restore(self._saved(),
+                                                  self._task.client_ids)
     if restored is not None:
       self.state = restored['process']
       self.clusters = np.asarray(restored['clusters'])
-      self.personal = ditto.PersonalModels.load(
-          checkpoint.personal_path(done), self._task.client_ids)
+      self.personal = personal
     return done
 
   def save(self, checkpoint: checkpointing.RunCheckpoint,
@@ -337,7 +338,7 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
   if run_dir and settings.checkpoint_every > 0:
     checkpoint = checkpointing.RunCheckpoint(
         os.path.join(run_dir, 'checkpoints'),
-        _run_key(task, algorithm, settings))
+        run_key(task, algorithm, settings))
   # Each silo's DP-SGD noise, example sampling and private selections follow
   # its own seed, derived from the run's secret (kept in the checkpoint).
   silo_seeds = dp_randomness.client_seeds(

@@ -73,7 +73,7 @@ class RoundProgram(abc.ABC):
 class LoopResult:
   rows: list[dict]  # everything measured, released or not
   final_metrics: dict
-  seconds: float
+  seconds: float  # of every process that ran these rounds (resumes too)
 
 
 def run_rounds(program: RoundProgram,
@@ -102,7 +102,8 @@ def run_rounds(program: RoundProgram,
       audits.
 
   Returns:
-    The rows measured, the last metrics and the seconds taken.
+    The rows measured, the last metrics and the seconds taken, counting
+    those of earlier processes when resumed.
 
   Raises:
     BudgetExhaustedError: a round would exceed a group's target epsilon.
@@ -116,6 +117,7 @@ def run_rounds(program: RoundProgram,
         os.path.join(output_dir, 'rounds.csv'), program.columns, done)
   rows = []
   metrics = None
+  earlier = checkpoint.seconds_through(done) if checkpoint and done else 0.0
   start = time.time()
   bar = tqdm.tqdm(range(done + 1, program.rounds + 1), initial=done,
                   total=program.rounds, desc=program.label, unit='round',
@@ -149,9 +151,10 @@ def run_rounds(program: RoundProgram,
       if checkpoint is not None and (round_num % checkpoint_every == 0 or
                                      round_num == program.rounds):
         program.save(checkpoint, round_num)
+        checkpoint.record_seconds(round_num, earlier + time.time() - start)
   finally:
     if csv_file:
       csv_file.close()
   if metrics is None:  # Resumed after the last round: nothing was evaluated.
     metrics = program.evaluate(program.rounds)
-  return LoopResult(rows, metrics, time.time() - start)
+  return LoopResult(rows, metrics, earlier + time.time() - start)

@@ -128,7 +128,7 @@ def _training_groups(config: Configuration,
   return fedhdp.groups_for_algorithm(config.algorithm, choices, ratios)
 
 
-def _run_key(task: FederatedTask, config: Configuration,
+def run_key(task: FederatedTask, config: Configuration,
              choices: GroupAssignment, settings: Settings) -> dict:
   """What makes two runs the same run (a checkpoint is only reused then)."""
   choice_text = repr(sorted((str(c), g) for c, g in
@@ -137,7 +137,8 @@ def _run_key(task: FederatedTask, config: Configuration,
   key.pop('checkpoint_every')  # how often to save does not change the run
   if not key['cohort_size']:
     key.pop('cohort_size')  # keeps checkpoints of earlier versions valid
-  key.update(task=task.name, configuration=config.name,
+  key.update(task=task.name, batch_size=task.batch_size,
+             data=task.data_digest, configuration=config.name,
              groups=repr(choices.groups),
              client_choices=hashlib.sha256(choice_text.encode()).hexdigest())
   return key
@@ -162,19 +163,6 @@ def _columns(groups) -> list[str]:
   cols += ['acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np', 'delta_g',
            'acc_l_p', 'var_l_p', 'acc_l_np', 'var_l_np', 'delta_l']
   return cols
-
-
-def _restore_personal(checkpoint, round_num, client_ids):
-  path = checkpoint.personal_path(round_num)
-  if not os.path.exists(path):
-    raise checkpointing.CheckpointError(
-        f'checkpoint of round {round_num} has no personal models ({path}); '
-        'delete the output folder to start over.')
-  try:
-    return ditto.PersonalModels.load(path, client_ids)
-  except (OSError, ValueError, KeyError) as e:
-    raise checkpointing.CheckpointError(
-        f'cannot read personal models {path}: {e}') from None
 
 
 class TrustedRounds(round_loop.RoundProgram):
@@ -220,12 +208,12 @@ class TrustedRounds(round_loop.RoundProgram):
     self.state = process.initialize()
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
-    restored, done = checkpoint.restore(self.state)
+    ids = self._task.client_ids if self._personalization else None
+    restored, done, personal = checkpoint.restore(self.state, ids)
     if restored is not None:
       self.state = restored
       if self._personalization is not None:
-        self._personalization.models = _restore_personal(
-            checkpoint, done, self._task.client_ids)
+        self._personalization.models = personal
     return done
 
   def save(self, checkpoint: checkpointing.RunCheckpoint,
@@ -301,7 +289,7 @@ def run_configuration(task: FederatedTask, config: Configuration,
   if run_dir and settings.checkpoint_every > 0:
     checkpoint = checkpointing.RunCheckpoint(
         os.path.join(run_dir, 'checkpoints'),
-        _run_key(task, config, choices, settings))
+        run_key(task, config, choices, settings))
   secret = dp_randomness.run_seed(
       settings.seed, settings.unsafe_seeded_dp_randomness, checkpoint)
   execution = Execution(settings.cohort_size)
@@ -376,9 +364,10 @@ def completed_summary(task: FederatedTask, config: Configuration,
                       output_dir: str) -> dict | None:
   """The summary of a finished run of exactly this configuration, or None.
 
-  Lets a sweep skip what an earlier invocation finished. A summary of other
-  rounds or another task counts as unfinished; a checkpoint of a different
-  run in the folder is a CheckpointError, as resuming it would be.
+  Lets a sweep skip what an earlier invocation finished. A summary without
+  this run's key in its checkpoint folder (of other settings, or kept without
+  checkpoints) counts as unfinished; a checkpoint of a different run in the
+  folder is a CheckpointError, as resuming it would be.
   """
   run_dir = os.path.join(output_dir, config.name)
   try:
@@ -392,8 +381,8 @@ def completed_summary(task: FederatedTask, config: Configuration,
           summary.get('rounds') == settings.rounds and
           (summary.get('metrics') or {}).get('acc_g') is not None):
     return None
-  if settings.checkpoint_every > 0:
-    checkpointing.RunCheckpoint(
-        os.path.join(run_dir, 'checkpoints'),
-        _run_key(task, config, choices, settings)).check_key()
-  return summary
+  same_run = settings.checkpoint_every > 0 and checkpointing.RunCheckpoint(
+      os.path.join(run_dir, 'checkpoints'),
+      run_key(task, config, choices, settings)).check_key()
+  # Without a run key beside it, nothing says the summary is of this run.
+  return summary if same_run else None

@@ -1,0 +1,202 @@
+"""A re-run into the same folder with any result-changing flag changed is
+refused or starts fresh: it never reports the old run's numbers.
+
+A resumable run (trusted server, cross-silo) is found again by its folder
+(named by its configuration) and its run key (`run_key` of its setting,
+stored beside its checkpoint; a finished run's summary is reused only when
+the key matches). Every flag of run_experiment.py and reproduce.py that those
+settings read is listed here: either with another value, which must change
+the folder or the key when set through the command line's own code, or with
+the reason it does not change a configuration's results. A new flag fails
+`test_every_flag_is_classified` until it is listed. The untrusted setting and
+point estimation keep no checkpoint: every run of theirs starts fresh
+(`test_untrusted_runs_keep_no_checkpoint`; point estimation has no rounds).
+"""
+
+from absl import flags as absl_flags
+from absl.testing import flagsaver
+import pytest
+
+from cli import cross_silo as cli_cross_silo
+from cli import flags
+from cli import trusted as cli_trusted
+from tff_hdp.simulation import cross_silo_setting
+from tff_hdp.simulation import trusted_setting
+from tff_hdp.simulation import untrusted_setting
+
+FLAGS = absl_flags.FLAGS
+
+# (flag, flags the change needs beside it, another value).
+SHARED_CHANGES = [
+    ('task', [], 'linear_regression'),
+    ('seed', [], '5'),
+    ('unsafe_seeded_dp_randomness', [], 'true'),
+    ('num_clients', [], '50'),
+    ('rounds', [], '7'),
+    ('batch_size', [], '5'),
+    ('client_lr', [], '0.05'),
+    ('eval_every', [], '5'),
+    ('deltas', [], '1e-5'),
+    ('unsafe_allow_large_delta', [], 'true'),
+    ('epsilons', [], '2'),
+]
+TRUSTED_CHANGES = SHARED_CHANGES + [
+    ('algorithms', [], 'dp_fedavg'),
+    ('r', [], '0.5'),
+    ('level_fractions', ['--epsilons=1,3'], '0.3,0.7'),
+    ('opt_out_fraction', [], '0.1'),
+    ('clients_per_round', [], '5'),
+    ('sampling', [], 'fixed'),
+    ('local_epochs', [], '2'),
+    ('cohort_size', [], '4'),
+    ('server_lr', [], '0.5'),
+    ('clip_norm', [], '0.3'),
+    ('target_quantile', [], '0.7'),
+    ('clip_lr', [], '0.1'),
+    ('clip_count_stddev', [], '3'),
+    ('denominator', [], 'realized'),
+    ('ditto_lambda_p', [], '0.1'),
+    ('ditto_lambda_np', [], '0.1'),
+    ('ditto_lr', ['--ditto_lambda_p=0.1'], '0.05'),
+    ('release_unprotected_stats', [], 'true'),
+]
+CROSS_SILO_CHANGES = SHARED_CHANGES + [
+    ('algorithms', [], 'ditto'),
+    ('dp_sgd_clip', [], '0.5'),
+    ('lambdas', [], '0.2'),
+    ('client_lrs', [], '0.05'),
+    ('num_clusters', ['--algorithms=ifca'], '2'),
+    ('selection_fraction', ['--algorithms=ifca'], '0.2'),
+    ('selection_share', ['--algorithms=ifca'], '0.05'),
+]
+NOT_IN_KEY = {
+    'output_dir': 'the folder the run is found in: another folder is another '
+                  'run',
+    'checkpoint_every': 'how often the state is saved: a resumed run equals '
+                        'an uninterrupted one (tests/simulation/test_resume.py)',
+    'data_dir': 'what it points to is in the key: the data '
+                '(test_the_data_changes_the_key)',
+    'sweep': 'chooses the grid; each point is its own folder, named by its '
+             'lambda and learning rate (the --lambdas, --client_lrs cases)',
+}
+REPRODUCE_NOT_IN_KEY = {
+    'presets': 'each preset is its own folder',
+    'ditto_lambdas': 'each Ditto block is its own folder, named by its '
+                     'lambdas (the key holds them too)',
+    'tensorboard': 'writes the released rows again as TensorBoard events',
+    'plots': 'draws figures of finished runs',
+}
+
+
+@pytest.fixture(autouse=True, scope='module')
+def _parsed_flags():
+  with flagsaver.flagsaver():
+    FLAGS(['run_experiment.py'])
+    yield
+
+
+def _trusted_identity(args):
+  with flagsaver.flagsaver():
+    FLAGS(['run_experiment.py', *args])
+    flags.validate_flags()
+    task = flags.load_task()
+    settings, choices, configs = cli_trusted.learning_setup(task)
+    config = configs[0]
+    return config.name, trusted_setting.run_key(task, config, choices,
+                                                settings)
+
+
+def _cross_silo_identity(args):
+  with flagsaver.flagsaver():
+    FLAGS(['run_experiment.py', *args])
+    flags.validate_flags()
+    task = flags.load_task()
+    settings, _, _ = cli_cross_silo.learning_setup()
+    algorithm = cross_silo_setting.algorithm_record(flags.ALGORITHMS.value[0])
+    return (cross_silo_setting.configuration_name(algorithm, settings),
+            cross_silo_setting.run_key(task, algorithm, settings))
+
+
+def _reads(setting):
+  return {name for name, settings in flags.APPLIES.items()
+          if setting in settings}
+
+
+def test_every_flag_is_classified():
+  for setting, changes in ((flags.TRUSTED, TRUSTED_CHANGES),
+                           (flags.CROSS_SILO, CROSS_SILO_CHANGES)):
+    listed = {name for name, _, _ in changes}
+    assert not listed & set(NOT_IN_KEY)
+    unclassified = _reads(setting) - listed - set(NOT_IN_KEY)
+    assert not unclassified, f'{setting}: classify {sorted(unclassified)}'
+    assert listed <= _reads(setting), listed - _reads(setting)
+  import reproduce  # pylint: disable=g-import-not-at-top
+  own = {name for name, value in vars(reproduce).items()
+         if isinstance(value, absl_flags.FlagHolder)}
+  assert {getattr(reproduce, name).name for name in own} == set(
+      REPRODUCE_NOT_IN_KEY)
+
+
+@pytest.mark.parametrize('flag,base,value', TRUSTED_CHANGES,
+                         ids=[c[0] for c in TRUSTED_CHANGES])
+def test_trusted_flag_changes_the_run(flag, base, value):
+  before = _trusted_identity(base)
+  after = _trusted_identity(base + [f'--{flag}={value}'])
+  assert before != after, f'--{flag}={value} would resume the old run'
+
+
+@pytest.mark.parametrize('flag,base,value', CROSS_SILO_CHANGES,
+                         ids=[c[0] for c in CROSS_SILO_CHANGES])
+def test_cross_silo_flag_changes_the_run(flag, base, value):
+  base = ['--algorithms=mrmtl'] + base
+  before = _cross_silo_identity(base)
+  after = _cross_silo_identity(base + [f'--{flag}={value}'])
+  assert before != after, f'--{flag}={value} would resume the old run'
+
+
+def test_the_same_flags_give_the_same_run():
+  # The identity is not a fresh random value each time (which would make
+  # every re-run start over and the tests above pass trivially).
+  assert _trusted_identity([]) == _trusted_identity([])
+  assert (_cross_silo_identity(['--algorithms=mrmtl']) ==
+          _cross_silo_identity(['--algorithms=mrmtl']))
+  assert (_trusted_identity(['--checkpoint_every=3']) ==
+          _trusted_identity([]))
+
+
+def test_the_data_changes_the_key():
+  with flagsaver.flagsaver():
+    FLAGS(['run_experiment.py'])
+    task = flags.load_task()
+    settings, choices, configs = cli_trusted.learning_setup(task)
+  key = trusted_setting.run_key(task, configs[0], choices, settings)
+  first = task.client_ids[0]
+  x, y = task.client_train[first]
+  x = x.copy()
+  x.flat[0] += 0.5
+  task.client_train[first] = (x, y)
+  del task.data_digest  # the cached digest of the data before the change
+  changed = trusted_setting.run_key(task, configs[0], choices, settings)
+  assert {k for k in key if key[k] != changed[k]} == {'data'}
+
+
+class _Stop(Exception):
+  pass
+
+
+def test_untrusted_runs_keep_no_checkpoint(monkeypatch):
+  given = {}
+
+  def run_rounds(program, **kwargs):
+    given.update(kwargs)
+    raise _Stop
+
+  monkeypatch.setattr(untrusted_setting.round_loop, 'run_rounds', run_rounds)
+  with flagsaver.flagsaver():
+    FLAGS(['run_experiment.py', '--num_clients=10'])
+    task = flags.load_task()
+  with pytest.raises(_Stop):
+    untrusted_setting.run_algorithm(
+        task, 'weiavg', untrusted_setting.UntrustedSettings(rounds=1),
+        output_dir='unused', progress=False)
+  assert given and given.get('checkpoint') is None  # nothing to resume from
