@@ -1,6 +1,7 @@
 """MR-MTL and the cross-silo baselines (SPEC.md §2): privacy, selection, state."""
 
 import math
+import os
 
 import dp_accounting
 import numpy as np
@@ -266,3 +267,53 @@ def test_sweep_reports_the_best_setting_and_the_curve(task, tmp_path):
   lines = (tmp_path / 'sweep_mrmtl.csv').read_text().splitlines()
   assert lines[0] == 'method,lambda,learning_rate,sign_accuracy'
   assert len(lines) == 5
+
+
+def _dp_sgd_epsilon(plan) -> float:
+  """A plan's epsilon from dp_accounting directly (no selections)."""
+  accountant = rdp.RdpAccountant()
+  accountant.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(
+          plan.sampling_rate,
+          dp_accounting.GaussianDpEvent(plan.noise_multiplier)),
+      plan.rounds * plan.steps_per_round))
+  return accountant.get_epsilon(plan.delta)
+
+
+def test_a_stored_calibration_is_used_only_if_it_is_the_calibrated_one():
+  fresh = plans.plan_client_privacy(2.0, 1e-4, 300, 30, 20)
+  assert _dp_sgd_epsilon(fresh) <= 2.0
+  z = fresh.noise_multiplier
+  for stored in (z, z * 0.8, z * 1.3, -1.0):
+    plans.plan_client_privacy.cache_clear()
+    plan = plans.plan_client_privacy(2.0, 1e-4, 300, 30, 20,
+                                     known_noise_multiplier=stored)
+    # Too little noise (z * 0.8) would break the target and too much
+    # (z * 1.3) would waste utility: both are calibrated again.
+    assert plan.noise_multiplier == pytest.approx(z, abs=2e-6)
+    assert _dp_sgd_epsilon(plan) <= 2.0
+
+
+def test_silo_calibrations_are_kept_on_disk_for_the_next_process(
+    tmp_path, monkeypatch):
+  task = _clustered_task(num_silos=3)
+  algorithm = cse.algorithm_record('mrmtl')
+  settings = cse.CrossSiloSettings(rounds=5, epsilons=(1.0, 2.0, 4.0),
+                                   delta=1e-4, learning_rate=0.1,
+                                   clip_norm=1.0)
+  path = str(tmp_path / cse.CALIBRATIONS_FILE)
+  first = cse.plan_silos(task, algorithm, settings, calibrations=path)
+  assert os.path.exists(path)
+  # A new process: nothing cached in memory, and no calibration allowed.
+  plans.plan_client_privacy.cache_clear()
+  accounting.calibrate_noise_multiplier.cache_clear()
+
+  def refuse(*args, **kwargs):
+    raise AssertionError('calibrated again despite the stored values')
+
+  monkeypatch.setattr(plans.accounting, 'calibrate_noise_multiplier', refuse)
+  second = cse.plan_silos(task, algorithm, settings, calibrations=path)
+  assert [p.noise_multiplier for p in second] == [
+      p.noise_multiplier for p in first]
+  for plan, eps in zip(second, (1.0, 2.0, 4.0)):
+    assert _dp_sgd_epsilon(plan) <= eps

@@ -178,13 +178,20 @@ class ClientPrivacy:
             (clip_norm * self.noise_multiplier / self.expected_batch_size)**2)
 
 
+# How far below a stored z another z must fail the target for the stored one
+# to count as calibrated (the calibration's own tolerance is 1e-6).
+_CALIBRATION_SLACK = 1e-5
+
+
 @functools.lru_cache(maxsize=None)
 def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
                         batch_size: int, rounds: int,
                         epochs_per_round: int = 1,
                         selection_epsilon: float = 0.0,
                         selection_rounds: int = 0,
-                        allow_large_delta: bool = False) -> ClientPrivacy:
+                        allow_large_delta: bool = False,
+                        known_noise_multiplier: float | None = None
+                        ) -> ClientPrivacy:
   """Calibrates z for `rounds` rounds of `epochs_per_round` DP-SGD epochs.
 
   One epoch is `ceil(num_examples / batch_size)` Poisson-sampled steps. With
@@ -192,7 +199,11 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
   the budget: DP-SGD gets what they leave. delta must be below 1/num_examples
   unless `allow_large_delta` (experiments only). Plans are cached: a sweep or
   a comparison of methods plans each distinct silo once (a calibration runs
-  the accountant a dozen times).
+  the accountant a dozen times). `known_noise_multiplier`, an earlier
+  calibration's z (e.g. kept on disk), is used when the accountant confirms
+  that it meets the target and that z - 1e-5 would not (it is what the
+  calibration finds); otherwise z is calibrated afresh, so a stale or altered
+  value costs time, never privacy or utility.
   """
   num_examples, batch_size = int(num_examples), int(batch_size)
   if num_examples < 1 or not 1 <= batch_size <= num_examples:
@@ -211,13 +222,21 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
                      f'rounds), got {selection_rounds}.')
   selection = (accounting.exponential_mechanism_event(
       selection_epsilon, selection_rounds) if selection_rounds else None)
-  z = accounting.calibrate_noise_multiplier(
+  def plan(z):
+    return ClientPrivacy(epsilon, delta, num_examples, batch_size, rounds,
+                         epochs_per_round, q, steps, z,
+                         selection_epsilon if selection_rounds else 0.0,
+                         selection_rounds)
+
+  if known_noise_multiplier is not None and known_noise_multiplier > 1e-4:
+    known = plan(float(known_noise_multiplier))
+    less = plan(known.noise_multiplier - _CALIBRATION_SLACK)
+    if (known.epsilon_after(rounds) <= epsilon and
+        less.epsilon_after(rounds) > epsilon):
+      return known
+  return plan(accounting.calibrate_noise_multiplier(
       epsilon, delta, accounting.PoissonSampling(q), rounds * steps, None,
-      selection)
-  return ClientPrivacy(epsilon, delta, num_examples, batch_size, rounds,
-                       epochs_per_round, q, steps, z,
-                       selection_epsilon if selection_rounds else 0.0,
-                       selection_rounds)
+      selection))
 
 
 def plan_clients(epsilons: Sequence[float], delta: float,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import csv
 import dataclasses
-import hashlib
+import json
 import math
 import os
 from typing import Hashable
@@ -43,6 +43,8 @@ from tff_hdp.federated_task import FederatedTask
 # The MR-MTL paper's grids (its Appendix C.4).
 LAMBDA_GRID = (1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
 LEARNING_RATE_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)
+# Beside the runs of an output folder: every silo calibration made there.
+CALIBRATIONS_FILE = 'silo_noise_calibrations.json'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,23 +115,47 @@ def _check(task: FederatedTask, algorithm: algorithms.Algorithm,
 
 def plan_silos(task: FederatedTask, algorithm: algorithms.Algorithm,
                settings: CrossSiloSettings,
-               progress: bool = False) -> list[ClientPrivacy]:
-  """Each silo's DP-SGD plan at its own budget for this algorithm's reads."""
+               progress: bool = False,
+               calibrations: str | None = None) -> list[ClientPrivacy]:
+  """Each silo's DP-SGD plan at its own budget for this algorithm's reads.
+
+  `calibrations` is a JSON file of earlier calibrations (z by the plan's
+  parameters), read and extended here, so that a resumed run or a sweep's
+  next process does not calibrate every silo again (about 3 minutes for
+  School's 139); each stored z is confirmed by the accountant before use.
+  """
   _check(task, algorithm, settings)
   epsilons = settings.silo_epsilons(len(task.client_ids))
   selections = settings.selection_rounds(algorithm)
+  known = _read_calibrations(calibrations)
   plans = []
   for c, eps in tqdm.tqdm(list(zip(task.client_ids, epsilons)),
                           desc='calibrating silos\' noise', unit='silo',
                           disable=not progress, leave=False):
     n = len(task.client_train[c][0])
+    args = (float(eps), float(settings.delta), n, min(task.batch_size, n),
+            settings.rounds, 2 if algorithm.personal_epoch else 1,
+            float(settings.selection_share * eps), selections,
+            settings.allow_large_delta)
     plans.append(plan_client_privacy(
-        eps, settings.delta, n, min(task.batch_size, n), settings.rounds,
-        epochs_per_round=2 if algorithm.personal_epoch else 1,
-        selection_epsilon=settings.selection_share * eps,
-        selection_rounds=selections,
-        allow_large_delta=settings.allow_large_delta))
+        *args, known_noise_multiplier=known.get(json.dumps(args))))
+    known[json.dumps(args)] = plans[-1].noise_multiplier
+  if calibrations:
+    os.makedirs(os.path.dirname(calibrations) or '.', exist_ok=True)
+    with open(f'{calibrations}.tmp', 'w') as f:
+      json.dump(known, f, indent=0, sort_keys=True)
+    os.replace(f'{calibrations}.tmp', calibrations)
   return plans
+
+
+def _read_calibrations(path: str | None) -> dict[str, float]:
+  try:
+    with open(path) as f:
+      known = json.load(f)
+  except (TypeError, OSError, ValueError):  # none yet (or unreadable)
+    return {}
+  return ({k: v for k, v in known.items() if isinstance(v, (int, float))}
+          if isinstance(known, dict) else {})
 
 
 def _switch_round(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) -> int | None:
@@ -328,7 +354,9 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
   lambda and learning rates builds it once.
   """
   algorithm = algorithm_record(algorithm_name)
-  plans = plan_silos(task, algorithm, settings, progress)
+  plans = plan_silos(task, algorithm, settings, progress,
+                     os.path.join(output_dir, CALIBRATIONS_FILE)
+                     if output_dir else None)
   silos = task.client_ids
   if process is None:
     process = build_process(task, algorithm, settings)
