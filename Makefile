@@ -23,7 +23,7 @@ install: $(STAMP)
 demo: install
 	$(BIN)/python run_experiment.py --task=digits \
 	  --algorithms=nonprivate,dp_fedavg,fedhdp --r=0.1,1 \
-	  --rounds=40 --clients_per_round=20 --clip_count_stddev=2 \
+	  --rounds=40 --clients_per_round=20 \
 	  --output_dir=results/demo
 
 test: install

@@ -179,9 +179,9 @@ def _run_preset(name: str, output_dir: str,
       plots.sweep_plots(run_dirs, os.path.join(preset_dir, 'plots'),
                         prefix=f'{block}_', title=f'{preset.title}, {block}')
   bar.close()
-  header, rows = tables.results_table(
-      summaries, paper_layout=True,
-      published=functools.partial(published.summary_acc_g, name))
+  published_acc_g = functools.partial(published.summary_acc_g, name)
+  header, rows = tables.results_table(summaries, paper_layout=True,
+                                      published=published_acc_g)
   caption = (
       f'{preset.title}: {n} clients, {FLAGS.rounds} rounds, '
       f'{FLAGS.clients_per_round} clients per round ({FLAGS.sampling}), '
@@ -190,7 +190,9 @@ def _run_preset(name: str, output_dir: str,
       f'seed {FLAGS.seed}. Published: {preset.published}.\n\n' +
       '\n'.join(warnings + tables.table_notes(
           FLAGS.release_unprotected_stats)))
-  tables.write_table(preset_dir, header, rows, caption=caption)
+  tables.write_table(preset_dir, header, rows, caption=caption,
+                     records=tables.results_records(summaries,
+                                                   published_acc_g))
   print(f'\n{caption}\n\n{tables.markdown_table(header, rows)}\n\n'
         f'Table, per-round files and plots: {preset_dir}/')
 

@@ -57,6 +57,11 @@ def run() -> None:
           f'{low:.3g} - {high:.3g}',
           str(len(result['runs'])),
       ])
+      records.append({'method': algorithm, 'lambda': result['best_lambda'],
+                      'learning_rate': result['best_learning_rate'],
+                      task.metric: result['best_metric'],
+                      'epsilon_spent_min': low, 'epsilon_spent_max': high,
+                      'runs': len(result['runs'])})
   except trusted_setting.RUN_ERRORS as e:
     raise flags.InputError(str(e)) from None
   metric = task.metric_record.label
@@ -66,7 +71,7 @@ def run() -> None:
         f'round, {flags.ROUNDS.value} rounds, silo eps {",".join(flags.EPSILONS.value)}'
         f', best over the swept settings\n')
   print(tables.markdown_table(header, rows))
-  tables.write_table(flags.OUTPUT_DIR.value, header, rows)
+  tables.write_table(flags.OUTPUT_DIR.value, header, rows, records=records)
   for algorithm, curve in curves.items():
     print(f'\n{algorithm}: best {metric} over learning rates, per lambda\n')
     print(tables.markdown_table(

@@ -35,4 +35,8 @@ def run() -> None:
         f"lambda_p* = {theory.optimal_lambda_private(setting):.4g}, "
         f"lambda_np* = {theory.optimal_lambda_non_private(setting):.4g}")
   os.makedirs(flags.OUTPUT_DIR.value, exist_ok=True)
-  tables.write_table(flags.OUTPUT_DIR.value, header, rows)
+  tables.write_table(flags.OUTPUT_DIR.value, header, rows, records=[
+      {'r': res.ratio, 'optimal_r': res.ratio == r_star,
+       'empirical_mse': res.empirical_mse,
+       'theory_variance': res.theoretical_variance,
+       'relative_error': res.relative_error} for res in results])

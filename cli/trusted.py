@@ -123,5 +123,6 @@ def run() -> None:
       settings.release_unprotected_stats))
   print(caption + '\n')
   print(tables.markdown_table(header, rows))
-  tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption)
+  tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption,
+                     records=tables.results_records(summaries))
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')

@@ -21,19 +21,26 @@ def run() -> None:
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
   flags.print_privacy_warnings()
-  rows = []
+  percent = task.metric_record.name != 'mse'
+  name = 'Acc_g' if percent else 'MSE_g'
+  rows, records = [], []
   try:
     for algorithm in flags.ALGORITHMS.value:
       s = untrusted_setting.run_algorithm(task, algorithm, settings,
                                         flags.OUTPUT_DIR.value)
-      rows.append([algorithm, f"{s['metrics']['acc_g']:.2f}",
+      metric = s['metrics']['acc_g']
+      rows.append([algorithm, f'{metric:.2f}' if percent else f'{metric:.4g}',
                    f"{s['epsilon_spent_min']:.3g} - "
                    f"{s['epsilon_spent_max']:.3g}", f"{s['seconds']:.0f}"])
+      records.append({'algorithm': algorithm, name.lower(): metric,
+                      'epsilon_spent_min': s['epsilon_spent_min'],
+                      'epsilon_spent_max': s['epsilon_spent_max'],
+                      'seconds': s['seconds']})
   except ValueError as e:
     raise flags.InputError(str(e)) from None
-  header = ['Aggregation', 'Acc_g', 'eps spent per client (min - max)',
+  header = ['Aggregation', name, 'eps spent per client (min - max)',
             'seconds']
   print(f'\n{task.name}: {len(task.client_ids)} clients, all in every round, '
         f'{flags.ROUNDS.value} rounds, eps ~ {flags.EPSILON_DISTRIBUTION.value}\n')
   print(tables.markdown_table(header, rows))
-  tables.write_table(flags.OUTPUT_DIR.value, header, rows)
+  tables.write_table(flags.OUTPUT_DIR.value, header, rows, records=records)

@@ -74,10 +74,16 @@ def _rounds(out, config):
     return list(csv.DictReader(f))
 
 
+def _markdown_rows(text):
+  return [[c.strip() for c in line.strip().strip('|').split('|')]
+          for line in text.splitlines() if line.startswith('| ')]
+
+
 def test_table_has_the_papers_layout_and_variance_scale(first):
   out, result = first
-  with open(os.path.join(out, 'digits', 'results.csv'), newline='') as f:
-    rows = list(csv.reader(f))
+  with open(os.path.join(out, 'digits', 'results.md')) as f:
+    text = f.read()
+  rows = _markdown_rows(text)
   assert rows[0][:3] == ['Algorithm', 'hyperparameters', 'Acc_g']
   assert 'Acc_l,np' in rows[0]
   # The bundled digits task is in no paper: nothing published to compare.
@@ -87,13 +93,19 @@ def test_table_has_the_papers_layout_and_variance_scale(first):
       ['DP-FedAvg', 'lambda_p=0.05'],
       ['FedHDP', 'r=0.5, lambda_p=lambda_np=0.05']]
   col = rows[0].index('Acc_g,np')
-  for row, config in zip(rows[1:], CONFIGS):
+  with open(os.path.join(out, 'digits', 'results.csv'), newline='') as f:
+    records = list(csv.DictReader(f))
+  for row, record, config in zip(rows[1:], records, CONFIGS):
     m = _summary(out, config)['metrics']
     assert row[col] == f"{m['acc_g_np']:.2f} ({m['var_g_np'] / 100:.3g})"
+    # results.csv: the same numbers, unscaled, one column each.
+    assert record['configuration'] == config
+    assert float(record['acc_g_np']) == m['acc_g_np']
+    assert float(record['var_g_np']) == m['var_g_np']
+    assert record['published_acc_g_min'] == ''
     # Private clients' metrics are withheld by default.
     assert row[rows[0].index('Acc_g,p')] == '-' and 'acc_g_p' not in m
-  with open(os.path.join(out, 'digits', 'results.md')) as f:
-    text = f.read()
+    assert record['acc_g_p'] == ''
   assert tables.VARIANCE_NOTE in text and tables.WITHHELD_NOTE in text
   assert '| FedHDP' in text and '| FedHDP' in result.stdout
   assert '2 rounds, 5 clients per round' in text  # the overrides took effect
@@ -206,7 +218,7 @@ def test_completed_summary_needs_the_same_run(tmp_path):
   # A checkpoint of another run beside a complete summary is an error.
   (run_dir / 'summary.json').write_text(json.dumps(summary))
   checkpointing.RunCheckpoint(str(run_dir / 'checkpoints'), {'other': 1}).save(
-      [np.zeros(1, np.float32)], 3)
+      [np.zeros(1, np.float32)], 4)
   with pytest.raises(checkpointing.CheckpointError, match='different run'):
     trusted_setting.completed_summary(task, config, choices, settings, out)
 

@@ -61,24 +61,62 @@ def test_accuracy_vs_rounds_draws_evaluated_rounds_per_run(runs, tmp_path):
   assert image.imread(path).ndim == 3
 
 
-def test_epsilon_vs_rounds_one_line_per_distinct_private_spend(runs):
+def test_epsilon_vs_rounds_names_every_run_on_each_distinct_curve(runs):
   lines = _lines(plots.epsilon_vs_rounds(runs))
-  # Opt-out groups (inf) are left out; FedHDP's r=0 and r=1 share one curve.
-  assert set(lines) == {'dp_fedavg: all_private',
-                        'fedhdp_r0: private_eps3.6'}
-  np.testing.assert_array_equal(
-      lines['fedhdp_r0: private_eps3.6'].get_ydata(), [1, 2, 3])
+  # Opt-out groups (inf) are left out; DP-FedAvg and FedHDP's r=0 and r=1
+  # spend alike: one line that names all three, not three hidden lines.
+  label = ('dp_fedavg: all_private; fedhdp_r0, fedhdp_r1: private_eps3.6 '
+           '(identical)')
+  assert [k.replace('\n', ' ') for k in lines] == [label]
+  (line,) = lines.values()
+  np.testing.assert_array_equal(line.get_ydata(), [1, 2, 3])
+
+
+def test_epsilon_vs_rounds_draws_distinct_spends_apart(tmp_path):
+  runs = dict([
+      _write_run(tmp_path / 'a', 'fedhdp', 0.5, [None, 1, 2],
+                 {'private_eps1': [0.5, 0.8, 1.0],
+                  'private_eps3': [1.0, 2.0, 3.0]}, {'acc_g': 2.0}),
+      _write_run(tmp_path / 'b', 'dp_fedavg', None, [None, 1, 2],
+                 {'all_private': [0.4, 0.7, 1.0]}, {'acc_g': 2.0})])
+  lines = plots.epsilon_vs_rounds(runs).axes[0].lines
+  assert [line.get_label() for line in lines] == [
+      'fedhdp_r0.5: private_eps1', 'fedhdp_r0.5: private_eps3',
+      'dp_fedavg: all_private']
+  styles = {(line.get_color(), line.get_linestyle()) for line in lines}
+  assert len(styles) == 3
+
+
+def test_many_runs_get_distinct_colors_and_dashes(tmp_path):
+  runs = dict(_write_run(tmp_path / str(i), 'fedhdp', i / 10, [1, 2, 3],
+                         {}, {'acc_g': 3.0}) for i in range(15))
+  lines = plots.accuracy_vs_rounds(runs).axes[0].lines
+  assert len(lines) == 15
+  assert len({(l.get_color(), l.get_linestyle()) for l in lines}) == 15
 
 
 def test_accuracy_vs_ratio_keeps_r_zero_and_draws_baselines(runs):
   summaries = [plots.read_summary(d) for d in runs.values()]
   fig = plots.accuracy_vs_ratio(summaries)
-  lines = _lines(fig)
-  np.testing.assert_array_equal(lines['FedHDP acc_g'].get_xdata(), [0, 1])
-  np.testing.assert_array_equal(lines['FedHDP acc_g'].get_ydata(), [75, 72])
-  assert lines['nonprivate acc_g'].get_ydata()[0] == 90
-  assert lines['dp_fedavg acc_g'].get_ydata()[0] == 70
+  fedhdp, nonprivate, dp_fedavg = fig.axes[0].lines
+  np.testing.assert_array_equal(fedhdp.get_xdata(), [0, 1])
+  np.testing.assert_array_equal(fedhdp.get_ydata(), [75, 72])
+  assert nonprivate.get_ydata()[0] == 90 and nonprivate.get_linestyle() == '--'
+  assert dp_fedavg.get_ydata()[0] == 70 and dp_fedavg.get_linestyle() == ':'
   assert fig.axes[0].get_xscale() == 'symlog'
+
+
+def test_accuracy_vs_ratio_legend_has_an_entry_per_metric_and_algorithm(
+    runs):
+  metrics = ('acc_g', 'acc_g_np', 'acc_l_np', 'acc_l_p', 'acc_g_p')
+  summaries = [plots.read_summary(d) for d in runs.values()]
+  for s in summaries:
+    s['metrics'] = {m: 50.0 + i for i, m in enumerate(metrics)}
+  fig = plots.accuracy_vs_ratio(summaries, metrics=metrics)
+  assert len(fig.axes[0].lines) == 5 * 3  # FedHDP and two baselines each
+  (legend,) = fig.legends
+  assert [t.get_text() for t in legend.get_texts()] == list(metrics) + [
+      'FedHDP', 'Non-Private', 'DP-FedAvg']
 
 
 def test_metric_vs_lambda_sorts_and_checks_lengths(tmp_path):

@@ -35,10 +35,37 @@ def test_bernoulli_clients_give_the_papers_skewed_r0_value():
   assert rows[0][2] == '7.05 (6.55)'
 
 
-def test_other_metrics_keep_their_variance():
+def test_other_metrics_keep_their_variance_and_their_name():
   s = _summary('fedhdp', 1.0, metric='mse')
-  _, rows = tables.results_table([s])
-  assert rows[0][2] == '88.64 (39)'
+  s['metrics'].update(acc_g=0.04123, delta_g=-0.0012)
+  header, rows = tables.results_table([s])
+  assert header[1:5] == ['MSE_g', 'MSE_g,p', 'MSE_g,np', 'Delta_g']
+  assert rows[0][1:5] == ['0.04123', '88.64 (39)', '93.75 (0.1)', '-0.0012']
+
+
+def test_results_csv_holds_numbers_one_column_each(tmp_path):
+  s = _summary('fedhdp', 0.1)
+  s['groups'] = [{'name': 'private_eps3.6', 'target_epsilon': 3.6,
+                  'delta': 1e-4, 'epsilon_spent': 3.59},
+                 {'name': 'opt_out', 'target_epsilon': None, 'delta': None,
+                  'epsilon_spent': None}]
+  s['metrics'].pop('acc_g_p')  # withheld: a blank cell, not a number
+  header, rows = tables.results_table([s])
+  tables.write_table(str(tmp_path), header, rows,
+                     records=tables.results_records([s]))
+  with open(tmp_path / 'results.csv', newline='') as f:
+    (record,) = list(csv.DictReader(f))
+  assert record['configuration'] == 'fedhdp_r0.1'
+  assert float(record['ratio']) == 0.1
+  assert float(record['acc_g']) == 90.0
+  assert record['acc_g_p'] == '' and float(record['var_g_p']) == 39.0
+  assert float(record['acc_g_np']) == 93.75
+  assert float(record['epsilon_spent_private_eps3.6']) == 3.59
+  assert float(record['target_epsilon_private_eps3.6']) == 3.6
+  assert record['epsilon_spent_opt_out'] == ''
+  assert float(record['seconds']) == 1.0
+  mse = tables.results_records([_summary('fedhdp', 1.0, metric='mse')])[0]
+  assert mse['mse_g'] == 90.0 and 'acc_g' not in mse
 
 
 def test_paper_layout_names_algorithms_and_hyperparameters():

@@ -13,12 +13,14 @@ import csv
 import json
 import math
 import os
+import textwrap
 from typing import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-_BASELINE_STYLES = {'nonprivate': '--', 'dp_fedavg': ':'}
+_BASELINES = ('nonprivate', 'dp_fedavg')
 
 
 def read_rounds(run_dir: str) -> dict[str, np.ndarray]:
@@ -47,13 +49,22 @@ def _new_axes(title: str | None, xlabel: str, ylabel: str):
   return fig, ax
 
 
-def _finish(fig: Figure, ax, path: str | None) -> Figure:
-  if ax.lines:
-    fig.legend(loc='outside right upper', fontsize='small')
+def _finish(fig: Figure, ax, path: str | None, handles=None) -> Figure:
+  if handles or ax.lines:
+    fig.legend(handles=handles, loc='outside right upper', fontsize='small')
   if path:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
   return fig
+
+
+_LINESTYLES = ('-', '--', ':', '-.')
+
+
+def _style(i: int) -> dict:
+  """The i-th line's color and dash: ten colors, then the next dash, so
+  that no two of up to 40 lines look alike."""
+  return {'color': f'C{i % 10}', 'linestyle': _LINESTYLES[i // 10 % 4]}
 
 
 def accuracy_vs_rounds(run_dirs: Mapping[str, str], path: str | None = None,
@@ -61,12 +72,13 @@ def accuracy_vs_rounds(run_dirs: Mapping[str, str], path: str | None = None,
                        title: str | None = None) -> Figure:
   """`metric` at each evaluated round, one line per labelled run."""
   fig, ax = _new_axes(title, 'round', f'{metric} (%)')
-  for label, run_dir in run_dirs.items():
+  for i, (label, run_dir) in enumerate(run_dirs.items()):
     cols = read_rounds(run_dir)
     if metric not in cols:
       continue
     keep = ~np.isnan(cols[metric])
-    ax.plot(cols['round'][keep], cols[metric][keep], marker='.', label=label)
+    ax.plot(cols['round'][keep], cols[metric][keep], marker='.', label=label,
+            **_style(i))
   return _finish(fig, ax, path)
 
 
@@ -74,22 +86,27 @@ def epsilon_vs_rounds(run_dirs: Mapping[str, str], path: str | None = None,
                       title: str | None = None) -> Figure:
   """Each privacy group's epsilon spent by round (opt-out groups have none).
 
-  Runs that share a group and its spend (e.g. FedHDP at several r) draw one
-  line, labelled with the first run.
+  Runs whose groups spend alike (e.g. FedHDP at every r, and DP-FedAvg at the
+  same target) would hide each other's lines: each distinct curve is drawn
+  once, labelled with every run and group on it and "(identical)".
   """
   fig, ax = _new_axes(title, 'round', 'epsilon spent')
-  drawn = set()
+  curves = {}  # spend -> (rounds, {group: [runs]})
   for label, run_dir in run_dirs.items():
     cols = read_rounds(run_dir)
     for column, values in cols.items():
       if not column.startswith('epsilon_') or not np.isfinite(values).all():
         continue
-      group = column[len('epsilon_'):]
-      key = (group, tuple(np.round(values, 9)))
-      if key in drawn:
-        continue
-      drawn.add(key)
-      ax.plot(cols['round'], values, label=f'{label}: {group}')
+      key = tuple(np.round(values, 9))
+      _, groups = curves.setdefault(key, (cols['round'], {}))
+      groups.setdefault(column[len('epsilon_'):], []).append(label)
+  for i, (key, (rounds, groups)) in enumerate(curves.items()):
+    text = '; '.join(f'{", ".join(runs)}: {group}'
+                     for group, runs in groups.items())
+    if sum(len(runs) for runs in groups.values()) > 1:
+      text += ' (identical)'
+    ax.plot(rounds, key, label='\n'.join(textwrap.wrap(text, 48)),
+            **_style(i))
   return _finish(fig, ax, path)
 
 
@@ -107,27 +124,42 @@ def _log_x(ax, xs: Sequence[float]) -> None:
 def accuracy_vs_ratio(summaries: Sequence[dict], path: str | None = None,
                       metrics: Sequence[str] = ('acc_g',),
                       title: str | None = None) -> Figure:
-  """FedHDP's final `metrics` against r; baselines as lines of the same color."""
+  """FedHDP's final `metrics` against r, and the baselines as flat lines.
+
+  A metric has one color and an algorithm one line style, so the legend has
+  an entry per metric and per algorithm (not one per pair).
+  """
   fig, ax = _new_axes(title, 'r (weight ratio of private groups)',
                       'accuracy (%)')
   fedhdp = sorted((s for s in summaries if s['algorithm'] == 'fedhdp'),
                   key=lambda s: s['ratio'])
   ratios = [s['ratio'] for s in fedhdp]
-  for metric in metrics:
+  styles = {'fedhdp': ('FedHDP', '-'), 'nonprivate': ('Non-Private', '--'),
+            'dp_fedavg': ('DP-FedAvg', ':')}
+  drawn_metrics, drawn_algorithms = [], []
+  for i, metric in enumerate(metrics):
+    color = f'C{i % 10}'
     points = [(r, s['metrics'].get(metric)) for r, s in zip(ratios, fedhdp)]
     points = [(r, v) for r, v in points if v is not None]
-    color = None
     if points:
-      color = ax.plot(*zip(*points), marker='o',
-                      label=f'FedHDP {metric}')[0].get_color()
+      ax.plot(*zip(*points), marker='o', color=color, linestyle='-')
+      drawn_metrics.append((metric, color))
+      drawn_algorithms.append('fedhdp')
     for s in summaries:
       value = s['metrics'].get(metric)
-      if s['algorithm'] in _BASELINE_STYLES and value is not None:
-        line = ax.axhline(value, linestyle=_BASELINE_STYLES[s['algorithm']],
-                          color=color, label=f"{s['configuration']} {metric}")
-        color = line.get_color()
+      if s['algorithm'] in _BASELINES and value is not None:
+        ax.axhline(value, linestyle=styles[s['algorithm']][1], color=color)
+        if (metric, color) not in drawn_metrics:
+          drawn_metrics.append((metric, color))
+        drawn_algorithms.append(s['algorithm'])
+  handles = [Line2D([], [], color=color, linewidth=6, label=metric)
+             for metric, color in drawn_metrics]
+  handles += [Line2D([], [], color='black', linestyle=styles[a][1],
+                     marker='o' if a == 'fedhdp' else None,
+                     label=styles[a][0])
+              for a in dict.fromkeys(drawn_algorithms)]
   _log_x(ax, ratios)
-  return _finish(fig, ax, path)
+  return _finish(fig, ax, path, handles)
 
 
 def metric_vs_lambda(lambdas: Sequence[float],

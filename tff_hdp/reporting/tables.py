@@ -11,6 +11,7 @@ Var[accuracy in %] / 100. The per-round CSVs and summaries keep Var in %^2.
 from __future__ import annotations
 
 import csv
+import functools
 import os
 from typing import Callable, Sequence
 
@@ -44,22 +45,44 @@ def table_notes(release_unprotected: bool) -> list[str]:
 
 
 def write_table(output_dir: str, header, rows, stem: str = 'results',
-                caption: str | None = None) -> None:
-  """`<stem>.md` (with `caption` above the table) and `<stem>.csv`."""
+                caption: str | None = None,
+                records: Sequence[dict] | None = None) -> None:
+  """`<stem>.md` (with `caption` above the table) and `<stem>.csv`.
+
+  `records` are the table's numbers, one dict per row and one column per
+  number (e.g. a mean and its variance apart), for the CSV that tools read;
+  without them the CSV holds the table's cells.
+  """
   os.makedirs(output_dir, exist_ok=True)
   with open(os.path.join(output_dir, f'{stem}.md'), 'w') as f:
     if caption:
       f.write(caption.rstrip('\n') + '\n\n')
     f.write(markdown_table(header, rows) + '\n')
   with open(os.path.join(output_dir, f'{stem}.csv'), 'w', newline='') as f:
-    csv.writer(f).writerows([list(header)] + [list(r) for r in rows])
+    if records is None:
+      csv.writer(f).writerows([list(header)] + [list(r) for r in rows])
+      return
+    columns = list(dict.fromkeys(k for r in records for k in r))
+    writer = csv.DictWriter(f, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows({k: '' if v is None else v for k, v in r.items()}
+                     for r in records)
 
 
-def _acc(mean, var=None, var_scale: float = 1.0) -> str:
+def _is_percent(summary: dict) -> bool:
+  return summary.get('metric', 'accuracy') in _PERCENT_METRICS
+
+
+def metric_prefix(summary: dict) -> str:
+  """What the table calls the task's metric: Acc (in %) or MSE."""
+  return 'Acc' if _is_percent(summary) else 'MSE'
+
+
+def _cell(mean, var=None, var_scale: float = 1.0, percent: bool = True) -> str:
   if mean is None:
     return '-'
-  return (f'{mean:.2f}' if var is None else
-          f'{mean:.2f} ({var * var_scale:.3g})')
+  text = f'{mean:.2f}' if percent else f'{mean:.4g}'
+  return text if var is None else f'{text} ({var * var_scale:.3g})'
 
 
 def _eps(summary: dict, group: dict) -> str:
@@ -113,6 +136,7 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
                   published: Callable[[dict], Sequence[float]] | None = None):
   """SPEC.md §1 metrics, variance across clients in parentheses.
 
+  The metric is named as the task scores it (Acc_g in %, or MSE_g).
   Accuracy variances are shown in the papers' scale (`VARIANCE_NOTE`; other
   metrics, e.g. MSE, as they are). `paper_layout` names the algorithms as
   the papers do and adds their "hyperparameters" column (r, Ditto lambdas).
@@ -122,33 +146,76 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
   personalized = any(s['metrics'].get('acc_l_p') is not None or
                      s['metrics'].get('acc_l_np') is not None
                      for s in summaries)
+  name = metric_prefix(summaries[0]) if summaries else 'Acc'
   header = ['Algorithm'] + (['hyperparameters'] if paper_layout else [])
-  header += ['Acc_g', 'Acc_g,p', 'Acc_g,np', 'Delta_g']
+  header += [f'{name}_g', f'{name}_g,p', f'{name}_g,np', 'Delta_g']
   if personalized:
-    header += ['Acc_l,p', 'Acc_l,np', 'Delta_l']
+    header += [f'{name}_l,p', f'{name}_l,np', 'Delta_l']
   header += ['eps spent (target) per group', 'sampling, denominator',
              'seconds']
   if published:
-    header += ['published Acc_g']
+    header += [f'published {name}_g']
   rows = []
   for s in summaries:
     m = s['metrics']
-    scale = 0.01 if s.get('metric', 'accuracy') in _PERCENT_METRICS else 1.0
+    percent = _is_percent(s)
+    cell = functools.partial(_cell, var_scale=0.01 if percent else 1.0,
+                             percent=percent)
     eps = ', '.join(f"{g['name']}: {_eps(s, g)}" for g in s['groups'])
     row = ([PAPER_NAMES.get(s['algorithm'], s['algorithm']),
             _hyperparameters(s)] if paper_layout else [s['configuration']])
     row += [
-        _acc(m.get('acc_g')),
-        _acc(m.get('acc_g_p'), m.get('var_g_p'), scale),
-        _acc(m.get('acc_g_np'), m.get('var_g_np'), scale),
-        _acc(m.get('delta_g')),
+        cell(m.get('acc_g')),
+        cell(m.get('acc_g_p'), m.get('var_g_p')),
+        cell(m.get('acc_g_np'), m.get('var_g_np')),
+        cell(m.get('delta_g')),
     ]
     if personalized:
-      row += [_acc(m.get('acc_l_p'), m.get('var_l_p'), scale),
-              _acc(m.get('acc_l_np'), m.get('var_l_np'), scale),
-              _acc(m.get('delta_l'))]
+      row += [cell(m.get('acc_l_p'), m.get('var_l_p')),
+              cell(m.get('acc_l_np'), m.get('var_l_np')),
+              cell(m.get('delta_l'))]
     row += [eps, _accounting(s), f"{s['seconds']:.0f}"]
     if published:
       row.append(_published(published(s)))
     rows.append(row)
   return header, rows
+
+
+_METRIC_KEYS = ('acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np',
+                'delta_g', 'acc_l_p', 'var_l_p', 'acc_l_np', 'var_l_np',
+                'delta_l')
+
+
+def results_records(summaries: Sequence[dict],
+                    published: Callable[[dict], Sequence[float]] | None = None
+                    ) -> list[dict]:
+  """`results_table`'s numbers for results.csv, one column each.
+
+  Means and variances are apart and unscaled, as in rounds.csv: variances in
+  the metric's units squared (%^2 for accuracy); metric columns are named by
+  the task's metric (acc_g, or mse_g); each group has its epsilon spent,
+  target and delta.
+  """
+  records = []
+  for s in summaries:
+    prefix = metric_prefix(s).lower()
+    ditto = s.get('ditto') or {}
+    record = {'configuration': s['configuration'],
+              'algorithm': s['algorithm'], 'ratio': s.get('ratio'),
+              'lambda_p': ditto.get('lambda_p'),
+              'lambda_np': ditto.get('lambda_np')}
+    for key in _METRIC_KEYS:
+      record[key.replace('acc_', f'{prefix}_')] = s['metrics'].get(key)
+    for g in s['groups']:
+      record[f"epsilon_spent_{g['name']}"] = g.get('epsilon_spent')
+      record[f"target_epsilon_{g['name']}"] = g.get('target_epsilon')
+      record[f"delta_{g['name']}"] = g.get('delta')
+    record.update(sampling=s.get('sampling', 'poisson'),
+                  denominator=s.get('denominator', 'expected'),
+                  seconds=s['seconds'])
+    if published:
+      figures = published(s)
+      record[f'published_{prefix}_g_min'] = min(figures) if figures else None
+      record[f'published_{prefix}_g_max'] = max(figures) if figures else None
+    records.append(record)
+  return records
