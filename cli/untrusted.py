@@ -21,15 +21,14 @@ def run() -> None:
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
   flags.print_privacy_warnings()
-  percent = task.metric_record.name != 'mse'
-  name = 'Acc_g' if percent else 'MSE_g'
+  name = f'{tables.metric_prefix(task.metric)}_g'
   rows, records = [], []
   try:
     for algorithm in flags.ALGORITHMS.value:
       s = untrusted_setting.run_algorithm(task, algorithm, settings,
                                         flags.OUTPUT_DIR.value)
       metric = s['metrics']['acc_g']
-      rows.append([algorithm, f'{metric:.2f}' if percent else f'{metric:.4g}',
+      rows.append([algorithm, tables.metric_cell(task.metric, metric),
                    f"{s['epsilon_spent_min']:.3g} - "
                    f"{s['epsilon_spent_max']:.3g}", f"{s['seconds']:.0f}"])
       records.append({'algorithm': algorithm, name.lower(): metric,

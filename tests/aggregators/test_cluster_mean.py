@@ -11,42 +11,24 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from tests.aggregators import signatures
+from tests.aggregators.signatures import VALUE
 from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
 
 G = 3
-# As a model update reaches an aggregator: a Python container of tensors.
-VALUE = tff.types.to_type(collections.OrderedDict(
-    w=tff.TensorType(np.float32, [2, 2]), b=tff.TensorType(np.float32, [3])))
 WEIGHT = tff.TensorType(np.float32, [G])
 
 
-def _assert_equivalent(actual, expected):
-  assert actual.is_equivalent_to(expected), f'{actual}\n  is not\n{expected}'
-
-
 def test_type_signatures_show_a_stateless_server_with_a_mean_per_cluster():
-  process = ClusterMeanFactory(G).create(VALUE, WEIGHT)
-  no_state = tff.FederatedType((), tff.SERVER)
-  _assert_equivalent(process.initialize.type_signature,
-                     tff.FunctionType(None, no_state))
-  one_mean_per_cluster = collections.OrderedDict(
-      w=tff.TensorType(np.float32, [G, 2, 2]),
-      b=tff.TensorType(np.float32, [G, 3]))
   per_cluster = tff.TensorType(np.float32, [G])
-  _assert_equivalent(
-      process.next.type_signature,
-      tff.FunctionType(
-          parameter=collections.OrderedDict(
-              state=no_state,
-              value=tff.FederatedType(VALUE, tff.CLIENTS),
-              weight=tff.FederatedType(WEIGHT, tff.CLIENTS)),
-          result=tff.templates.MeasuredProcessOutput(
-              state=no_state,
-              result=tff.FederatedType(one_mean_per_cluster, tff.SERVER),
-              measurements=tff.FederatedType(
-                  collections.OrderedDict(cluster_weights=per_cluster,
-                                          cluster_client_counts=per_cluster),
-                  tff.SERVER))))
+  signatures.assert_signatures(
+      ClusterMeanFactory(G).create(VALUE, WEIGHT), state=(),
+      client_inputs={'value': VALUE, 'weight': WEIGHT},
+      result=collections.OrderedDict(  # one mean per cluster
+          w=tff.TensorType(np.float32, [G, 2, 2]),
+          b=tff.TensorType(np.float32, [G, 3])),
+      measurements=collections.OrderedDict(
+          cluster_weights=per_cluster, cluster_client_counts=per_cluster))
 
 
 def test_execution_gives_weighted_cluster_means_and_zero_for_an_empty_one():

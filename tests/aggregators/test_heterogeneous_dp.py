@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from tests.aggregators import signatures
 from tff_hdp.aggregators import CohortHeterogeneousDPFactory
 from tff_hdp.aggregators import HeterogeneousDPFactory
 
@@ -241,29 +242,18 @@ def test_type_signatures_show_cohorts_change_only_what_the_clients_send(
   unmeasured."""
   process = factory([1.0, 0.0], [0.5, 1.0], [3.0, None], initial_clip_norm=1.0,
                     clip_count_stddev=1.0).create(value, weight)
-  state = tff.FederatedType(
-      collections.OrderedDict(clip_norm=np.float32, round_num=np.int64,
-                              seed=np.int64, value_sum=()), tff.SERVER)
-  assert process.initialize.type_signature.is_equivalent_to(
-      tff.FunctionType(None, state))
   per_group = tff.TensorType(np.float32, [2])
-  measurements = tff.FederatedType(
-      collections.OrderedDict(
+  signatures.assert_signatures(
+      process,
+      state=collections.OrderedDict(clip_norm=np.float32, round_num=np.int64,
+                                    seed=np.int64, value_sum=()),
+      client_inputs={'value': value, 'weight': weight}, result=VEC,
+      measurements=collections.OrderedDict(
           clip_norm=np.float32, num_clients=np.float32,
           group_client_counts=per_group, group_weights=per_group,
           group_noise_stddev=per_group,
           unclipped_fraction_estimate=np.float32,
-          fraction_clipped_estimate=np.float32, value_sum=()), tff.SERVER)
-  expected_next = tff.FunctionType(
-      parameter=collections.OrderedDict(
-          state=state, value=tff.FederatedType(value, tff.CLIENTS),
-          weight=tff.FederatedType(weight, tff.CLIENTS)),
-      result=tff.templates.MeasuredProcessOutput(
-          state=state, result=tff.FederatedType(VEC, tff.SERVER),
-          measurements=measurements))
-  next_type = process.next.type_signature
-  assert next_type.is_equivalent_to(expected_next), (
-      f'{next_type}\n  is not\n{expected_next}')
+          fraction_clipped_estimate=np.float32, value_sum=()))
 
 
 def test_another_inner_sum_factory_composes_and_changes_nothing():

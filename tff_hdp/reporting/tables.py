@@ -69,20 +69,26 @@ def write_table(output_dir: str, header, rows, stem: str = 'results',
                      for r in records)
 
 
-def _is_percent(summary: dict) -> bool:
-  return summary.get('metric', 'accuracy') in _PERCENT_METRICS
+_PERCENT_METRICS = ('accuracy', 'sign_accuracy')
 
 
-def metric_prefix(summary: dict) -> str:
-  """What the table calls the task's metric: Acc (in %) or MSE."""
-  return 'Acc' if _is_percent(summary) else 'MSE'
+def metric_prefix(metric: str) -> str:
+  """What tables call a task's metric (`FederatedTask.metric`): Acc, in %,
+  or MSE."""
+  return 'Acc' if metric in _PERCENT_METRICS else 'MSE'
 
 
-def _cell(mean, var=None, var_scale: float = 1.0, percent: bool = True) -> str:
+def metric_cell(metric: str, mean, var=None) -> str:
+  """A value of `metric` as tables print it: '-' if withheld, accuracies to
+  two decimals with their variance in the papers' scale (`VARIANCE_NOTE`),
+  other metrics to four significant digits with their variance as is."""
   if mean is None:
     return '-'
+  percent = metric in _PERCENT_METRICS
   text = f'{mean:.2f}' if percent else f'{mean:.4g}'
-  return text if var is None else f'{text} ({var * var_scale:.3g})'
+  if var is None:
+    return text
+  return f'{text} ({var * (0.01 if percent else 1.0):.3g})'
 
 
 def _eps(summary: dict, group: dict) -> str:
@@ -101,7 +107,6 @@ def _accounting(summary: dict) -> str:
           f"{summary.get('denominator', 'expected')}")
 
 
-_PERCENT_METRICS = ('accuracy', 'sign_accuracy')
 PAPER_NAMES = {'nonprivate': 'Non-Private', 'dp_fedavg': 'DP-FedAvg',
                'fedhdp': 'FedHDP'}
 
@@ -146,7 +151,8 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
   personalized = any(s['metrics'].get('acc_l_p') is not None or
                      s['metrics'].get('acc_l_np') is not None
                      for s in summaries)
-  name = metric_prefix(summaries[0]) if summaries else 'Acc'
+  name = metric_prefix(summaries[0].get('metric', 'accuracy') if summaries
+                       else 'accuracy')
   header = ['Algorithm'] + (['hyperparameters'] if paper_layout else [])
   header += [f'{name}_g', f'{name}_g,p', f'{name}_g,np', 'Delta_g']
   if personalized:
@@ -158,9 +164,7 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
   rows = []
   for s in summaries:
     m = s['metrics']
-    percent = _is_percent(s)
-    cell = functools.partial(_cell, var_scale=0.01 if percent else 1.0,
-                             percent=percent)
+    cell = functools.partial(metric_cell, s.get('metric', 'accuracy'))
     eps = ', '.join(f"{g['name']}: {_eps(s, g)}" for g in s['groups'])
     row = ([PAPER_NAMES.get(s['algorithm'], s['algorithm']),
             _hyperparameters(s)] if paper_layout else [s['configuration']])
@@ -198,7 +202,7 @@ def results_records(summaries: Sequence[dict],
   """
   records = []
   for s in summaries:
-    prefix = metric_prefix(s).lower()
+    prefix = metric_prefix(s.get('metric', 'accuracy')).lower()
     ditto = s.get('ditto') or {}
     record = {'configuration': s['configuration'],
               'algorithm': s['algorithm'], 'ratio': s.get('ratio'),

@@ -39,6 +39,25 @@ _SECONDS_FILE = 'seconds.json'
 _PREFIX = 'round_'  # of each saved round's folder
 
 
+def read_json_dict(path: str | None) -> dict:
+  """The JSON object in `path`, or {} if there is none or it cannot be read
+  (a file that only saves time is rebuilt rather than trusted)."""
+  try:
+    with open(path) as f:
+      value = json.load(f)
+  except (TypeError, OSError, ValueError):
+    return {}
+  return value if isinstance(value, dict) else {}
+
+
+def write_json_atomically(path: str, value) -> None:
+  """Writes `value` as JSON; a crash mid-write leaves the previous file."""
+  os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+  with open(f'{path}.tmp', 'w') as f:
+    json.dump(value, f, indent=0, sort_keys=True)
+  os.replace(f'{path}.tmp', path)
+
+
 def _leaves_signature(structure) -> list[tuple[tuple[int, ...], str]]:
   return [(tuple(np.shape(x)), np.asarray(x).dtype.str)
           for x in tf.nest.flatten(structure)]
@@ -160,26 +179,18 @@ class RunCheckpoint:
 
   def seconds_through(self, round_num: int) -> float:
     """The training seconds of rounds 1..`round_num` as saved (0 if unknown)."""
-    try:
-      with open(os.path.join(self._directory, _SECONDS_FILE)) as f:
-        return float(json.load(f).get(str(round_num), 0.0))
-    except (OSError, ValueError, AttributeError):
-      return 0.0
+    seconds = read_json_dict(os.path.join(self._directory, _SECONDS_FILE))
+    value = seconds.get(str(round_num), 0.0)
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
   def record_seconds(self, round_num: int, seconds: float) -> None:
     """Keeps the seconds spent through `round_num`, so that a resumed run
     reports the time of all its processes; only kept rounds are listed."""
-    kept = set(asyncio.run(self._manager.get_versions()) or [])
+    kept = {str(v) for v in asyncio.run(self._manager.get_versions()) or []}
     path = os.path.join(self._directory, _SECONDS_FILE)
-    try:
-      with open(path) as f:
-        table = {k: v for k, v in json.load(f).items() if int(k) in kept}
-    except (OSError, ValueError, AttributeError):
-      table = {}
+    table = {k: v for k, v in read_json_dict(path).items() if k in kept}
     table[str(round_num)] = seconds
-    with open(f'{path}.tmp', 'w') as f:
-      json.dump(table, f)
-    os.replace(f'{path}.tmp', path)
+    write_json_atomically(path, table)
 
   def personal_path(self, round_num: int) -> str:
     """Where the clients' personal models of round `round_num` are kept."""

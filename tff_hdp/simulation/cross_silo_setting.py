@@ -127,7 +127,8 @@ def plan_silos(task: FederatedTask, algorithm: algorithms.Algorithm,
   _check(task, algorithm, settings)
   epsilons = settings.silo_epsilons(len(task.client_ids))
   selections = settings.selection_rounds(algorithm)
-  known = _read_calibrations(calibrations)
+  known = {k: v for k, v in checkpointing.read_json_dict(calibrations).items()
+           if isinstance(v, (int, float))}
   plans = []
   for c, eps in tqdm.tqdm(list(zip(task.client_ids, epsilons)),
                           desc='calibrating silos\' noise', unit='silo',
@@ -141,21 +142,8 @@ def plan_silos(task: FederatedTask, algorithm: algorithms.Algorithm,
         *args, known_noise_multiplier=known.get(json.dumps(args))))
     known[json.dumps(args)] = plans[-1].noise_multiplier
   if calibrations:
-    os.makedirs(os.path.dirname(calibrations) or '.', exist_ok=True)
-    with open(f'{calibrations}.tmp', 'w') as f:
-      json.dump(known, f, indent=0, sort_keys=True)
-    os.replace(f'{calibrations}.tmp', calibrations)
+    checkpointing.write_json_atomically(calibrations, known)
   return plans
-
-
-def _read_calibrations(path: str | None) -> dict[str, float]:
-  try:
-    with open(path) as f:
-      known = json.load(f)
-  except (TypeError, OSError, ValueError):  # none yet (or unreadable)
-    return {}
-  return ({k: v for k, v in known.items() if isinstance(v, (int, float))}
-          if isinstance(known, dict) else {})
 
 
 def _switch_round(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) -> int | None:
