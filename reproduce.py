@@ -210,8 +210,7 @@ def main(argv: list[str]) -> None:
   lambdas = _lambdas_flag()
   output_dir = (FLAGS.output_dir if FLAGS['output_dir'].present else
                 os.path.join('results', 'reproduce'))
-  from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
-  runtime.init()
+  cli_flags.init_runtime()
   # Each preset starts from the command line's flags, not the last preset's.
   start = {name: FLAGS[name].value for name in _MANAGED_FLAGS}
   for name in names:

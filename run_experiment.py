@@ -34,9 +34,8 @@ def main(argv: list[str]) -> None:
   from cli import point_estimation
   from cli import trusted
   from cli import untrusted
-  from tff_hdp.simulation import runtime
   # pylint: enable=g-import-not-at-top
-  runtime.init()
+  flags.init_runtime()
   run = {flags.TRUSTED: trusted.run, flags.UNTRUSTED: untrusted.run,
          flags.CROSS_SILO: cross_silo.run,
          flags.POINT_ESTIMATION: point_estimation.run}[flags.run_setting()]

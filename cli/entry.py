@@ -25,6 +25,7 @@ from absl import flags as absl_flags
 HELP_FLAGS = ('--help', '-h', '-?', '--helpshort', '--helpfull')
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_WORKER_LOST = 3
 
 
 class InputError(ValueError):
@@ -105,10 +106,18 @@ def run(main: Callable[[list[str]], None], usage: str,
     return rest
 
   def guarded_main(argv: list[str]) -> None:
+    # pylint: disable-next=g-import-not-at-top
+    from tff_hdp.simulation.workers import WorkerUnavailableError
     try:
       main(argv)
     except InputError as e:
       fail(str(e))
+    except WorkerUnavailableError as e:
+      # Threads still waiting on the lost worker would block a normal exit.
+      sys.stderr.write(f'{program()}: error: {e}\n')
+      sys.stderr.flush()
+      sys.stdout.flush()
+      os._exit(EXIT_WORKER_LOST)  # pylint: disable=protected-access
 
   if sys.version_info[:2] != (3, 11):
     sys.exit(f'tff-hdp needs Python 3.11 (TensorFlow 2.14 / TFF 0.87); this '

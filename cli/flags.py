@@ -19,6 +19,7 @@ from absl import flags as absl_flags
 import tasks
 from cli.entry import InputError  # noqa: F401  (raised by every check here)
 from tff_hdp.learning import algorithms
+from tff_hdp.simulation import workers
 
 # Common to every setting: the task, its data and the run.
 TASK = absl_flags.DEFINE_enum('task', 'digits',
@@ -143,6 +144,15 @@ EVAL_EVERY = absl_flags.DEFINE_integer('eval_every', 10, 'Evaluate every k round
 CHECKPOINT_EVERY = absl_flags.DEFINE_integer(
     'checkpoint_every', 10, 'Save the run state every k rounds (0: never); '
     're-running the same command resumes from the last checkpoint.')
+WORKERS = absl_flags.DEFINE_list(
+    'workers', None, 'host:port of TFF workers (started with run_worker.py) '
+    'to run each round on, the clients cut into one contiguous slice per '
+    'worker; default: one local worker listening on 127.0.0.1. The protocol '
+    'has no TLS or authentication: a private network or SSH tunnels only.')
+WORKER_TIMEOUT = absl_flags.DEFINE_float(
+    'worker_timeout', 60, 'With --workers: seconds a worker may go without '
+    'answering before the run stops, naming it (then restart it and re-run '
+    'to resume).')
 OUTPUT_DIR = absl_flags.DEFINE_string('output_dir', 'results/latest',
                                   'Where files are written.')
 TRIALS = absl_flags.DEFINE_integer(
@@ -174,6 +184,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'algorithms': _TRAINING, 'data_dir': _TRAINING, 'num_clients': _TRAINING,
     'rounds': _TRAINING, 'batch_size': _TRAINING, 'client_lr': _TRAINING,
     'eval_every': _TRAINING, 'deltas': _TRAINING,
+    'workers': _TRAINING, 'worker_timeout': _TRAINING,
     'unsafe_allow_large_delta': _TRAINING,
     'epsilons': (TRUSTED, CROSS_SILO), 'r': (TRUSTED, POINT_ESTIMATION),
     'dp_sgd_clip': (UNTRUSTED, CROSS_SILO),
@@ -334,6 +345,7 @@ def validate_flags() -> None:
   _in(BATCH_SIZE, 1)
   _in(CLIENT_LR, 0, low_open=True)
   _in(EVAL_EVERY, 1)
+  _check_workers()
   for d in floats(DELTAS):
     check(0 < d < 1, f'--deltas must be in (0, 1), got {d}.')
   if current in (TRUSTED, CROSS_SILO):
@@ -378,6 +390,26 @@ def validate_flags() -> None:
     _in(NUM_CLUSTERS, 1)
     _in(SELECTION_FRACTION, 0, 1)
     _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
+
+
+def _check_workers() -> None:
+  addresses = WORKERS.value or []
+  for address in addresses:
+    try:
+      workers.parse_address(address)
+    except ValueError as e:
+      check(False, f'--workers: {e}; write host:port,host:port,...')
+  check(len(set(addresses)) == len(addresses),
+        f'--workers lists a worker twice: {",".join(addresses)}.')
+  _in(WORKER_TIMEOUT, 0, low_open=True)
+  check(not (WORKER_TIMEOUT.present and not addresses),
+        '--worker_timeout applies only with --workers; drop it.')
+
+
+def init_runtime() -> None:
+  """Installs TFF's execution context: local, or across --workers."""
+  from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
+  runtime.init(WORKERS.value or (), WORKER_TIMEOUT.value)
 
 
 def _check_ratios() -> None:

@@ -90,18 +90,21 @@ DATA_TASKS = {'cross_silo': 'vehicle'}
 _UNPINNED_NAMES = ('run_key.json', 'dp_secret_seed', 'seconds.json')
 
 
-def command(setting: str, output_dir: str) -> list[str]:
+def command(setting: str, output_dir: str,
+            extra_flags: tuple[str, ...] = ()) -> list[str]:
   """The command line of `setting`, writing into `output_dir`."""
   flags = [f.replace(VEHICLE_PLACEHOLDER, VEHICLE_DIR)
            for f in SETTINGS[setting]]
   return [sys.executable, os.path.join(ROOT, 'run_experiment.py'), *flags,
-          f'--output_dir={output_dir}']
+          *extra_flags, f'--output_dir={output_dir}']
 
 
-def run(setting: str, output_dir: str) -> subprocess.CompletedProcess:
-  """Runs `setting` into `output_dir`; raises with stderr's end if it fails."""
+def run(setting: str, output_dir: str,
+        extra_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+  """Runs `setting` into `output_dir` (with `extra_flags` after its own);
+  raises with stderr's end if it fails."""
   result = subprocess.run(
-      command(setting, output_dir), cwd=ROOT,
+      command(setting, output_dir, extra_flags), cwd=ROOT,
       env=dict(os.environ, MPLBACKEND='Agg'), capture_output=True, text=True,
       timeout=900)
   if result.returncode != 0:

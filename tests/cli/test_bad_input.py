@@ -104,6 +104,16 @@ CASES = [
     (['--output_dir='], '--output_dir', 'must not be empty'),
     (['--task=point_estimation', '--output_dir={file}'], '--output_dir',
      'is a file'),
+    # TFF workers.
+    (['--workers=localhost'], '--workers', "'localhost' is not host:port"),
+    (['--workers=127.0.0.1:0'], '--workers', 'is not host:port'),
+    (['--workers=127.0.0.1:8001,127.0.0.1:8001'], '--workers',
+     'lists a worker twice'),
+    (['--worker_timeout=5'], '--worker_timeout', 'only with --workers'),
+    (['--workers=127.0.0.1:8001', '--worker_timeout=0'], '--worker_timeout',
+     '(0, inf)'),
+    (['--task=point_estimation', '--workers=127.0.0.1:8001'], '--workers',
+     'does not apply to point-estimation runs'),
     (['--nonsense=1'], 'nonsense', 'Unknown command line flag'),
     (['extra'], 'unexpected arguments', 'extra'),
 ]
@@ -153,6 +163,21 @@ def test_reproduce_checks_the_same_way(flags, flag, fragment, tmp_path):
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('reproduce.py: error: ')
   assert flag in lines[0] and fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize('flags,fragment', [
+    ([], '--listen is required'),
+    (['--listen=8001'], "--listen: '8001' is not host:port"),
+    (['--listen=myhost:8001'], 'write an IP address and a port'),
+    (['--listen=0.0.0.0:8001'], 'a wildcard answers every network'),
+    (['--listen=[::]:8001'], 'a wildcard answers every network'),
+])
+def test_run_worker_refuses_a_bad_address(flags, fragment):
+  result = _run('run_worker.py', *flags)
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('run_worker.py: error: ')
+  assert fragment in lines[0], lines[0]
 
 
 @pytest.mark.parametrize('program', ['run_experiment.py', 'reproduce.py'])

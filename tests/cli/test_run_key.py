@@ -76,6 +76,10 @@ NOT_IN_KEY = {
                         'an uninterrupted one (tests/simulation/test_resume.py)',
     'data_dir': 'what it points to is in the key: the data '
                 '(test_the_data_changes_the_key)',
+    'workers': 'where the rounds run; the worker count is in the key '
+               '(tests/simulation/test_remote_workers.py::'
+               'test_another_worker_count_is_another_run)',
+    'worker_timeout': 'how long a silent worker is waited for',
     'sweep': 'chooses the grid; each point is its own folder, named by its '
              'lambda and learning rate (the --lambdas, --client_lrs cases)',
 }

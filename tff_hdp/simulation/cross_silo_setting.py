@@ -37,6 +37,7 @@ from tff_hdp.simulation import evaluation
 from tff_hdp.privacy import release_policy
 from tff_hdp.simulation import round_loop
 from tff_hdp.simulation import run_files
+from tff_hdp.simulation import runtime
 from tff_hdp.simulation import selection
 from tff_hdp.federated_task import FederatedTask
 
@@ -239,7 +240,7 @@ def run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
   key.pop('checkpoint_every')
   key.update(task=task.name, method=algorithm.name,
              batch_size=task.batch_size, data=task.data_digest)
-  return key
+  return runtime.with_worker_count(key)
 
 
 def algorithm_record(name: str) -> algorithms.Algorithm:

@@ -1,10 +1,15 @@
 """The TFF execution context this project runs in, and its clean shutdown.
 
-TFF 0.87 executes computations in a C++ worker subprocess that inherits the
-parent's stdout and is not reliably stopped when Python exits; a leftover
-worker keeps pipes open (a CI log never closes) and holds memory. Every entry
-point calls `init()` once; it installs TFF's local C++ context and stops the
-worker when the interpreter exits.
+`init()` installs it once per process. By default: TFF's C++ runtime in one
+local worker process (as `tff.backends.native.set_sync_local_cpp_execution_
+context` does), started by `workers.start_worker` so that it listens on
+127.0.0.1 only and dies with this process, however it ends. With
+`workers=['host:port', ...]`: TFF's mergeable execution across those remote
+workers (`remote_execution.RemoteWorkersContext`), each computation's clients
+cut into one contiguous slice per worker.
+
+`stop_workers()` (also run at exit) stops the local worker: a leftover one
+keeps pipes open (a CI log never closes) and holds memory.
 """
 
 from __future__ import annotations
@@ -12,83 +17,104 @@ from __future__ import annotations
 import atexit
 import gc
 import subprocess
+import time
+from typing import Sequence
 
-import psutil
+from tff_hdp.simulation import workers as workers_lib
 
-_initialized = False
+# Seconds a silent remote worker is waited for (--worker_timeout).
+DEFAULT_WORKER_TIMEOUT = 60.0
+
+_initialized = None  # the (workers, timeout) the installed context serves
 _registered = False
+_local_worker: subprocess.Popen | None = None
 
 
-def _stop_service_managers() -> None:
-  """Stops workers through TFF's own handles, then forgets them.
+def _local_context():
+  """TFF's sync C++ context on a worker of our own, listening on loopback."""
+  global _local_worker
+  # pylint: disable=g-import-not-at-top
+  import grpc
+  import portpicker
+  import tensorflow_federated as tff
+  from tensorflow_federated.python.core.backends.native import compiler
+  from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
+  from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+  from tff_hdp.simulation import remote_execution
+  # pylint: enable=g-import-not-at-top
+  port = portpicker.pick_unused_port()
+  _local_worker = workers_lib.start_worker(
+      port, workers_lib.LOOPBACK, die_with_parent=True)
+  channel = grpc.insecure_channel(f'{workers_lib.LOOPBACK}:{port}',
+                                  options=remote_execution.CHANNEL_OPTIONS)
+  stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
+  deadline = time.monotonic() + 60
+  while not stub.is_ready and time.monotonic() < deadline:
+    time.sleep(0.02)
+  return sync_execution_context.SyncExecutionContext(
+      executor_fn=remote_execution.executor_factory(stub),
+      compiler_fn=compiler.desugar_and_transform_to_native,
+      transform_args=tff.tensorflow.transform_args,
+      transform_result=tff.tensorflow.transform_result)
 
-  TFF's `ServiceManager.__del__` would otherwise run at interpreter teardown,
-  when the modules it uses are gone, and print a spurious exception.
-  """
-  for obj in gc.get_objects():
-    if type(obj).__name__ != 'ServiceManager' or not hasattr(obj, '_process'):
-      continue
-    process = obj._process  # pylint: disable=protected-access
-    if isinstance(process, subprocess.Popen):
-      process.terminate()
-      try:
-        process.wait(timeout=5)
-      except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    obj._process = None  # pylint: disable=protected-access
-    obj._stub = None  # pylint: disable=protected-access
+
+def _set_context(context) -> None:
+  # pylint: disable-next=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+  context_stack_impl.context_stack.set_default_context(context)
 
 
 def stop_workers() -> None:
-  """Terminates the TFF worker processes this process started.
-
-  TFF's context is uninstalled too, so that its service managers are freed
-  now rather than at interpreter teardown; `init()` installs a fresh one.
-  """
-  global _initialized
-  _stop_service_managers()
-  if _initialized:
-    # pylint: disable=g-import-not-at-top
-    from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+  """Stops the local TFF worker and uninstalls the context; `init()`
+  installs a fresh one."""
+  global _initialized, _local_worker
+  if _initialized is not None:
+    # pylint: disable-next=g-import-not-at-top
     from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
-    # pylint: enable=g-import-not-at-top
-    context_stack_impl.context_stack.set_default_context(
-        runtime_error_context.RuntimeErrorContext())
-    _initialized = False
+    _set_context(runtime_error_context.RuntimeErrorContext())
+    _initialized = None
     gc.collect()
-  children = psutil.Process().children(recursive=True)
-  workers = [c for c in children if 'worker_binary' in ' '.join(_cmdline(c))]
-  for w in workers:
-    try:
-      w.terminate()
-    except psutil.NoSuchProcess:
-      pass
-  psutil.wait_procs(workers, timeout=5)
-  for w in workers:
-    if w.is_running():
-      w.kill()
+  if _local_worker is not None:
+    workers_lib.stop_process(_local_worker)
+    _local_worker = None
 
 
-def _cmdline(proc: psutil.Process) -> list[str]:
-  try:
-    return proc.cmdline()
-  except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-    return []
-
-
-def init() -> None:
-  """Sets TFF's local C++ context (once) and quiets TF/absl logging."""
+def init(workers: Sequence[str] = (),
+         worker_timeout: float = DEFAULT_WORKER_TIMEOUT) -> None:
+  """Installs the execution context (see the module docstring) and quiets
+  TF/absl logging. Calling it again with the same arguments does nothing;
+  with others, it replaces the context."""
   global _initialized, _registered
-  if _initialized:
+  wanted = (tuple(workers), float(worker_timeout))
+  if _initialized == wanted:
     return
+  if _initialized is not None:
+    stop_workers()
   import absl.logging  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   tf.get_logger().setLevel('ERROR')
   absl.logging.set_verbosity(absl.logging.ERROR)
-  tff.backends.native.set_sync_local_cpp_execution_context()
+  if workers:
+    # pylint: disable-next=g-import-not-at-top
+    from tff_hdp.simulation import remote_execution
+    context = remote_execution.RemoteWorkersContext(workers, worker_timeout)
+  else:
+    context = _local_context()
+  _set_context(context)
   if not _registered:
     atexit.register(stop_workers)
     _registered = True
-  _initialized = True
+  _initialized = wanted
+
+
+def worker_count() -> int:
+  """How many workers share each computation's clients (1 when local)."""
+  return len(_initialized[0]) if _initialized and _initialized[0] else 1
+
+
+def with_worker_count(run_key: dict) -> dict:
+  """`run_key` plus the worker count when it is above 1: sums are taken per
+  slice of clients, so another count is another run (to float rounding)."""
+  if worker_count() > 1:
+    run_key = dict(run_key, workers=worker_count())
+  return run_key

@@ -31,6 +31,7 @@ from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import evaluation
 from tff_hdp.simulation import round_loop
 from tff_hdp.simulation import run_files
+from tff_hdp.simulation import runtime
 from tff_hdp.simulation import selection
 
 
@@ -141,7 +142,7 @@ def run_key(task: FederatedTask, config: Configuration,
              data=task.data_digest, configuration=config.name,
              groups=repr(choices.groups),
              client_choices=hashlib.sha256(choice_text.encode()).hexdigest())
-  return key
+  return runtime.with_worker_count(key)
 
 
 @dataclasses.dataclass

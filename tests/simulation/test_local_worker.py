@@ -1,0 +1,91 @@
+"""The TFF worker of a default (local) run: reachable from this machine only,
+and gone when its driver is killed.
+
+TFF 0.87's own local context starts `worker_binary` listening on every
+interface ([::]:PORT) and leaves it running (orphaned, still listening) when
+the driver is killed with SIGKILL; runtime.py starts it through
+`workers.start_worker` instead.
+"""
+
+import ipaddress
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import portpicker
+import psutil
+
+from tests import repository
+from tff_hdp.simulation import workers
+
+
+def _worker_processes(driver: psutil.Process) -> list[psutil.Process]:
+  try:
+    children = driver.children(recursive=True)
+  except psutil.NoSuchProcess:
+    return []
+  return [c for c in children if c.name() == 'worker_binary']
+
+
+def _is_loopback(ip: str) -> bool:
+  address = ipaddress.ip_address(ip.split('%')[0])
+  if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+    address = address.ipv4_mapped
+  return address.is_loopback
+
+
+def test_a_default_run_listens_on_loopback_only_and_dies_with_its_driver(
+    tmp_path):
+  run = subprocess.Popen(
+      [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
+       '--task=digits', '--algorithms=fedhdp', '--rounds=500',
+       '--clients_per_round=20', '--checkpoint_every=0',
+       f'--output_dir={tmp_path / "out"}'],
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  driver = psutil.Process(run.pid)
+  deadline = time.time() + 300
+  found = []
+  try:
+    while not found:
+      assert run.poll() is None, 'the run ended before its worker was seen'
+      assert time.time() < deadline, 'no TFF worker started'
+      found = [(w, workers.listening_addresses(w.pid))
+               for w in _worker_processes(driver)]
+      found = [(w, addresses) for w, addresses in found if addresses]
+      time.sleep(0.1)
+    for worker, addresses in found:
+      assert all(_is_loopback(ip) for ip, _ in addresses), addresses
+    driver_addresses = workers.listening_addresses(run.pid)
+    assert all(_is_loopback(ip) for ip, _ in driver_addresses), (
+        driver_addresses)
+  finally:
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+  _, alive = psutil.wait_procs([w for w, _ in found], timeout=10)
+  assert not alive, f'worker outlived its killed driver: {alive}'
+
+
+def test_the_listening_check_finds_a_worker_started_as_tff_starts_it():
+  # worker_binary without the shim, as TFF's local context starts it: the
+  # check that start_worker applies reports it as reachable elsewhere.
+  port = portpicker.pick_unused_port()
+  raw = subprocess.Popen([workers.worker_binary(), f'--port={port}'],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 60
+    while not workers.listening_addresses(raw.pid):
+      assert time.time() < deadline and raw.poll() is None
+      time.sleep(0.05)
+    assert workers.exposed_addresses(raw.pid, workers.LOOPBACK)
+  finally:
+    workers.stop_process(raw)
+  shimmed = workers.start_worker(port, workers.LOOPBACK, die_with_parent=True,
+                                 stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+  try:
+    assert workers.listening_addresses(shimmed.pid)
+    assert not workers.exposed_addresses(shimmed.pid, workers.LOOPBACK)
+  finally:
+    workers.stop_process(shimmed)

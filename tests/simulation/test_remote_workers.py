@@ -1,0 +1,200 @@
+"""Runs across TFF workers (run_worker.py's `workers.start_worker`, on
+127.0.0.1) equal the local run, repeat exactly, and end with one line when a
+worker dies, from which the run resumes.
+
+Each setting's short run of tests/pinned_runs.py (trusted per-client, trusted
+with Ditto and cohorts, untrusted server, cross-silo with IFCA) is run with
+--workers and compared with its pinned local outputs: every CSV, summary and
+table to the pinned tolerances, every saved model (final and personal) to
+1e-6, and per client id (the personal models are saved by client id, IFCA's
+clusters are in rounds.csv and summary.json by silo).
+"""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import portpicker
+import pytest
+
+from tests import pinned_runs
+from tests import repository
+from tests import test_pinned_outputs
+from tff_hdp.simulation import workers
+
+LEARNING = ['trusted', 'trusted_ditto_cohorts', 'untrusted', 'cross_silo']
+MODEL_TOLERANCE = 1e-6
+
+
+def _start(port):
+  return workers.start_worker(port, workers.LOOPBACK, die_with_parent=True,
+                              stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope='module')
+def three_workers():
+  ports = [portpicker.pick_unused_port() for _ in range(3)]
+  processes = [_start(p) for p in ports]
+  yield [f'{workers.LOOPBACK}:{p}' for p in ports]
+  for process in processes:
+    workers.stop_process(process)
+
+
+@pytest.fixture(scope='module')
+def pinned():
+  with open(pinned_runs.PINNED_FILE) as f:
+    return json.load(f)
+
+
+_collected = {}
+
+
+def _run(setting, addresses, output_dir):
+  if setting in pinned_runs.DATA_TASKS:  # skips, naming it, when absent
+    repository.task_data(pinned_runs.DATA_TASKS[setting])
+  pinned_runs.run(setting, output_dir,
+                  (f'--workers={",".join(addresses)}',))
+  return pinned_runs.collect(output_dir)
+
+
+@pytest.mark.parametrize('count', [2, 3])
+@pytest.mark.parametrize('setting', LEARNING)
+def test_workers_give_the_local_results(setting, count, three_workers, pinned,
+                                        tmp_path):
+  got = _run(setting, three_workers[:count], str(tmp_path / 'out'))
+  _collected[setting, count] = got
+  want = pinned[setting]['outputs']
+  test_pinned_outputs.compare(f'{setting} on {count} workers', got, want)
+  models = [name for name in want if name.endswith('.npz')]
+  # The trusted settings save their final (and Ditto's personal) models;
+  # the untrusted and cross-silo runs here save none (IFCA's clusters are
+  # compared per silo in summary.json's final_clusters above).
+  assert bool(models) == setting.startswith('trusted'), models
+  for name in models:
+    _assert_models_close(f'{setting}: {name}', got[name], want[name])
+
+
+def _assert_models_close(where, got, want):
+  for array, wanted in want.items():
+    if not wanted['dtype'].startswith(('float', 'int')):
+      assert got[array] == wanted, f'{where}: {array}'  # client ids
+      continue
+    np.testing.assert_allclose(
+        np.asarray(got[array]['values'], dtype=np.float64),
+        np.asarray(wanted['values'], dtype=np.float64),
+        rtol=0, atol=MODEL_TOLERANCE, err_msg=f'{where}: {array}')
+
+
+def test_cross_silo_personal_models_match_per_silo(three_workers, tmp_path):
+  repository.task_data('vehicle')
+  flags = [f for f in pinned_runs.SETTINGS['cross_silo']
+           if not f.startswith(('--algorithms', '--lambdas',
+                                '--checkpoint_every'))]
+  flags += ['--algorithms=mrmtl', '--lambdas=1', '--checkpoint_every=2']
+  personal = os.path.join('mrmtl_lr0.1_lambda1', 'checkpoints',
+                          'personal_round_2.npz')
+  models = []
+  for extra in ((), (f'--workers={",".join(three_workers)}',)):
+    out = tmp_path / f'out{len(models)}'
+    command = [sys.executable,
+               os.path.join(repository.ROOT, 'run_experiment.py'),
+               *[f.replace(pinned_runs.VEHICLE_PLACEHOLDER,
+                           pinned_runs.VEHICLE_DIR) for f in flags],
+               *extra, f'--output_dir={out}']
+    result = subprocess.run(command, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    models.append(pinned_runs.collect(str(out))[personal])
+  local, remote = models
+  assert len(local) > 1  # silo ids and at least one layer
+  _assert_models_close('cross-silo personal models', remote, local)
+
+
+def test_three_workers_repeat_exactly(three_workers, tmp_path):
+  setting = 'trusted_ditto_cohorts'
+  first = _collected.get((setting, 3)) or _run(
+      setting, three_workers, str(tmp_path / 'first'))
+  assert _run(setting, three_workers, str(tmp_path / 'again')) == first
+
+
+def test_another_worker_count_is_another_run(three_workers, tmp_path):
+  out = str(tmp_path / 'out')
+  pinned_runs.run('trusted_ditto_cohorts', out,
+                  (f'--workers={",".join(three_workers[:2])}',))
+  result = subprocess.run(
+      pinned_runs.command('trusted_ditto_cohorts', out,
+                          (f'--workers={",".join(three_workers)}',)),
+      capture_output=True, text=True, timeout=600)
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert 'differs in: workers' in result.stderr.strip().splitlines()[-1]
+
+
+ROUNDS = 40
+_LOST_FLAGS = ['--task=digits', '--algorithms=fedhdp', '--r=0.5',
+               f'--rounds={ROUNDS}', '--clients_per_round=20',
+               '--eval_every=40', '--checkpoint_every=1',
+               '--worker_timeout=3']
+
+
+def _rows(output_dir):
+  path = os.path.join(output_dir, 'fedhdp_r0.5', 'rounds.csv')
+  if not os.path.exists(path):
+    return []
+  with open(path, newline='') as f:
+    return list(csv.DictReader(f))
+
+
+def test_a_lost_worker_ends_the_run_with_one_line_and_it_resumes(tmp_path):
+  port = portpicker.pick_unused_port()
+  address = f'{workers.LOOPBACK}:{port}'
+  out = str(tmp_path / 'out')
+  command = [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
+             *_LOST_FLAGS, f'--workers={address}', f'--output_dir={out}']
+  worker = _start(port)
+  run = subprocess.Popen(command, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 300
+  while len(_rows(out)) < 3 and run.poll() is None:
+    assert time.time() < deadline, 'run made no progress'
+    time.sleep(0.05)
+  worker.send_signal(signal.SIGKILL)
+  worker.wait()
+  _, stderr = run.communicate(timeout=120)
+  killed_at = len(_rows(out))
+  assert 3 <= killed_at < ROUNDS, 'the kill must land mid-run'
+  errors = [line for line in stderr.splitlines() if 'error' in line.lower()]
+  assert run.returncode == 3, stderr[-2000:]
+  assert errors == [
+      f'run_experiment.py: error: TFF worker {address} stopped answering (no '
+      'answer for 3 s, --worker_timeout); restart it and run the same command '
+      'again to resume from the last checkpoint'], stderr[-2000:]
+  assert 'Traceback' not in stderr
+
+  worker = _start(port)
+  try:
+    result = subprocess.run(command, capture_output=True, text=True,
+                            timeout=600)
+  finally:
+    workers.stop_process(worker)
+  assert result.returncode == 0, result.stderr[-2000:]
+  rows = _rows(out)
+  assert [int(r['round']) for r in rows] == list(range(1, ROUNDS + 1))
+
+
+def test_a_worker_that_is_not_there_is_named_at_once(tmp_path):
+  address = f'{workers.LOOPBACK}:{portpicker.pick_unused_port()}'
+  result = subprocess.run(
+      [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
+       *_LOST_FLAGS, f'--workers={address}',
+       f'--output_dir={tmp_path / "out"}'],
+      capture_output=True, text=True, timeout=300)
+  assert result.returncode == 3
+  assert result.stderr.strip().splitlines() == [
+      f'run_experiment.py: error: TFF worker {address} does not answer '
+      '(waited 3 s, --worker_timeout); start it with run_worker.py']

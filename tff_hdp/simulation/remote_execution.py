@@ -1,0 +1,209 @@
+"""TFF's mergeable execution over remote workers, with two TFF 0.87 defects
+fixed and a bound on how long a silent worker is waited for.
+
+The driver compiles each computation to TFF's mergeable form
+(`mergeable_comp_compiler.compile_to_mergeable_comp_form`), cuts its
+CLIENTS-placed argument into one contiguous slice per worker
+(`mergeable_comp_execution_context.MergeableCompExecutionContextValue`), runs
+`up_to_merge` on every worker, merges the partial aggregates, runs
+`after_merge`, and joins the CLIENTS-placed results
+(`mergeable_comp_execution_context._repackage_partitioned_values`). Each
+worker is a `tff.framework.AsyncExecutionContext` over a `RemoteExecutor`.
+
+As shipped, `tff.backends.native.create_mergeable_comp_execution_context`
+(`MergeableCompExecutionContext`, `_run_in_async_context_pool`) has two
+defects that this module replaces:
+1. Workers run one after another: `RemoteExecutor` makes blocking gRPC calls
+   inside `async def`, so one event loop serves one worker at a time. Here
+   each worker has its own thread and event loop (`WorkerContext`).
+2. Results arrive in completion order: the pool merges partial aggregates and
+   concatenates CLIENTS-placed results in whichever order workers finish,
+   which permutes per-client outputs (Ditto's personal models, IFCA's
+   cluster choices) and makes float sums vary from run to run. Here partials
+   are merged and results joined in slice order (`invoke_in_slice_order`).
+And TFF retries a call to a dead worker forever; here a worker that answers no
+connection for `timeout` seconds while a call waits raises
+`WorkerUnavailableError` naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from typing import Sequence
+
+import grpc
+import tensorflow_federated as tff
+from tensorflow_federated.python.common_libs import async_utils
+from tensorflow_federated.python.common_libs import structure
+from tensorflow_federated.python.core.backends.native import compiler
+from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
+from tensorflow_federated.python.core.impl.execution_contexts import compiler_pipeline
+from tensorflow_federated.python.core.impl.context_stack import context_base
+from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context as mergeable
+from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import remote_executor
+from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+from tensorflow_federated.python.core.impl.types import computation_types
+from tensorflow_federated.python.core.impl.types import placements
+from tensorflow_federated.python.core.impl.types import type_analysis
+from tensorflow_federated.python.core.impl.types import type_conversions
+
+from tff_hdp.simulation.workers import WorkerUnavailableError
+
+# As TFF's local context: messages up to 2 GB.
+_MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
+CHANNEL_OPTIONS = (('grpc.max_message_length', _MAX_MESSAGE_BYTES),
+                   ('grpc.max_receive_message_length', _MAX_MESSAGE_BYTES),
+                   ('grpc.max_send_message_length', _MAX_MESSAGE_BYTES))
+# How often a waiting call checks that the workers still answer.
+_CHECK_SECONDS = 2.0
+
+
+def executor_factory(
+    stub: remote_executor_grpc_stub.RemoteExecutorGrpcStub
+) -> python_executor_stacks.ResourceManagingExecutorFactory:
+  """A `RemoteExecutor` on `stub` per call, as TFF's local context makes."""
+
+  def stack_fn(cardinalities):
+    if cardinalities.get(placements.CLIENTS) is None:
+      cardinalities[placements.CLIENTS] = 0
+    executor = remote_executor.RemoteExecutor(stub)
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  return python_executor_stacks.ResourceManagingExecutorFactory(
+      executor_stack_fn=stack_fn)
+
+
+def answers(address: str, timeout: float) -> bool:
+  """Whether a gRPC server at `address` completes a new connection.
+
+  A fresh subchannel (not the one the calls use), so a worker that is
+  stopped but whose old connection is still open is found out too.
+  """
+  channel = grpc.insecure_channel(
+      address, options=(('grpc.use_local_subchannel_pool', 1),))
+  try:
+    grpc.channel_ready_future(channel).result(timeout=timeout)
+    return True
+  except grpc.FutureTimeoutError:
+    return False
+  finally:
+    channel.close()
+
+
+def _remote_context(
+    address: str) -> async_execution_context.AsyncExecutionContext:
+  """TFF's async context over a `RemoteExecutor` talking to `address`."""
+  channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+  stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
+  return async_execution_context.AsyncExecutionContext(
+      executor_fn=executor_factory(stub),
+      compiler_fn=compiler.desugar_and_transform_to_native,
+      transform_args=tff.tensorflow.transform_args,
+      transform_result=tff.tensorflow.transform_result)
+
+
+class WorkerContext(context_base.AsyncContext):
+  """Fix 1: a worker's context on its own thread and event loop, so that its
+  blocking gRPC calls do not hold up the other workers."""
+
+  def __init__(self, context: context_base.AsyncContext):
+    self._context = context
+    self._runner = async_utils.AsyncThreadRunner()
+
+  async def invoke(self, comp, arg):
+    return await self._runner.await_coro_and_return_result(
+        self._context.invoke(comp, arg))
+
+
+async def _after_merge(comp, arg_slice, merged, context):
+  arg = (merged if arg_slice is None else
+         structure.Struct.unnamed(arg_slice, merged))
+  return await context.invoke(comp.after_merge, arg)
+
+
+def _all_equal(type_spec: computation_types.Type) -> bool:
+  return (not isinstance(type_spec, computation_types.FederatedType)
+          or type_spec.all_equal)
+
+
+async def invoke_in_slice_order(comp: mergeable.MergeableCompForm,
+                                 arg_slices: Sequence[object],
+                                 contexts: Sequence[context_base.AsyncContext]):
+  """Fix 2: TFF's `_invoke_mergeable_comp_form`, merging and joining in
+  slice order. Slice i runs on worker i; merges run on worker 0."""
+  pairs = list(zip(arg_slices, contexts))
+  partials = await asyncio.gather(
+      *(context.invoke(comp.up_to_merge, s) for s, context in pairs))
+  merged = partials[0]
+  for partial in partials[1:]:
+    merged = await contexts[0].invoke(
+        comp.merge, structure.Struct.unnamed(merged, partial))
+  result_type = comp.after_merge.type_signature.result
+  if type_analysis.contains_only(result_type, _all_equal):
+    return await _after_merge(comp, arg_slices[0], merged, contexts[0])
+  results = await asyncio.gather(
+      *(_after_merge(comp, s, merged, context) for s, context in pairs))
+  # pylint: disable-next=protected-access
+  return mergeable._repackage_partitioned_values(
+      list(results), result_type_spec=result_type)
+
+
+class RemoteWorkersContext(context_base.SyncContext):
+  """Runs each computation across `addresses`, one slice of clients each.
+
+  Results equal a single machine's up to the order of float additions
+  (sums are taken per slice, then across slices in slice order).
+  """
+
+  def __init__(self, addresses: Sequence[str], timeout: float):
+    self.addresses = list(addresses)
+    self._timeout = timeout
+    self._contexts = [WorkerContext(_remote_context(a))
+                      for a in self.addresses]
+    self._runner = async_utils.AsyncThreadRunner()
+    self._compiler = compiler_pipeline.CompilerPipeline(
+        mergeable_comp_compiler.compile_to_mergeable_comp_form)
+    for address in self.addresses:
+      if not answers(address, timeout):
+        raise WorkerUnavailableError(
+            f'TFF worker {address} does not answer (waited {timeout:g} s, '
+            '--worker_timeout); start it with run_worker.py')
+
+  def invoke(self, comp, arg=None):
+    form = self._compiler.compile(comp)
+    if arg is None:
+      slices = [None] * len(self._contexts)
+    else:
+      slices = mergeable.MergeableCompExecutionContextValue(
+          arg, form.up_to_merge.type_signature.parameter,
+          len(self._contexts)).value()
+    future = asyncio.run_coroutine_threadsafe(
+        invoke_in_slice_order(form, slices, self._contexts),
+        self._runner._event_loop)  # pylint: disable=protected-access
+    result = self._wait(future)
+    return type_conversions.type_to_py_container(
+        result, form.after_merge.type_signature.result)
+
+  def _wait(self, future: concurrent.futures.Future):
+    """The result, or WorkerUnavailableError if a worker stays silent."""
+    last_answer = {a: time.monotonic() for a in self.addresses}
+    while True:
+      try:
+        return future.result(timeout=_CHECK_SECONDS)
+      except concurrent.futures.TimeoutError:
+        pass
+      for address in self.addresses:
+        now = time.monotonic()
+        if answers(address, min(_CHECK_SECONDS, self._timeout)):
+          last_answer[address] = now
+        elif now - last_answer[address] >= self._timeout:
+          future.cancel()
+          raise WorkerUnavailableError(
+              f'TFF worker {address} stopped answering (no answer for '
+              f'{self._timeout:g} s, --worker_timeout); restart it and run '
+              'the same command again to resume from the last checkpoint')
