@@ -6,6 +6,7 @@ absent the test is skipped with a reason that names the file and the setting
 turns any such skip into a failed run, so CI never passes without running them.
 """
 
+import csv
 import os
 
 import pytest
@@ -30,3 +31,12 @@ def data_path(*parts: str) -> str:
     pytest.skip(f'{MISSING_DATA}: {path} (set ${tasks.DATA_ROOT_ENV} to '
                 'the folder holding the data sets)')
   return path
+
+
+def rounds_rows(output_dir: str, configuration: str) -> list[dict]:
+  """The rows of a run's `<configuration>/rounds.csv` so far ([] before)."""
+  path = os.path.join(output_dir, configuration, 'rounds.csv')
+  if not os.path.exists(path):
+    return []
+  with open(path, newline='') as f:
+    return list(csv.DictReader(f))

@@ -10,7 +10,6 @@ table to the pinned tolerances, every saved model (final and personal) to
 clusters are in rounds.csv and summary.json by silo).
 """
 
-import csv
 import json
 import os
 import signal
@@ -143,11 +142,7 @@ _LOST_FLAGS = ['--task=digits', '--algorithms=fedhdp', '--r=0.5',
 
 
 def _rows(output_dir):
-  path = os.path.join(output_dir, 'fedhdp_r0.5', 'rounds.csv')
-  if not os.path.exists(path):
-    return []
-  with open(path, newline='') as f:
-    return list(csv.DictReader(f))
+  return repository.rounds_rows(output_dir, 'fedhdp_r0.5')
 
 
 def test_a_lost_worker_ends_the_run_with_one_line_and_it_resumes(tmp_path):

@@ -6,7 +6,6 @@ only the checkpoint keeps: the uninterrupted run is given the same secret by
 planting the killed run's secret file in its checkpoint folder first.
 """
 
-import csv
 import os
 import signal
 import subprocess
@@ -33,11 +32,7 @@ def _command(output_dir, *extra):
 
 
 def _rows(output_dir):
-  path = os.path.join(output_dir, 'fedhdp_r0.5', 'rounds.csv')
-  if not os.path.exists(path):
-    return []
-  with open(path, newline='') as f:
-    return list(csv.DictReader(f))
+  return repository.rounds_rows(output_dir, 'fedhdp_r0.5')
 
 
 def _finish(output_dir, *extra):
