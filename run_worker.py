@@ -24,6 +24,7 @@ import sys
 from absl import flags as absl_flags
 
 from cli import entry
+from tff_hdp.simulation import workers
 
 LISTEN = absl_flags.DEFINE_string(
     'listen', None, 'ADDRESS:PORT to answer on; ADDRESS is an IP address of '
@@ -34,8 +35,6 @@ MAX_CALLS = absl_flags.DEFINE_integer(
 
 
 def _address() -> tuple[str, int]:
-  # pylint: disable-next=g-import-not-at-top
-  from tff_hdp.simulation import workers
   if not LISTEN.value:
     raise entry.InputError('--listen is required, e.g. --listen=127.0.0.1:8001')
   try:
@@ -52,8 +51,6 @@ def _address() -> tuple[str, int]:
 
 def main(argv: list[str]) -> None:
   del argv
-  # pylint: disable-next=g-import-not-at-top
-  from tff_hdp.simulation import workers
   host, port = _address()
   try:
     process = workers.start_worker(

@@ -77,8 +77,8 @@ def _tff_context(addresses):
   import tensorflow_federated as tff
   from tff_hdp.simulation import remote_execution
   # pylint: enable=g-import-not-at-top
-  # pylint: disable-next=protected-access
-  contexts = [remote_execution._remote_context(a) for a in addresses]
+  contexts = [tff.framework.AsyncExecutionContext(
+      **remote_execution.context_arguments(a)) for a in addresses]
   return tff.backends.native.create_mergeable_comp_execution_context(contexts)
 
 

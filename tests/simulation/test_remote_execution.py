@@ -73,7 +73,8 @@ def _run(coro):
 
 
 def test_tff_pool_runs_blocking_workers_one_after_another():
-  form, slices = _form_and_slices([1.0, 2.0], 2)
+  form = mergeable_comp_compiler.compile_to_mergeable_comp_form(
+      _sum_and_values)
   barrier = threading.Barrier(2)
   workers = [_BlockingWorker(i, form, barrier) for i in range(2)]
   with pytest.raises(threading.BrokenBarrierError):
@@ -82,7 +83,6 @@ def test_tff_pool_runs_blocking_workers_one_after_another():
         form, mergeable.MergeableCompExecutionContextValue(
             [1.0, 2.0], form.up_to_merge.type_signature.parameter, 2),
         workers))
-  del slices
 
 
 def test_each_worker_runs_on_its_own_thread_at_once():

@@ -62,7 +62,7 @@ CHANNEL_OPTIONS = (('grpc.max_message_length', _MAX_MESSAGE_BYTES),
 _CHECK_SECONDS = 2.0
 
 
-def executor_factory(
+def _executor_factory(
     stub: remote_executor_grpc_stub.RemoteExecutorGrpcStub
 ) -> python_executor_stacks.ResourceManagingExecutorFactory:
   """A `RemoteExecutor` on `stub` per call, as TFF's local context makes."""
@@ -95,16 +95,15 @@ def answers(address: str, timeout: float) -> bool:
     channel.close()
 
 
-def _remote_context(
-    address: str) -> async_execution_context.AsyncExecutionContext:
-  """TFF's async context over a `RemoteExecutor` talking to `address`."""
+def context_arguments(address: str) -> dict:
+  """The arguments of TFF's (sync or async) execution context over a
+  `RemoteExecutor` talking to `address`, as TFF's local context has them."""
   channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
-  return async_execution_context.AsyncExecutionContext(
-      executor_fn=executor_factory(stub),
-      compiler_fn=compiler.desugar_and_transform_to_native,
-      transform_args=tff.tensorflow.transform_args,
-      transform_result=tff.tensorflow.transform_result)
+  return dict(executor_fn=_executor_factory(stub),
+              compiler_fn=compiler.desugar_and_transform_to_native,
+              transform_args=tff.tensorflow.transform_args,
+              transform_result=tff.tensorflow.transform_result)
 
 
 class WorkerContext(context_base.AsyncContext):
@@ -163,8 +162,9 @@ class RemoteWorkersContext(context_base.SyncContext):
   def __init__(self, addresses: Sequence[str], timeout: float):
     self.addresses = list(addresses)
     self._timeout = timeout
-    self._contexts = [WorkerContext(_remote_context(a))
-                      for a in self.addresses]
+    self._contexts = [
+        WorkerContext(async_execution_context.AsyncExecutionContext(
+            **context_arguments(a))) for a in self.addresses]
     self._runner = async_utils.AsyncThreadRunner()
     self._compiler = compiler_pipeline.CompilerPipeline(
         mergeable_comp_compiler.compile_to_mergeable_comp_form)

@@ -17,13 +17,14 @@ from __future__ import annotations
 import atexit
 import gc
 import subprocess
-import time
 from typing import Sequence
 
 from tff_hdp.simulation import workers as workers_lib
 
 # Seconds a silent remote worker is waited for (--worker_timeout).
 DEFAULT_WORKER_TIMEOUT = 60.0
+# Seconds the local worker may take to answer once it listens.
+_READY_SECONDS = 60.0
 
 _initialized = None  # the (workers, timeout) the installed context serves
 _registered = False
@@ -34,28 +35,18 @@ def _local_context():
   """TFF's sync C++ context on a worker of our own, listening on loopback."""
   global _local_worker
   # pylint: disable=g-import-not-at-top
-  import grpc
   import portpicker
-  import tensorflow_federated as tff
-  from tensorflow_federated.python.core.backends.native import compiler
   from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
-  from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
   from tff_hdp.simulation import remote_execution
   # pylint: enable=g-import-not-at-top
   port = portpicker.pick_unused_port()
   _local_worker = workers_lib.start_worker(
       port, workers_lib.LOOPBACK, die_with_parent=True)
-  channel = grpc.insecure_channel(f'{workers_lib.LOOPBACK}:{port}',
-                                  options=remote_execution.CHANNEL_OPTIONS)
-  stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
-  deadline = time.monotonic() + 60
-  while not stub.is_ready and time.monotonic() < deadline:
-    time.sleep(0.02)
+  address = f'{workers_lib.LOOPBACK}:{port}'
+  if not remote_execution.answers(address, _READY_SECONDS):
+    raise RuntimeError(f'the local TFF worker at {address} does not answer')
   return sync_execution_context.SyncExecutionContext(
-      executor_fn=remote_execution.executor_factory(stub),
-      compiler_fn=compiler.desugar_and_transform_to_native,
-      transform_args=tff.tensorflow.transform_args,
-      transform_result=tff.tensorflow.transform_result)
+      **remote_execution.context_arguments(address))
 
 
 def _set_context(context) -> None:

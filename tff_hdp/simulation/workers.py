@@ -89,21 +89,14 @@ def parse_address(text: str) -> tuple[str, int]:
   return host, int(port)
 
 
-def _listening(pid: int) -> list[tuple[str, int]]:
-  try:
-    connections = psutil.Process(pid).net_connections(kind='inet')
-  except AttributeError:  # psutil < 6
-    connections = psutil.Process(pid).connections(kind='inet')
-  return [(c.laddr.ip, c.laddr.port) for c in connections
-          if c.status == psutil.CONN_LISTEN]
-
-
 def listening_addresses(pid: int) -> list[tuple[str, int]]:
   """(ip, port) of every TCP socket process `pid` listens on."""
   try:
-    return _listening(pid)
+    connections = psutil.Process(pid).net_connections(kind='inet')
   except (psutil.NoSuchProcess, psutil.ZombieProcess):
     return []
+  return [(c.laddr.ip, c.laddr.port) for c in connections
+          if c.status == psutil.CONN_LISTEN]
 
 
 def _unmapped(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
