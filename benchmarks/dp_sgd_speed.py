@@ -3,6 +3,10 @@
   ours:       `tff_hdp.learning.dp_sgd.private_mean_gradient` in a `tf.function`
               (Dense/conv per-example gradients from one backward pass);
   TF Privacy: `DPKerasSGDOptimizer` with one microbatch per example;
+  TF Privacy fast gradient clipping: the same model as a `DPSequential`
+              (`make_dp_model_class`) with its default `layer_registry`
+              (Dense and Embedding layers get their norms from one backward
+              pass; it has no entry for Conv2D), with and without XLA;
   loop:       a Python loop over the examples, one tape each.
 
 Same model, batch, clip norm and noise multiplier; each is timed over
@@ -91,6 +95,25 @@ def main(argv):
   def theirs_step():
     theirs.train_on_batch(x, y)
 
+  paths = {}
+
+  def fast_step_fn(use_xla: bool):
+    from tensorflow_privacy.privacy.fast_gradient_clipping import layer_registry  # pylint: disable=g-import-not-at-top
+    from tensorflow_privacy.privacy.keras_models import dp_keras_model  # pylint: disable=g-import-not-at-top
+    model = _model()
+    # With its input declared the model has the graph the fast path needs.
+    fast = dp_keras_model.DPSequential(
+        l2_norm_clip=_CLIP, noise_multiplier=_NOISE, use_xla=use_xla,
+        layer_registry=layer_registry.make_default_layer_registry(),
+        layers=[tf.keras.layers.InputLayer(input_shape=model.input_shape[1:])]
+        + model.layers)
+    paths[use_xla] = ('fast' if fast._enable_fast_peg_computation  # pylint: disable=protected-access
+                      else 'fallback: per-example vectorized_map')
+    fast.compile(optimizer=tf.keras.optimizers.SGD(_LR),
+                 loss=tf.keras.losses.SparseCategoricalCrossentropy(
+                     from_logits=True))
+    return lambda: fast.train_on_batch(x, y)
+
   looped = _model()
 
   def loop_step():
@@ -105,9 +128,14 @@ def main(argv):
       v.assign_sub(_LR * (s + tf.random.normal(tf.shape(s)) * _NOISE * _CLIP)
                    / b)
 
+  fast_plain, fast_xla = fast_step_fn(False), fast_step_fn(True)
   seconds = {
       'ours (vectorized, tf.function)': _timed(ours_step, _STEPS.value),
       'TF Privacy DPKerasSGDOptimizer': _timed(theirs_step, _STEPS.value),
+      f'TF Privacy fast gradient clipping (DPSequential) [{paths[False]}]':
+          _timed(fast_plain, _STEPS.value),
+      f'TF Privacy fast gradient clipping, XLA [{paths[True]}]': _timed(
+          fast_xla, _STEPS.value),
       'per-example Python loop': _timed(loop_step,
                                         max(1, _STEPS.value // 4)),
   }

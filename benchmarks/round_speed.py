@@ -11,11 +11,17 @@ clients-per-round values:
   (a1) the same FedHDP with one TFF client per client (`fedhdp.build_fedhdp`);
   (b) TFF's `build_unweighted_fed_avg` with
       `DifferentiallyPrivateFactory.gaussian_adaptive`;
-  (c) the floor: the same local SGD per client as a `tf.function`, clipping
-      and per-group noisy means in plain TensorFlow, no TFF.
+  (c) a plain-TF floor: the same local SGD per client as a `tf.function`,
+      clipping and per-group noisy means in plain TensorFlow, no TFF;
+  (v) the vectorized floor: every sampled client's local SGD in one batched
+      graph (one batched matmul per local step for all clients), the same
+      clipping, noise and group means, no TFF, no loop over clients.
 
-Each cell is the median over measured rounds after warm-up rounds (tracing).
-Memory is the peak resident set of this process plus TFF's worker.
+Each cell is the median over measured rounds after warm-up rounds (tracing);
+gathering a round's data is timed in every column. GFLOP/s counts the
+forward and backward matmuls of local training (4 FLOP per parameter per
+example and epoch), the work every column must do. Memory is the peak
+resident set of this process plus TFF's worker.
 
   .venv/bin/python benchmarks/round_speed.py --clients_per_round=10,50,100,200
 """
@@ -185,6 +191,58 @@ def _floor_runner(xs, ys, m: int):
   return step
 
 
+def _vectorized_floor_runner(xs, ys, m: int):
+  """Plain TF, all m clients at once: per-client weights stacked [m, ...]."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  all_x, all_y = np.stack(xs), np.stack(ys)
+  model = _keras_model()
+  weights = [tf.Variable(w) for w in model.get_weights()]
+  clip = tf.Variable(0.1)
+  examples = all_x.shape[1]
+
+  @tf.function
+  def round_fn(x, y, private, expected):
+    kernel = tf.tile(weights[0][None], [m, 1, 1])
+    bias = tf.tile(weights[1][None], [m, 1])
+    for i in range(0, examples, _BATCH):
+      bx, by = x[:, i:i + _BATCH], y[:, i:i + _BATCH]
+      with tf.GradientTape() as tape:
+        tape.watch([kernel, bias])
+        logits = tf.einsum('mbi,mio->mbo', bx, kernel) + bias[:, None]
+        # Each client's mean loss; their sum has each client's own gradient.
+        loss = tf.reduce_sum(tf.reduce_mean(
+            tf.nn.sparse_softmax_cross_entropy_with_logits(by, logits), 1))
+      grad_kernel, grad_bias = tape.gradient(loss, [kernel, bias])
+      kernel -= 0.1 * grad_kernel
+      bias -= 0.1 * grad_bias
+    deltas = [weights[0][None] - kernel, weights[1][None] - bias]
+    norms = tf.sqrt(tf.add_n([tf.reduce_sum(tf.reshape(d * d, [m, -1]), 1)
+                              for d in deltas]))
+    scale = tf.minimum(1.0, clip / tf.maximum(norms, 1e-12))
+    count_np = tf.reduce_sum(1.0 - private)
+    w_p = expected[0] / (expected[0] + count_np)
+    for v, d in zip(weights, deltas):
+      clipped = tf.tensordot(scale * private, d, axes=1)
+      noisy = (clipped + tf.random.normal(tf.shape(v)) * _NOISE * clip) / (
+          expected[0])
+      mean_np = tf.tensordot(scale * (1.0 - private), d, axes=1) / tf.maximum(
+          count_np, 1.0)
+      v.assign_sub(w_p * noisy + (1 - w_p) * mean_np)
+    bits = tf.reduce_sum(tf.cast(norms <= clip, tf.float32))
+    frac = (bits + tf.random.normal([])) / (expected[0] + expected[1])
+    clip.assign(clip * tf.exp(-0.2 * (frac - 0.5)))
+
+  n = len(xs)
+  expected = tf.constant([0.95 * m, 0.05 * m])
+
+  def step(r):
+    ids = np.random.default_rng(r).choice(n, m, replace=False)
+    round_fn(all_x[ids], all_y[ids],
+             tf.constant((ids % 20 != 0).astype('float32')), expected)
+
+  return step
+
+
 def main(argv):
   del argv
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
@@ -231,25 +289,28 @@ def main(argv):
         ('a', _cohort_runner(ours, xs, ys, m, _COHORT_SIZE.value)),
         ('a1', _tff_runner(per_client, datasets, m, with_groups=True)),
         ('b', _tff_runner(theirs, datasets, m, with_groups=False)),
-        ('c', _floor_runner(xs, ys, m))):
+        ('c', _floor_runner(xs, ys, m)),
+        ('v', _vectorized_floor_runner(xs, ys, m))):
       results[name] = _measure(step, _ROUNDS.value, _WARMUP.value)
     cells[m] = results
-    a, a1, b, c = (results[k][0] for k in ('a', 'a1', 'b', 'c'))
+    a, a1, b, c, v = (results[k][0] for k in ('a', 'a1', 'b', 'c', 'v'))
+    flops = 4 * (784 * 10 + 10) * m * _EXAMPLES.value
     rows.append([
-        m, f'{a:.3f}', f'{a1:.3f}', f'{b:.3f}', f'{c:.3f}', f'{a / b:.2f}',
-        f'{a / c:.2f}', f'{a1 / b:.2f}', f'{1 / a:.2f}',
-        f'{m * _EXAMPLES.value / a:.0f}',
+        m, f'{a:.3f}', f'{a1:.3f}', f'{b:.3f}', f'{c:.3f}', f'{v:.4f}',
+        f'{a / b:.2f}', f'{a / v:.1f}', f'{a1 / b:.2f}',
+        ' / '.join(f'{flops / t / 1e9:.2f}' for t in (a, a1, b, c, v)),
         f'{max(r[1] for r in results.values()) / 2**20:.0f}'])
   header = ['clients/round', 'a: FedHDP cohorts s/round',
             'a1: FedHDP per-client s/round', 'b: TFF DP-FedAvg s/round',
-            'c: plain TF s/round', 'a/b', 'a/c', 'a1/b', 'a rounds/s',
-            'a examples/s', 'peak RSS MiB']
+            'c: plain TF s/round', 'v: vectorized floor s/round', 'a/b',
+            'a/v', 'a1/b', 'GFLOP/s a / a1 / b / c / v', 'peak RSS MiB']
   print('\n' + tables.markdown_table(header, rows))
   ms = sorted(cells)
   if len(ms) > 1:
     lo, hi = ms[0], ms[-1]
     for k, label in (('a', 'FedHDP cohorts'), ('a1', 'FedHDP per-client'),
-                     ('b', 'TFF DP-FedAvg'), ('c', 'plain TF')):
+                     ('b', 'TFF DP-FedAvg'), ('c', 'plain TF'),
+                     ('v', 'vectorized floor')):
       growth = cells[hi][k][0] / cells[lo][k][0]
       print(f'{label}: cost x{growth:.1f} from {lo} to {hi} clients per round '
             f'(clients x{hi / lo:.0f})')
