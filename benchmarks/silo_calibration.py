@@ -22,18 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
+from benchmarks import silo_task  # noqa: E402
 from cli import entry  # noqa: E402
 
-_TASK = flags.DEFINE_enum('task', 'school', ['school', 'vehicle', 'gleam'],
-                          'Cross-silo task.')
-_DATA_DIR = flags.DEFINE_string(
-    'data_dir', None, "The task's data folder (default: its folder under "
-    '$TFF_HDP_DATA or ../shared/data).')
-_ALGORITHM = flags.DEFINE_string('algorithm', 'mrmtl', 'Cross-silo algorithm.')
 _ROUNDS = flags.DEFINE_integer('rounds', 200, 'Rounds the budget must last.')
 _EPSILON = flags.DEFINE_float('epsilon', 1.0, "Every silo's epsilon.")
 _DELTA = flags.DEFINE_float('delta', 1e-3, "Every silo's delta.")
-_BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'DP-SGD batch size.')
 
 
 def _plan(task, algorithm, settings, path):
@@ -45,18 +39,10 @@ def _plan(task, algorithm, settings, path):
 
 def main(argv):
   del argv
-  import tasks  # pylint: disable=g-import-not-at-top
-  from tff_hdp.federated_task import TaskOptions  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy import plans as plans_lib  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import cross_silo_setting as cse  # pylint: disable=g-import-not-at-top
-  data_dir = _DATA_DIR.value or tasks.REGISTRY[_TASK.value].default_data_dir()
-  try:
-    task = tasks.load(_TASK.value, TaskOptions(data_dir=data_dir,
-                                               batch_size=_BATCH_SIZE.value))
-    algorithm = cse.algorithm_record(_ALGORITHM.value)
-  except ValueError as e:
-    raise entry.InputError(f'--task={_TASK.value}: {e}') from None
+  task, algorithm = silo_task.load()
   settings = cse.CrossSiloSettings(
       rounds=_ROUNDS.value, epsilons=(_EPSILON.value,), delta=_DELTA.value,
       learning_rate=0.1, clip_norm=1.0)
@@ -70,7 +56,7 @@ def main(argv):
             for a, b in zip(first, second))
   print(f'{task.name}: {len(first)} silos, {algorithm.name}, '
         f'{_ROUNDS.value} rounds, eps {_EPSILON.value:g}, delta '
-        f'{_DELTA.value:g}, batch {_BATCH_SIZE.value}, '
+        f'{_DELTA.value:g}, batch {silo_task.BATCH_SIZE.value}, '
         f'{os.cpu_count()} CPU cores')
   print(f'calibrating every silo:         {calibrating:8.1f} s')
   print(f'checking the stored values:     {checking:8.1f} s '

@@ -88,12 +88,13 @@ SAMPLING = absl_flags.DEFINE_enum(
     'Client sampling; the accountant uses the matching event.')
 LOCAL_EPOCHS = absl_flags.DEFINE_integer('local_epochs', 1, 'Local epochs E.')
 COHORT_SIZE = absl_flags.DEFINE_integer(
-    'cohort_size', 0, 'fedhdp, dp_fedavg, nonprivate: simulate up to this '
-    'many sampled clients inside one TFF client (0 or 1: one TFF client per '
-    'client). Same training, clipping, noise and accounting per client; '
-    'rounds of 100 clients run ~15x faster (benchmarks/round_speed.py). 64 '
-    'suits small models; a cohort holds that many model-sized updates, so '
-    'use less for large ones.')
+    'cohort_size', 0, 'Trusted server and cross-silo: simulate up to this '
+    'many sampled clients (silos) inside one TFF client (0 or 1: one TFF '
+    'client per client). Same training, clipping, noise and accounting per '
+    'client; rounds of 100 clients run ~15x faster '
+    '(benchmarks/round_speed.py), School\'s 139 silos ~10x '
+    '(benchmarks/silo_round_speed.py). 64 suits small models; a cohort holds '
+    'that many model-sized updates, so use less for large ones.')
 CLIENT_LR = absl_flags.DEFINE_float('client_lr', 0.1, 'Client SGD learning rate.')
 SERVER_LR = absl_flags.DEFINE_float('server_lr', 1.0, 'Server SGD learning rate.')
 BATCH_SIZE = absl_flags.DEFINE_integer('batch_size', 10, 'Client batch size.')
@@ -187,10 +188,11 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'workers': _TRAINING, 'worker_timeout': _TRAINING,
     'unsafe_allow_large_delta': _TRAINING,
     'epsilons': (TRUSTED, CROSS_SILO), 'r': (TRUSTED, POINT_ESTIMATION),
+    'cohort_size': (TRUSTED, CROSS_SILO),
     'dp_sgd_clip': (UNTRUSTED, CROSS_SILO),
     **{name: (TRUSTED,) for name in (
         'level_fractions', 'opt_out_fraction', 'clients_per_round',
-        'sampling', 'local_epochs', 'cohort_size', 'server_lr', 'clip_norm',
+        'sampling', 'local_epochs', 'server_lr', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
         'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr',
         'release_unprotected_stats')},

@@ -65,6 +65,7 @@ CROSS_SILO_CHANGES = SHARED_CHANGES + [
     ('dp_sgd_clip', [], '0.5'),
     ('lambdas', [], '0.2'),
     ('client_lrs', [], '0.05'),
+    ('cohort_size', [], '4'),
     ('num_clusters', ['--algorithms=ifca'], '2'),
     ('selection_fraction', ['--algorithms=ifca'], '0.2'),
     ('selection_share', ['--algorithms=ifca'], '0.05'),

@@ -64,11 +64,10 @@ def split_sizes(num_clients: int, cohort_size: int) -> list[int]:
   return [base + (i < extra) for i in range(num_cohorts)]
 
 
-def pack_cohort(client_data: Sequence, one_hots: Sequence[np.ndarray],
-                num_groups: int, slots: int | None = None
-                ) -> tf.data.Dataset:
-  """One cohort from clients' example structures (e.g. `(x, y)`, in training
-  order) and group vectors; `slots` > len pads with empty clients."""
+def pad_examples(client_data: Sequence, slots: int | None = None):
+  """Clients' example structures (e.g. `(x, y)`, in training order) as one
+  structure of `[slots, n_max, ...]` arrays and the int32 `[slots]` counts of
+  real examples; `slots` > len pads with empty clients."""
   k = len(client_data)
   slots = k if slots is None else slots
   if not 0 < k <= slots:
@@ -83,7 +82,17 @@ def pack_cohort(client_data: Sequence, one_hots: Sequence[np.ndarray],
       out[i, :len(leaf)] = leaf
     return out
 
-  data = tf.nest.map_structure(pad, *client_data)
+  return tf.nest.map_structure(pad, *client_data), counts
+
+
+def pack_cohort(client_data: Sequence, one_hots: Sequence[np.ndarray],
+                num_groups: int, slots: int | None = None
+                ) -> tf.data.Dataset:
+  """One cohort from clients' example structures (e.g. `(x, y)`, in training
+  order) and group vectors; `slots` > len pads with empty clients."""
+  k = len(client_data)
+  data, counts = pad_examples(client_data, slots)
+  slots = len(counts)
   groups = np.zeros((slots, num_groups), np.float32)
   groups[:k] = np.asarray(one_hots, np.float32)
   return tf.data.Dataset.from_tensors(
@@ -91,16 +100,20 @@ def pack_cohort(client_data: Sequence, one_hots: Sequence[np.ndarray],
                                (GROUP_KEY, groups)]))
 
 
+def split(values: Sequence, cohort_size: int) -> list[Sequence]:
+  """`values` cut into the fewest balanced cohorts (`split_sizes`), in order."""
+  parts, start = [], 0
+  for size in split_sizes(len(values), cohort_size):
+    parts.append(values[start:start + size])
+    start += size
+  return parts
+
+
 def pack_round(client_data: Sequence, one_hots: Sequence[np.ndarray],
                num_groups: int, cohort_size: int) -> list[tf.data.Dataset]:
   """A round's sampled clients as the fewest balanced cohorts."""
-  cohorts = []
-  start = 0
-  for size in split_sizes(len(client_data), cohort_size):
-    cohorts.append(pack_cohort(client_data[start:start + size],
-                               one_hots[start:start + size], num_groups))
-    start += size
-  return cohorts
+  return [pack_cohort(data, groups, num_groups) for data, groups in zip(
+      split(client_data, cohort_size), split(one_hots, cohort_size))]
 
 
 def train_slot(data, k, n, epochs: int, batch_size: int, step, state):

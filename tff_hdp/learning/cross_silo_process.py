@@ -33,6 +33,7 @@ import tensorflow_federated as tff
 
 from tff_hdp.privacy import plans
 from tff_hdp.learning import client_work
+from tff_hdp.learning import cohort
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import learning_process
 from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
@@ -80,6 +81,50 @@ def make_client_data(dataset: tf.data.Dataset, privacy: plans.ClientPrivacy,
   return data
 
 
+def _stacked_type(value_type) -> tff.Type:
+  """`value_type` with a leading `None` dimension on every leaf."""
+  return tff.types.to_type(tf.nest.map_structure(
+      lambda t: tff.TensorType(t.dtype, [None] + list(t.shape)),
+      tff.types.structure_from_tensor_type_tree(
+          lambda t: t, tff.types.to_type(value_type))))
+
+
+def packed_data_type(model_input_spec, num_clusters: int) -> tff.Type:
+  """TFF type of a packed TFF client's data (`pack_silos`): its K silos'
+  examples padded to `[K, n_max, ...]`, their counts, and their privacy
+  parameters and roles stacked `[K]`."""
+  privacy = dp_sgd.client_data_type(model_input_spec)[PRIVACY_KEY].element
+  return tff.types.to_type(collections.OrderedDict([
+      (DATA_KEY, tf.nest.map_structure(
+          lambda spec: tff.TensorType(spec.dtype.as_numpy_dtype,
+                                      [None] + list(spec.shape)),
+          model_input_spec)),
+      (cohort.COUNT_KEY, tff.TensorType(np.int32, [None])),
+      (PRIVACY_KEY, _stacked_type(privacy)),
+      (ROLE_KEY, _stacked_type(role_type(num_clusters))),
+  ]))
+
+
+def pack_silos(examples, privacy, roles, cohort_size: int) -> list:
+  """Silos' inputs for a `packed` process: `examples` (each an `(x, y)` in
+  training order), `privacy` (each `dp_sgd.own_parameters` with one epoch of
+  steps, as `make_client_data` sends it) and `roles` (`make_role`), cut into
+  the fewest balanced packs of at most `cohort_size`."""
+  packs = []
+  for part_examples, part_privacy, part_roles in zip(
+      cohort.split(examples, cohort_size), cohort.split(privacy, cohort_size),
+      cohort.split(roles, cohort_size)):
+    data, counts = cohort.pad_examples(part_examples)
+    packs.append(collections.OrderedDict([
+        (DATA_KEY, data), (cohort.COUNT_KEY, counts),
+        (PRIVACY_KEY, tf.nest.map_structure(lambda *v: np.stack(v),
+                                            *part_privacy)),
+        (ROLE_KEY, tf.nest.map_structure(lambda *v: np.stack(v),
+                                         *part_roles)),
+    ]))
+  return packs
+
+
 def private_selection(scores: tf.Tensor, epsilon, sensitivity, seed):
   """Index of the lowest score by the exponential mechanism.
 
@@ -99,19 +144,19 @@ def _stack(models):
   return tf.nest.map_structure(lambda *vs: tf.stack(vs), *models)
 
 
-def _build_client_step(model_fn, per_example_loss, per_example_error,
-                       clip_norm, num_clusters, personal_epoch):
-  """The silo's round as one tf.function, so that its stateful steps
-  (assigning the model's variables for selection, each training epoch) run in
-  program order."""
+def _build_silo_round(model_fn, per_example_loss, per_example_error,
+                      clip_norm, num_clusters, personal_epoch):
+  """The body of a silo's round, `(models, personal, (x, y), own, role) ->
+  (update, weight, outputs, non_finite)` on its examples, for a tf.function
+  (whose automatic control dependencies keep its stateful steps, assigning
+  the model's variables for selection and each training epoch, in program
+  order)."""
   local = model_fn()
   # The step size comes from the role at every call.
   train = dp_sgd.build_local_dp_sgd(local, per_example_loss, 1.0, clip_norm)
 
-  @tf.function
-  def step(models, personal, client_data):
-    own = client_data[PRIVACY_KEY].get_single_element()
-    role = client_data[ROLE_KEY].get_single_element()
+  def silo_round(models, personal, examples, own, role):
+    x, y = examples
     seed = tf.stack([own['seed'], models['round_num']])
     clusters = models['clusters']
 
@@ -119,8 +164,6 @@ def _build_client_step(model_fn, per_example_loss, per_example_error,
       return tf.nest.map_structure(lambda c: c[g], clusters)
 
     def select():
-      x, y = dp_sgd.split_batch(
-          dp_sgd.whole_dataset(client_data[DATA_KEY]))
       weights = tff.learning.models.ModelWeights.from_model(local)
       errors = []
       for g in range(num_clusters):
@@ -147,7 +190,7 @@ def _build_client_step(model_fn, per_example_loss, per_example_error,
     def epoch(start, regularization, call):
       update, _ = train(
           tff.learning.models.ModelWeights(start, models['non_trainable']),
-          client_data[DATA_KEY], own['noise_multiplier'],
+          (x, y), own['noise_multiplier'],
           own['sampling_rate'], own['steps'],
           tf.random.experimental.stateless_fold_in(seed, call),
           regularization, anchor, role['learning_rate'])
@@ -175,6 +218,75 @@ def _build_client_step(model_fn, per_example_loss, per_example_error,
                 cluster=tf.argmax(one_hot, output_type=tf.int32)),
             tf.cast(tf.logical_not(finite), tf.int32))
 
+  return silo_round
+
+
+def _build_client_step(model_fn, per_example_loss, per_example_error,
+                       clip_norm, num_clusters, personal_epoch):
+  """One silo's round as one tf.function (see `_build_silo_round`)."""
+  silo_round = _build_silo_round(model_fn, per_example_loss,
+                                 per_example_error, clip_norm, num_clusters,
+                                 personal_epoch)
+
+  @tf.function
+  def step(models, personal, client_data):
+    examples = dp_sgd.split_batch(dp_sgd.whole_dataset(client_data[DATA_KEY]))
+    return silo_round(models, personal, examples,
+                      client_data[PRIVACY_KEY].get_single_element(),
+                      client_data[ROLE_KEY].get_single_element())
+
+  return step
+
+
+def _build_packed_step(model_fn, per_example_loss, per_example_error,
+                       clip_norm, num_clusters, personal_epoch):
+  """The round of a TFF client holding K silos (`pack_silos`): each silo's
+  round in turn, on its own examples only, in one in-graph loop; the
+  results stacked along a leading axis (non-finite counts summed)."""
+  silo_round = _build_silo_round(model_fn, per_example_loss,
+                                 per_example_error, clip_norm, num_clusters,
+                                 personal_epoch)
+
+  @tf.function
+  def step(models, personal, packed):
+    data, counts = packed[DATA_KEY], packed[cohort.COUNT_KEY]
+    num_silos = tf.shape(counts)[0]
+
+    def row(structure, k):
+      return tf.nest.map_structure(lambda t: t[k], structure)
+
+    def run(k):
+      examples = dp_sgd.split_batch(tf.nest.map_structure(
+          lambda t: t[k, :counts[k]], data))
+      return silo_round(models, row(personal, k), examples,
+                        row(packed[PRIVACY_KEY], k), row(packed[ROLE_KEY], k))
+
+    def array(dtype, shape):
+      return tf.TensorArray(dtype, size=num_silos, element_shape=shape)
+
+    def model_arrays():
+      return [array(v.dtype, v.shape[1:]) for v in tf.nest.flatten(personal)]
+
+    arrays = (model_arrays(), array(tf.float32, [num_clusters]),
+              collections.OrderedDict(personal=model_arrays(),
+                                      cluster=array(tf.int32, [])))
+    non_finite = tf.constant(0, tf.int32)
+    for k in tf.range(num_silos):
+      update, weight, outputs, silo_non_finite = run(k)
+      arrays = tf.nest.map_structure(
+          lambda a, t: a.write(k, t), arrays,  # pylint: disable=cell-var-from-loop
+          (tf.nest.flatten(update), weight,
+           collections.OrderedDict(
+               personal=tf.nest.flatten(outputs['personal']),
+               cluster=outputs['cluster'])))
+      non_finite += silo_non_finite
+    stacked = tf.nest.map_structure(lambda a: a.stack(), arrays)
+    update = tf.nest.pack_sequence_as(personal, stacked[0])
+    outputs = collections.OrderedDict(
+        personal=tf.nest.pack_sequence_as(personal, stacked[2]['personal']),
+        cluster=stacked[2]['cluster'])
+    return update, stacked[1], outputs, non_finite
+
   return step
 
 
@@ -187,7 +299,8 @@ def build_cross_silo_process(
     personal_epoch: bool = False,
     aggregator: tff.aggregators.WeightedAggregationFactory | None = None,
     cluster_init_stddev: float = 0.1,
-    seed: int = 0) -> tff.templates.IterativeProcess:
+    seed: int = 0,
+    packed: bool = False) -> tff.templates.IterativeProcess:
   """The round of every cross-silo method; see the module docstring.
 
   `per_example_error(y, predictions)` is the 0/1 error IFCA's selection
@@ -210,6 +323,10 @@ def build_cross_silo_process(
       one-hot times its weight); None is `ClusterMeanFactory(num_clusters)`.
     cluster_init_stddev: std of the clusters' initial perturbation.
     seed: seeds the initial weights and the clusters' perturbations.
+    packed: each TFF client holds several silos (`pack_silos`): their
+      personal models stacked `[K, ...]`, their data padded, their outputs
+      stacked. Each silo still runs its own round on its own examples with
+      its own seed, so only TFF's per-client cost changes.
 
   Returns:
     A `tff.templates.IterativeProcess` with `next(state, personal,
@@ -230,16 +347,23 @@ def build_cross_silo_process(
     model = model_fn()
   weights_type = tff.learning.models.weights_type_from_model(model)
   personal_type = weights_type.trainable
-  data_type = tff.types.to_type(
-      collections.OrderedDict([
-          (DATA_KEY, tff.SequenceType(
-              tff.types.tensorflow_to_type(model.input_spec))),
-          (PRIVACY_KEY, dp_sgd.client_data_type(
-              model.input_spec)[PRIVACY_KEY]),
-          (ROLE_KEY, tff.SequenceType(role_type(num_clusters))),
-      ]))
-  aggregation = aggregator.create(personal_type,
-                                  tff.TensorType(np.float32, [num_clusters]))
+  weight_type = tff.TensorType(np.float32, [num_clusters])
+  if packed:
+    personal_type = _stacked_type(personal_type)
+    weight_type = _stacked_type(weight_type)
+    data_type = packed_data_type(model.input_spec, num_clusters)
+    build_step = _build_packed_step
+  else:
+    data_type = tff.types.to_type(
+        collections.OrderedDict([
+            (DATA_KEY, tff.SequenceType(
+                tff.types.tensorflow_to_type(model.input_spec))),
+            (PRIVACY_KEY, dp_sgd.client_data_type(
+                model.input_spec)[PRIVACY_KEY]),
+            (ROLE_KEY, tff.SequenceType(role_type(num_clusters))),
+        ]))
+    build_step = _build_client_step
+  aggregation = aggregator.create(personal_type, weight_type)
 
   @tff.tensorflow.computation
   def initial_models():
@@ -269,8 +393,8 @@ def build_cross_silo_process(
 
   @tff.tensorflow.computation(models_type, personal_type, data_type)
   def client_step(models, personal, client_data):
-    step = _build_client_step(model_fn, per_example_loss, per_example_error,
-                              clip_norm, num_clusters, personal_epoch)
+    step = build_step(model_fn, per_example_loss, per_example_error,
+                      clip_norm, num_clusters, personal_epoch)
     return step(models, personal, client_data)
 
   @tff.tensorflow.computation(models_type, models_type.clusters)

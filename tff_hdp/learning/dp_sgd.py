@@ -250,8 +250,9 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
                        ) -> tf.types.experimental.GenericFunction:
   """tf.function: one round of DP-SGD steps on `model`, from given weights.
 
-  Called with the initial `ModelWeights`, the client's batched dataset, its
-  noise multiplier, sampling rate, number of steps and a `[2]` int64 seed.
+  Called with the initial `ModelWeights`, the client's data (its batched
+  dataset, or all its examples as an `(x, y)` pair of tensors), its noise
+  multiplier, sampling rate, number of steps and a `[2]` int64 seed.
   Returns the pseudo-gradient `initial - final` (TFF's convention) and the
   part of it that is DP noise. Pass the scalars as tensors so that clients
   with different settings share one trace. With an `anchor` (trainable
@@ -287,7 +288,8 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   def train(initial_weights, data, noise_multiplier, sampling_rate, steps,
             seed, regularization=0.0, anchor=None, step_size=None):
     tf.nest.map_structure(lambda v, t: v.assign(t), weights, initial_weights)
-    x, y = split_batch(whole_dataset(data))
+    x, y = split_batch(whole_dataset(data) if isinstance(
+        data, tf.data.Dataset) else data)
     num_examples = tf.shape(x)[0]
     expected_batch_size = sampling_rate * tf.cast(num_examples, tf.float32)
     noise_total = [tf.zeros_like(v) for v in trainable]
@@ -316,25 +318,30 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   return train
 
 
-def make_client_data(dataset: tf.data.Dataset, privacy: plans.ClientPrivacy,
-                     weight: float, seed: int,
-                     steps: int | None = None) -> collections.OrderedDict:
-  """A client's input: its batches and, as a one-element sequence, itself.
-
-  `weight` is what the client attaches to its update for a weighted
-  aggregator; `seed` is the client's own noise seed (a real client would use
-  fresh randomness; a simulation needs it reproducible and distinct).
-  `steps` per training call defaults to the plan's steps per round.
-  """
-  own = collections.OrderedDict(
+def own_parameters(privacy: plans.ClientPrivacy, weight: float, seed: int,
+                   steps: int | None = None) -> collections.OrderedDict:
+  """What a client knows of itself: its DP-SGD noise multiplier, sampling
+  rate and steps per training call (default: the plan's steps per round),
+  the weight it attaches to its update for a weighted aggregator, and its own
+  noise seed (a real client would use fresh randomness; a simulation needs
+  it reproducible and distinct)."""
+  return collections.OrderedDict(
       noise_multiplier=np.float32(privacy.noise_multiplier),
       sampling_rate=np.float32(privacy.sampling_rate),
       steps=np.int32(privacy.steps_per_round if steps is None else steps),
       weight=np.float32(weight),
       seed=np.int64(seed))
+
+
+def make_client_data(dataset: tf.data.Dataset, privacy: plans.ClientPrivacy,
+                     weight: float, seed: int,
+                     steps: int | None = None) -> collections.OrderedDict:
+  """A client's input: its batches and, as a one-element sequence,
+  `own_parameters(privacy, weight, seed, steps)`."""
   return collections.OrderedDict([
       (DATA_KEY, dataset),
-      (PRIVACY_KEY, tf.data.Dataset.from_tensors(own)),
+      (PRIVACY_KEY, tf.data.Dataset.from_tensors(
+          own_parameters(privacy, weight, seed, steps))),
   ])
 
 

@@ -5,7 +5,9 @@ up to that many sampled clients share one TFF client (`tff_hdp.learning.cohort`)
 each is still trained, clipped and counted on its own, with the same server
 noise and accounting, so the choice changes speed, not the mechanism. Every
 piece that differs between the two (aggregator, process, Ditto step, a round's
-data, the Ditto update) is built here, so they cannot disagree.
+data, the Ditto update) is built here, so they cannot disagree. The same
+holds for the cross-silo silos (`cross_silo_process`, `packed`): each runs its
+own DP-SGD round with its own seed, personal model and cluster choice.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.learning import client_work
 from tff_hdp.learning import cohort
+from tff_hdp.learning import cross_silo_process
 from tff_hdp.learning import ditto
+from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import fedhdp
 from tff_hdp.privacy.privacy_groups import GroupAssignment
+from tff_hdp.privacy.plans import ClientPrivacy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,3 +122,42 @@ class Execution:
     else:
       personal = step(global_weights, personal, data)
     models.update(sampled, personal)
+
+  def build_cross_silo(self, *args, **kwargs) -> tff.templates.IterativeProcess:
+    """`cross_silo_process.build_cross_silo_process(*args, **kwargs)`, packed
+    `cohort_size` silos to a TFF client with cohorts."""
+    return cross_silo_process.build_cross_silo_process(
+        *args, packed=self.cohorts, **kwargs)
+
+  def silo_round(self, process: tff.templates.IterativeProcess, state,
+                 personal: Sequence, task: FederatedTask, order: int,
+                 silo_plans: Sequence[ClientPrivacy], weights: Sequence[float],
+                 seeds: Sequence[int], roles: Sequence) -> tuple:
+    """One round of `process` (from `build_cross_silo`) for every silo of
+    `task`, each reading its data in `order`'s order, from its `personal`
+    model, with its plan, update weight, seed and role
+    (`cross_silo_process.make_role`).
+
+    Returns:
+      The new state, each silo's new personal model and chosen cluster (in
+      `task.client_ids` order) and the round's measurements.
+    """
+    silos = task.client_ids
+    if not self.cohorts:
+      data = [cross_silo_process.make_client_data(
+          task.train_dataset(c, order), p, w, s, r)
+              for c, p, w, s, r in zip(silos, silo_plans, weights, seeds,
+                                       roles)]
+      state, outputs, measurements = process.next(state, list(personal), data)
+      return (state, [o['personal'] for o in outputs],
+              [int(o['cluster']) for o in outputs], measurements)
+    own = [dp_sgd.own_parameters(p, w, s, steps=p.steps_per_epoch)
+           for p, w, s in zip(silo_plans, weights, seeds)]
+    data = cross_silo_process.pack_silos(
+        [task.shuffled_train(c, order) for c in silos], own, roles,
+        self.cohort_size)
+    sizes = [len(d[cohort.COUNT_KEY]) for d in data]
+    state, outputs, measurements = process.next(
+        state, ditto.stack_personal(personal, sizes), data)
+    return (state, ditto.unstack_personal([o['personal'] for o in outputs]),
+            [int(g) for o in outputs for g in o['cluster']], measurements)

@@ -32,6 +32,7 @@ from tff_hdp.simulation import checkpointing
 from tff_hdp.learning import cross_silo_process
 from tff_hdp.learning import algorithms
 from tff_hdp.learning import ditto
+from tff_hdp.learning.execution import Execution
 from tff_hdp.privacy import dp_randomness
 from tff_hdp.simulation import evaluation
 from tff_hdp.privacy import release_policy
@@ -69,6 +70,8 @@ class CrossSiloSettings:
   seed: int = 0
   eval_every: int = 10
   checkpoint_every: int = 10
+  # > 1: up to this many silos per TFF client (tff_hdp.learning.execution).
+  cohort_size: int = 0
   # Voids the guarantee: see tff_hdp.privacy.dp_randomness.
   unsafe_seeded_dp_randomness: bool = False
   allow_large_delta: bool = False  # accept delta >= n_k^-1.1
@@ -217,7 +220,7 @@ def build_process(task: FederatedTask, algorithm: algorithms.Algorithm,
                   ) -> tff.templates.IterativeProcess:
   loss = task.loss_fn()
   loss.reduction = tf.keras.losses.Reduction.NONE
-  return cross_silo_process.build_cross_silo_process(
+  return Execution(settings.cohort_size).build_cross_silo(
       task.tff_model_fn(), loss,
       task.metric_record.per_example_error if algorithm.clustered else None,
       settings.clip_norm,
@@ -238,6 +241,8 @@ def run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
   everything but how often it is saved."""
   key = dataclasses.asdict(settings)
   key.pop('checkpoint_every')
+  if not key['cohort_size']:
+    key.pop('cohort_size')  # keeps checkpoints of earlier versions valid
   key.update(task=task.name, method=algorithm.name,
              batch_size=task.batch_size, data=task.data_digest)
   return runtime.with_worker_count(key)
@@ -270,6 +275,7 @@ class CrossSiloRounds(round_loop.RoundProgram):
     self.rounds = settings.rounds
     self._task, self._algorithm, self._settings = task, algorithm, settings
     self._process, self._plans, self._seeds = process, plans, silo_seeds
+    self._execution = Execution(settings.cohort_size)
     self.state = process.initialize()
     self._initial = cross_silo_process.cluster_weights(self.state, 0)
     self.personal = ditto.PersonalModels()
@@ -299,20 +305,15 @@ class CrossSiloRounds(round_loop.RoundProgram):
 
   def train(self, round_num: int) -> dict:
     silos, settings = self._task.client_ids, self._settings
-    order = selection.every_client_order_seed(settings.seed, round_num)
-    data = [
-        cross_silo_process.make_client_data(
-            self._task.train_dataset(c, order), self._plans[i],
-            self._weights[i], self._seeds[i],
-            _role(self._algorithm, settings, round_num, int(self.clusters[i]),
-                  self._epsilons[i]))
-        for i, c in enumerate(silos)
-    ]
-    self.state, outputs, measurements = self._process.next(
-        self.state,
-        [self.personal.get(c, self._initial.trainable) for c in silos], data)
-    self.personal.update(silos, [o['personal'] for o in outputs])
-    self.clusters = np.array([int(o['cluster']) for o in outputs], np.int32)
+    roles = [_role(self._algorithm, settings, round_num, int(self.clusters[i]),
+                   self._epsilons[i]) for i in range(len(silos))]
+    self.state, personal, clusters, measurements = self._execution.silo_round(
+        self._process, self.state,
+        [self.personal.get(c, self._initial.trainable) for c in silos],
+        self._task, selection.every_client_order_seed(settings.seed, round_num),
+        self._plans, self._weights, self._seeds, roles)
+    self.personal.update(silos, personal)
+    self.clusters = np.array(clusters, np.int32)
     row = {'num_non_finite_updates': int(
         measurements['num_non_finite_updates'])}
     if self._algorithm.clustered:
