@@ -91,8 +91,8 @@ COHORT_SIZE = absl_flags.DEFINE_integer(
     'cohort_size', 0, 'Trusted server and cross-silo: simulate up to this '
     'many sampled clients (silos) inside one TFF client (0 or 1: one TFF '
     'client per client). Same training, clipping, noise and accounting per '
-    'client; rounds of 100 clients run ~15x faster '
-    '(benchmarks/round_speed.py), School\'s 139 silos ~10x '
+    'client; rounds of 100 clients run ~7x faster '
+    '(benchmarks/round_speed.py), School\'s 139 silos ~9x '
     '(benchmarks/silo_round_speed.py). 64 suits small models; a cohort holds '
     'that many model-sized updates, so use less for large ones.')
 CLIENT_LR = absl_flags.DEFINE_float('client_lr', 0.1, 'Client SGD learning rate.')
