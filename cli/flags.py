@@ -19,6 +19,7 @@ from absl import flags as absl_flags
 import tasks
 from cli.entry import InputError  # noqa: F401  (raised by every check here)
 from tff_hdp.learning import algorithms
+from tff_hdp.privacy import heterogeneity
 from tff_hdp.simulation import workers
 
 # Common to every setting: the task, its data and the run.
@@ -59,9 +60,11 @@ SELECTION_SHARE = absl_flags.DEFINE_float(
     'selection_share', 0.03, 'Cross-silo ifca, ifca_mrmtl: epsilon of each '
     'private cluster selection, as a fraction of the silo\'s epsilon.')
 EPSILON_DISTRIBUTION = absl_flags.DEFINE_enum(
-    'epsilon_distribution', 'mixgauss1',
-    ['mixgauss1', 'mixgauss2', 'mixgauss3', 'uniform'],
-    'Untrusted server: distribution of the clients\' epsilons.')
+    'epsilon_distribution', 'mixgauss1', list(heterogeneity.DISTRIBUTIONS),
+    'Untrusted server: the clients\' epsilons and batch sizes. mixgauss1-3 '
+    '(PFA\'s mixtures) and uniform (eps in [1, 10]) draw them by --seed, '
+    'batch sizes from {16, 32, 64, 128}; dist1-dist9 are Robust-HDP\'s fixed '
+    'lists of both, for 20, 40 or 60 clients.')
 DP_SGD_CLIP = absl_flags.DEFINE_float(
     'dp_sgd_clip', 1.0, 'Untrusted server and cross-silo: DP-SGD\'s '
     'per-example clip norm c.')

@@ -125,6 +125,25 @@ def test_untrusted_server_rules_run_and_report_client_spend(tmp_path):
   assert 1.0 <= min(summary['target_epsilons'])  # Uniform(1, 10)
 
 
+def test_robust_hdp_list_sets_every_clients_epsilon_and_batch_size(tmp_path):
+  result = _run('--num_clients=20', '--algorithms=weiavg', '--rounds=1',
+                '--eval_every=1', '--epsilon_distribution=dist8',
+                f'--output_dir={tmp_path}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  with open(os.path.join(tmp_path, 'weiavg', 'summary.json')) as f:
+    summary = json.load(f)
+  # SPEC.md §3's Dist8 and batch sizes, in client order; the digits task's
+  # clients hold 53-60 examples, so 64 and 128 are capped at the client's.
+  assert summary['target_epsilons'] == [
+      0.2, 0.2, 0.19, 0.44, 0.21, 0.19, 0.19, 0.51, 0.62, 0.2, 0.2, 0.19,
+      0.19, 0.2, 0.2, 0.18, 0.61, 0.17, 0.38, 0.53]
+  listed = [32, 64, 16, 32, 16, 16, 16, 32, 32, 64, 32, 64, 16, 128, 16, 64,
+            32, 64, 16, 16]
+  for got, want in zip(summary['batch_sizes'], listed):
+    assert got == want if want <= 53 else 53 <= got <= 60
+  assert summary['epsilon_spent_max'] <= 0.62 * (1 + 1e-6)
+
+
 def test_cross_silo_sweep_reports_best_setting_curve_and_silo_spend(tmp_path):
   result = _run('--task=vehicle',
                 '--data_dir=' + repository.task_data('vehicle'),

@@ -2,10 +2,9 @@
 
 Untrusted-server experiments (SPEC.md §3) give every client its own epsilon
 and its own batch size. The epsilon distributions are the mixtures of Gaussians
-of PFA / PDP-FL (MixGauss1-3) and a uniform range; batch sizes are uniform over
-{16, 32, 64, 128} as in Robust-HDP. Robust-HDP's own nine distributions (its
-Table 4) are in the paper's appendix, which the shared copy does not include,
-so they are not reproduced here.
+of PFA / PDP-FL (MixGauss1-3) and a uniform range, with batch sizes uniform
+over {16, 32, 64, 128}; and Robust-HDP's nine client lists Dist1-Dist9, which
+fix both for 20, 40 or 60 clients (`robust_hdp_budgets`).
 """
 
 from __future__ import annotations
@@ -13,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+
+from tff_hdp.privacy import robust_hdp_budgets
 
 BATCH_SIZES = (16, 32, 64, 128)
 
@@ -105,3 +106,38 @@ def sample_batch_sizes(num_clients: int, seed: int,
                        choices=BATCH_SIZES) -> np.ndarray:
   """Each client's batch size, uniform over `choices`."""
   return np.random.default_rng(seed).choice(np.asarray(choices), num_clients)
+
+
+# Every name `client_budgets` takes (the CLI's --epsilon_distribution).
+DISTRIBUTIONS = (tuple(EPSILON_DISTRIBUTIONS) + ('uniform',) +
+                 tuple(robust_hdp_budgets.EPSILONS))
+
+
+def client_budgets(name: str, num_clients: int,
+                   seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """Each client's epsilon and batch size under distribution `name`.
+
+  A drawn distribution (MixGauss1-3, `uniform` on [1, 10]) draws epsilons and
+  batch sizes by `seed`; a Robust-HDP list (`dist1`..`dist9`) is fixed and
+  exists only for 20, 40 or 60 clients, so another count is a ValueError
+  rather than a silently truncated or recycled list.
+  """
+  if name in robust_hdp_budgets.EPSILONS:
+    lists = robust_hdp_budgets.EPSILONS[name]
+    if num_clients not in lists:
+      raise ValueError(
+          f'--epsilon_distribution={name} lists {sorted(lists)} clients '
+          f'(Robust-HDP\'s lists); the task has {num_clients} (set '
+          '--num_clients, or pick a drawn distribution: '
+          f'{", ".join(DISTRIBUTIONS[:4])}).')
+    return (np.asarray(lists[num_clients], float),
+            np.asarray(robust_hdp_budgets.BATCH_SIZES[num_clients]))
+  if name == 'uniform':
+    distribution = Uniform(1.0, 10.0)
+  elif name in EPSILON_DISTRIBUTIONS:
+    distribution = EPSILON_DISTRIBUTIONS[name]
+  else:
+    raise ValueError(f'unknown epsilon distribution {name!r}; choose one of '
+                     f'{DISTRIBUTIONS}.')
+  return (sample_epsilons(distribution, num_clients, seed)[0],
+          sample_batch_sizes(num_clients, seed))

@@ -1,10 +1,11 @@
 """One run of noise-aware FedAvg (SPEC.md §3) on any task, round by round.
 
 Every client takes part in every round and runs one local epoch of DP-SGD at
-its own epsilon (drawn from a heterogeneity distribution by seed) and batch
-size (from {16, 32, 64, 128}, capped at its dataset size); the aggregation
-rule is picked by name. Each client's spend is its own, so the summary reports
-the largest and smallest epsilon spent, both at most the clients' targets.
+its own epsilon and batch size (capped at its dataset size), drawn by seed or
+listed by Robust-HDP's Dist1-Dist9 (`heterogeneity.client_budgets`); the
+aggregation rule is picked by name. Each client's spend is its own, so the
+summary reports the largest and smallest epsilon spent, both at most the
+clients' targets.
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ from tff_hdp.simulation import selection
 from tff_hdp.learning import noise_aware
 from tff_hdp.federated_task import FederatedTask
 
-DISTRIBUTIONS = tuple(heterogeneity.EPSILON_DISTRIBUTIONS) + ('uniform',)
-
-
 @dataclasses.dataclass(frozen=True)
 class UntrustedSettings:
   rounds: int
@@ -42,15 +40,6 @@ class UntrustedSettings:
   # Voids the guarantee: see tff_hdp.privacy.dp_randomness.
   unsafe_seeded_dp_randomness: bool = False
   allow_large_delta: bool = False  # accept delta >= 1 / n_i
-
-
-def _epsilons(name: str, num_clients: int, seed: int) -> np.ndarray:
-  if name not in DISTRIBUTIONS:
-    raise ValueError(f'unknown epsilon distribution {name!r}; choose one of '
-                     f'{DISTRIBUTIONS}.')
-  distribution = (heterogeneity.Uniform(1.0, 10.0) if name == 'uniform' else
-                  heterogeneity.EPSILON_DISTRIBUTIONS[name])
-  return heterogeneity.sample_epsilons(distribution, num_clients, seed)[0]
 
 
 class UntrustedRounds(round_loop.RoundProgram):
@@ -93,11 +82,11 @@ def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettin
   clients = task.client_ids
   n = len(clients)
   sizes = [len(task.client_train[c][0]) for c in clients]
-  batch_sizes = np.minimum(
-      heterogeneity.sample_batch_sizes(n, settings.seed), sizes)
+  epsilons, batch_sizes = heterogeneity.client_budgets(
+      settings.epsilon_distribution, n, settings.seed)
+  batch_sizes = np.minimum(batch_sizes, sizes)
   client_plans = plans.plan_clients(
-      noise_aware.client_epsilons(
-          algorithm, _epsilons(settings.epsilon_distribution, n, settings.seed)),
+      noise_aware.client_epsilons(algorithm, epsilons),
       settings.delta, sizes, batch_sizes, settings.rounds,
       allow_large_delta=settings.allow_large_delta)
   loss = task.loss_fn()
