@@ -49,6 +49,8 @@ class Task:
 
 REGISTRY: dict[str, Task] = {
     'digits': Task('tasks.digits', 'load_task'),
+    'fashion_mnist_iid': Task('tasks.mnist', 'load_fashion_iid_task',
+                              'fashion_mnist'),
     'femnist': Task('tasks.emnist', 'load_full_task', 'emnist'),
     'femnist_leaf': Task('tasks.femnist_leaf', 'load_task', 'femnist_leaf'),
     'fmnist': Task('tasks.emnist', 'load_digits_task', 'emnist'),

@@ -38,14 +38,16 @@ def require_dir(data_dir: str | None, what: str) -> str:
   return data_dir
 
 
-def read_mnist(data_dir: str | None) -> tuple[np.ndarray, ...]:
+def read_mnist(data_dir: str | None,
+               dataset: str = 'MNIST') -> tuple[np.ndarray, ...]:
   """MNIST as uint8 `(x_train, y_train, x_test, y_test)`, images 28x28.
 
   Reads `mnist.npz` (keys x_train, y_train, x_test, y_test) if present, else
-  the four standard IDX `.gz` files.
+  the four standard IDX `.gz` files. Fashion-MNIST ships in the same layout
+  and names; `dataset` names the data set in errors.
   """
   what = ('mnist.npz (keys x_train, y_train, x_test, y_test) or the four '
-          'MNIST IDX files ' + ', '.join(MNIST_IDX_FILES))
+          f'{dataset} IDX files ' + ', '.join(MNIST_IDX_FILES))
   data_dir = require_dir(data_dir, what)
   npz = os.path.join(data_dir, 'mnist.npz')
   if os.path.exists(npz):
@@ -69,9 +71,9 @@ def read_mnist(data_dir: str | None) -> tuple[np.ndarray, ...]:
   x_train, y_train, x_test, y_test = arrays
   for x, y, split in ((x_train, y_train, 'train'), (x_test, y_test, 'test')):
     if x.ndim != 3 or x.shape[1:] != (28, 28) or len(x) != len(y):
-      raise ValueError(f'MNIST {split} data in {data_dir} has images of shape '
-                       f'{x.shape} and {len(y)} labels; expected N x 28 x 28 '
-                       'and N labels.')
+      raise ValueError(f'{dataset} {split} data in {data_dir} has images of '
+                       f'shape {x.shape} and {len(y)} labels; expected N x 28 '
+                       'x 28 and N labels.')
   return arrays
 
 

@@ -87,6 +87,24 @@ def test_iid_split_shards_the_training_set_with_every_digit():
     mnist.load_iid(_mnist_dir(), num_clients=0)
 
 
+def test_fashion_mnist_iid_is_fashion_mnist_in_twenty_shards_of_2400():
+  fashion_dir = repository.task_data('fashion_mnist_iid')
+  task = tasks.load('fashion_mnist_iid', TaskOptions(data_dir=fashion_dir))
+  assert task.name == 'fashion_mnist_iid' and len(task.client_ids) == 20
+  # Robust-HDP's clients: 3,000 images each, 2,400 of them to train on.
+  assert {len(task.client_train[c][1]) for c in task.client_ids} == {2400}
+  assert {len(task.client_test[c][1]) for c in task.client_ids} == {600}
+  x_train, y_train, x_test, _ = data_files.read_mnist(fashion_dir)
+  # Fashion-MNIST, not MNIST: 6,000 training images of each of 10 classes.
+  assert np.bincount(y_train).tolist() == [6000] * 10
+  assert not np.array_equal(x_train[:100],
+                            data_files.read_mnist(_mnist_dir())[0][:100])
+  assert task.server_test[0].shape == (len(x_test), 784)
+  assert task.keras_model_fn()(task.server_test[0][:2]).shape == (2, 10)
+  with pytest.raises(ValueError, match='Fashion-MNIST IDX files'):
+    mnist.load_iid(str(fashion_dir) + '/nothing', dataset='fashion_mnist')
+
+
 def test_full_size_default_and_skewed_opt_out_pool():
   task = tasks.load('mnist_noniid_skewed',
                     TaskOptions(data_dir=_mnist_dir()))
