@@ -6,11 +6,13 @@ as HOLDS or FAILS with its numbers, and the untrusted-server table. E.g.
 
   .venv/bin/python benchmarks/paper_claims.py \\
       --preset_dirs=results/mnist/mnist_noniid,results/skewed/mnist_noniid_skewed \\
-      --cross_silo_dirs=results/school_eps6 --untrusted_dirs=results/untrusted
+      --cross_silo_dirs=results/school_eps6 --untrusted_dirs=results/untrusted \\
+      --noise_power_files=results/table2_fashion_mnist.json
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -35,6 +37,9 @@ _CROSS_SILO_DIRS = flags.DEFINE_list(
 _UNTRUSTED_DIRS = flags.DEFINE_list(
     'untrusted_dirs', [], 'Folders of untrusted-server runs of one setting '
     '(any depth), over seeds and learning rates.')
+_NOISE_POWER_FILES = flags.DEFINE_list(
+    'noise_power_files', [], 'JSON files benchmarks/noise_power.py wrote '
+    '(--output): Robust-HDP\'s Table 2.')
 _MARGIN = flags.DEFINE_float(
     'margin', 2.0, 'Points by which FedHDP r=0.01 must beat DP-FedAvg.')
 _TEST_EXAMPLES = flags.DEFINE_integer(
@@ -67,6 +72,9 @@ def _claims() -> list[paper_claims.Claim]:
           f"{r['mean']:.2f} +- {r['sd']:.2f}",
           ' / '.join(f'{a:.2f}' for a in r['acc_g'])] for r in rows]))
     claims.append(paper_claims.untrusted_claim(rows, _MIN_SEEDS.value))
+  for path in _NOISE_POWER_FILES.value:
+    with open(path) as f:
+      claims += paper_claims.noise_power_claims(json.load(f))
   return claims
 
 
@@ -79,7 +87,7 @@ def main(argv: list[str]) -> None:
     sys.exit(f'paper_claims.py: error: {e}')
   if not claims:
     sys.exit('paper_claims.py: error: nothing to check; give --preset_dirs, '
-             '--cross_silo_dirs or --untrusted_dirs.')
+             '--cross_silo_dirs, --untrusted_dirs or --noise_power_files.')
   print()
   for claim in claims:
     print(f"{'HOLDS' if claim.holds else 'FAILS'}  {claim.name}: "

@@ -157,3 +157,39 @@ def test_command_exits_1_when_a_claim_fails_and_names_missing_folders(
                           capture_output=True, text=True, timeout=300)
   assert result.returncode != 0
   assert 'nowhere is not a folder of runs' in result.stderr
+
+
+def _noise_power_result(robust_over_oracle, order):
+  """A Table 2 result on two distributions: WeiAvg, DPFedAvg and minimum eps
+  at `order`'s powers, Robust-HDP at `robust_over_oracle` times the oracle."""
+  measured = {rule: {} for rule in ('weiavg', 'dpfedavg', 'min_epsilon',
+                                    'robust_hdp', 'oracle')}
+  for d in ('dist1', 'dist6'):
+    measured['oracle'][d] = 0.5
+    measured['robust_hdp'][d] = 0.5 * robust_over_oracle[d]
+    for rule, value in zip(('weiavg', 'dpfedavg', 'min_epsilon'), order[d]):
+      measured[rule][d] = value
+  return {'task': 'fashion_mnist_iid', 'settings': {'rounds': 200},
+          'distributions': ['dist1', 'dist6'], 'measured': measured}
+
+
+def test_table2_claims_hold_and_fail_on_the_measured_powers():
+  good = _noise_power_result({'dist1': 1.004, 'dist6': 0.998},
+                             {'dist1': (1, 2, 3), 'dist6': (4, 5, 60)})
+  assert [c.holds for c in paper_claims.noise_power_claims(good)] == [
+      True, True]
+  # Robust-HDP 1.5% above the oracle on dist6; DPFedAvg below WeiAvg on dist1.
+  bad = _noise_power_result({'dist1': 1.004, 'dist6': 1.015},
+                            {'dist1': (2, 1, 3), 'dist6': (4, 5, 60)})
+  near, order = paper_claims.noise_power_claims(bad)
+  assert not near.holds and 'dist6 1.0150x (off)' in near.detail
+  assert 'dist1 1.0040x;' in near.detail
+  assert not order.holds and 'dist1 0.502 < 2 < 1 < 3 (out of order)' in (
+      order.detail)
+  # Robust-HDP above WeiAvg breaks the order too.
+  above = _noise_power_result({'dist1': 1.0, 'dist6': 1.0},
+                              {'dist1': (0.4, 2, 3), 'dist6': (4, 5, 60)})
+  assert not paper_claims.noise_power_claims(above)[1].holds
+  with pytest.raises(ValueError, match=r"lacks \['measured.oracle'\]"):
+    del good['measured']['oracle']
+    paper_claims.noise_power_claims(good)

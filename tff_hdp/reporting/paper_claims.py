@@ -12,6 +12,9 @@ the numbers that decide it (`benchmarks/paper_claims.py` is the command):
 - Untrusted server (run_experiment.py folders, one per seed and learning
   rate): each rule's accuracy over seeds, at the learning rate best for it,
   and whether Robust-HDP's mean is the highest.
+- Robust-HDP's Table 2 (the JSON benchmarks/noise_power.py writes): on every
+  distribution Robust-HDP's measured aggregate noise power is within 1% of
+  the oracle's, and Robust-HDP < WeiAvg < DPFedAvg < minimum eps.
 
 Accuracies are in % on a test set of `test_examples` images; two
 configurations whose Acc_g differ by less than two standard errors of the
@@ -236,3 +239,36 @@ def untrusted_claim(rows: list[dict], min_seeds: int = 3) -> Claim:
     detail += f'; the algorithms were not all run on the same {min_seeds}+ seeds'
   return Claim('untrusted server: Robust-HDP has the highest mean Acc_g',
                same and top['algorithm'] == 'robust_hdp', detail)
+
+
+NOISE_POWER_ORDER = ('robust_hdp', 'weiavg', 'dpfedavg', 'min_epsilon')
+
+
+def noise_power_claims(result: dict, tolerance: float = 0.01) -> list[Claim]:
+  """Table 2's claims on the noise power measured from the drawn noise."""
+  missing = [k for k in ('task', 'settings', 'distributions', 'measured')
+             if k not in result]
+  missing += [f'measured.{rule}' for rule in NOISE_POWER_ORDER + ('oracle',)
+              if rule not in result.get('measured', {})]
+  if missing:
+    raise ValueError(f'a noise-power result lacks {missing}; write it with '
+                     'benchmarks/noise_power.py --output.')
+  measured = result['measured']
+  near, ordered = [], []
+  for d in result['distributions']:
+    ratio = measured['robust_hdp'][d] / measured['oracle'][d]
+    near.append((d, ratio, abs(ratio - 1) <= tolerance))
+    powers = [measured[rule][d] for rule in NOISE_POWER_ORDER]
+    ordered.append((d, powers, all(a < b for a, b in zip(powers, powers[1:]))))
+  where = f"{result['task']}, E = {result['settings']['rounds']}"
+  return [
+      Claim(f'Table 2 ({where}): Robust-HDP\'s noise power within '
+            f'{tolerance:.0%} of the oracle\'s', all(ok for *_, ok in near),
+            '; '.join(f'{d} {r:.4f}x' + ('' if ok else ' (off)')
+                      for d, r, ok in near)),
+      Claim(f'Table 2 ({where}): Robust-HDP < WeiAvg < DPFedAvg < minimum eps',
+            all(ok for *_, ok in ordered),
+            '; '.join(f'{d} ' + ' < '.join(f'{v:.3g}' for v in powers) +
+                      ('' if ok else ' (out of order)')
+                      for d, powers, ok in ordered)),
+  ]

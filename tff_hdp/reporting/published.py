@@ -1,4 +1,4 @@
-"""The papers' published Acc_g, to set beside what a run measures.
+"""The papers' published figures, to set beside what a run measures.
 
 FeO2 Tables 4-7 (FedHDP Tables 1-2 report rows of the same runs), Acc_g in
 %, per preset of `cli.presets` and Ditto block (lambda_p = lambda_np).
@@ -86,3 +86,20 @@ def summary_acc_g(preset: str, summary: dict) -> list[float]:
     return []
   return acc_g(preset, summary['algorithm'], summary.get('ratio'),
                ditto['lambda_p'] if ditto else None)
+
+
+# Robust-HDP Table 2 (SPEC.md §3): aggregate noise power per parameter over
+# eta^2 on Fashion-MNIST at E = 200, rule -> distribution -> value. PFA's
+# is not published (its projection has no closed form).
+_TABLE2_DISTRIBUTIONS = tuple(f'dist{k}' for k in range(1, 10))
+ROBUST_HDP_TABLE2 = {
+    rule: dict(zip(_TABLE2_DISTRIBUTIONS, row)) for rule, row in {
+        'weiavg': (1.02, 1.89, 0.92, 3.22, 4.58, 28.29, 9.85, 48.15, 34.91),
+        'dpfedavg': (1.27, 16.94, 16.28, 26.87, 25.64, 70.71, 18.50, 85.70,
+                     43.20),
+        'min_epsilon': (4.68, 103.91, 103.91, 127.18, 103.91, 1868.45, 74.41,
+                        241.37, 87.15),
+        'robust_hdp': (0.27, 0.47, 0.07, 0.64, 0.39, 7.62, 2.25, 13.86, 5.94),
+        'oracle': (0.27, 0.47, 0.07, 0.64, 0.39, 7.60, 2.25, 13.81, 5.93),
+    }.items()
+}
