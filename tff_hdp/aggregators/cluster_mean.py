@@ -22,13 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-
-def _stacked(value_type, num_clusters: int) -> tff.Type:
-  return tff.types.to_type(
-      tf.nest.map_structure(
-          lambda t: tff.TensorType(t.dtype, [num_clusters] + list(t.shape)),
-          tff.types.structure_from_tensor_type_tree(lambda t: t,
-                                                    value_type)))
+from tff_hdp.aggregators import stacking
 
 
 class ClusterMeanFactory(tff.aggregators.WeightedAggregationFactory):
@@ -96,9 +90,7 @@ class ClusterMeanFactory(tff.aggregators.WeightedAggregationFactory):
              for t in leaves):
         raise TypeError('stacked weights need values stacked along a leading '
                         f'None dimension, got {value_type}.')
-      one_type = tff.types.to_type(tf.nest.map_structure(
-          lambda t: tff.TensorType(t.dtype, t.shape[1:]),
-          tff.types.structure_from_tensor_type_tree(lambda t: t, value_type)))
+      one_type = stacking.row_type(value_type)
     sum_weight_type = tff.TensorType(np.float32, [g])
 
     @tff.tensorflow.computation(value_type, weight_type)
@@ -112,7 +104,7 @@ class ClusterMeanFactory(tff.aggregators.WeightedAggregationFactory):
           lambda v: tf.reshape(weight, [g] + [1] * v.shape.rank) * v[None],
           value), weight, tf.cast(weight > 0, tf.float32))
 
-    @tff.tensorflow.computation(_stacked(one_type, g), sum_weight_type)
+    @tff.tensorflow.computation(stacking.stacked_type(one_type, g), sum_weight_type)
     def divide(sums, totals):
       safe = tf.where(totals > 0, totals, tf.ones_like(totals))
       return tf.nest.map_structure(

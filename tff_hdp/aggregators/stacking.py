@@ -19,6 +19,26 @@ def _leaf_types(value_type: tff.Type) -> list[tff.TensorType]:
       tff.types.structure_from_tensor_type_tree(lambda t: t, value_type))
 
 
+def _map_leaf_types(fn, value_type) -> tff.Type:
+  return tff.types.to_type(tf.nest.map_structure(
+      fn, tff.types.structure_from_tensor_type_tree(
+          lambda t: t, tff.types.tensorflow_to_type(value_type))))
+
+
+def stacked_type(value_type, rows: int | None = None) -> tff.Type:
+  """`value_type` (a TFF type or a structure of `tf.TensorSpec`s) with a
+  leading dimension of `rows` (None: any number) on every leaf: the type of
+  several clients' values, one per row."""
+  return _map_leaf_types(
+      lambda t: tff.TensorType(t.dtype, [rows] + list(t.shape)), value_type)
+
+
+def row_type(value_type) -> tff.Type:
+  """One row of a `stacked_type`: every leaf without its leading dimension."""
+  return _map_leaf_types(lambda t: tff.TensorType(t.dtype, t.shape[1:]),
+                         value_type)
+
+
 def num_params(value_type: tff.Type) -> int:
   """Number of scalars in a structure of tensors."""
   return sum(int(np.prod(t.shape)) for t in _leaf_types(value_type))
@@ -52,10 +72,7 @@ def stack_at_server(values):
   runtime accumulates in and means nothing beyond that.
   """
   member = values.type_signature.member
-  stacked_type = tff.types.to_type(
-      tf.nest.map_structure(
-          lambda t: tff.TensorType(t.dtype, [None] + list(t.shape)),
-          tff.types.structure_from_tensor_type_tree(lambda t: t, member)))
+  rows_type = stacked_type(member)
 
   @tff.tensorflow.computation
   def zero():
@@ -63,16 +80,16 @@ def stack_at_server(values):
         lambda t: tf.zeros([0] + list(t.shape), t.dtype),
         tff.types.structure_from_tensor_type_tree(lambda t: t, member))
 
-  @tff.tensorflow.computation(stacked_type, member)
+  @tff.tensorflow.computation(rows_type, member)
   def accumulate(rows, value):
     return tf.nest.map_structure(lambda r, v: tf.concat([r, v[None]], 0),
                                  rows, value)
 
-  @tff.tensorflow.computation(stacked_type, stacked_type)
+  @tff.tensorflow.computation(rows_type, rows_type)
   def merge(a, b):
     return tf.nest.map_structure(lambda x, y: tf.concat([x, y], 0), a, b)
 
-  @tff.tensorflow.computation(stacked_type)
+  @tff.tensorflow.computation(rows_type)
   def report(rows):
     return rows
 

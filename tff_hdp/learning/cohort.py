@@ -32,6 +32,7 @@ import tensorflow_federated as tff
 from tff_hdp.learning import client_work as client_work_lib
 from tff_hdp.learning import learning_process
 from tff_hdp.aggregators import heterogeneous_dp
+from tff_hdp.aggregators import stacking
 
 DATA_KEY = 'data'
 COUNT_KEY = 'num_examples'
@@ -40,13 +41,9 @@ GROUP_KEY = 'group'
 
 def cohort_data_type(model_input_spec, num_groups: int) -> tff.Type:
   """TFF type of one cohort: padded examples, counts and group rows."""
-  def stacked(spec):
-    return tff.TensorType(spec.dtype.as_numpy_dtype,
-                          [None] + list(spec.shape))
-
   return tff.SequenceType(tff.types.to_type(
       collections.OrderedDict([
-          (DATA_KEY, tf.nest.map_structure(stacked, model_input_spec)),
+          (DATA_KEY, stacking.stacked_type(model_input_spec)),
           (COUNT_KEY, tff.TensorType(np.int32, [None])),
           (GROUP_KEY, tff.TensorType(np.float32, [None, num_groups])),
       ])))

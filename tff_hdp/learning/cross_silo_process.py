@@ -36,6 +36,7 @@ from tff_hdp.learning import client_work
 from tff_hdp.learning import cohort
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import learning_process
+from tff_hdp.aggregators import stacking
 from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
 
 DATA_KEY = dp_sgd.DATA_KEY
@@ -81,27 +82,16 @@ def make_client_data(dataset: tf.data.Dataset, privacy: plans.ClientPrivacy,
   return data
 
 
-def _stacked_type(value_type) -> tff.Type:
-  """`value_type` with a leading `None` dimension on every leaf."""
-  return tff.types.to_type(tf.nest.map_structure(
-      lambda t: tff.TensorType(t.dtype, [None] + list(t.shape)),
-      tff.types.structure_from_tensor_type_tree(
-          lambda t: t, tff.types.to_type(value_type))))
-
-
 def packed_data_type(model_input_spec, num_clusters: int) -> tff.Type:
   """TFF type of a packed TFF client's data (`pack_silos`): its K silos'
   examples padded to `[K, n_max, ...]`, their counts, and their privacy
   parameters and roles stacked `[K]`."""
   privacy = dp_sgd.client_data_type(model_input_spec)[PRIVACY_KEY].element
   return tff.types.to_type(collections.OrderedDict([
-      (DATA_KEY, tf.nest.map_structure(
-          lambda spec: tff.TensorType(spec.dtype.as_numpy_dtype,
-                                      [None] + list(spec.shape)),
-          model_input_spec)),
+      (DATA_KEY, stacking.stacked_type(model_input_spec)),
       (cohort.COUNT_KEY, tff.TensorType(np.int32, [None])),
-      (PRIVACY_KEY, _stacked_type(privacy)),
-      (ROLE_KEY, _stacked_type(role_type(num_clusters))),
+      (PRIVACY_KEY, stacking.stacked_type(privacy)),
+      (ROLE_KEY, stacking.stacked_type(role_type(num_clusters))),
   ]))
 
 
@@ -349,8 +339,8 @@ def build_cross_silo_process(
   personal_type = weights_type.trainable
   weight_type = tff.TensorType(np.float32, [num_clusters])
   if packed:
-    personal_type = _stacked_type(personal_type)
-    weight_type = _stacked_type(weight_type)
+    personal_type = stacking.stacked_type(personal_type)
+    weight_type = stacking.stacked_type(weight_type)
     data_type = packed_data_type(model.input_spec, num_clusters)
     build_step = _build_packed_step
   else:
