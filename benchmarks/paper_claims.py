@@ -60,7 +60,9 @@ def _claims() -> list[paper_claims.Claim]:
                                          _TEST_EXAMPLES.value)
     if preset == 'mnist_noniid_skewed':
       claims += paper_claims.opt_out_gain_claims(preset, preset_dir)
-  claims += [paper_claims.cross_silo_claim(d) for d in _CROSS_SILO_DIRS.value]
+  for directory in _CROSS_SILO_DIRS.value:
+    claims += [paper_claims.cross_silo_claim(directory),
+               paper_claims.mrmtl_lambda_claim(directory)]
   for directory in _UNTRUSTED_DIRS.value:
     rows = paper_claims.untrusted_table(directory)
     print(f'\n{directory}: Acc_g over seeds, each rule at its best learning '
@@ -89,10 +91,7 @@ def main(argv: list[str]) -> None:
     sys.exit('paper_claims.py: error: nothing to check; give --preset_dirs, '
              '--cross_silo_dirs, --untrusted_dirs or --noise_power_files.')
   print()
-  for claim in claims:
-    print(f"{'HOLDS' if claim.holds else 'FAILS'}  {claim.name}: "
-          f'{claim.detail}')
-  failed = sum(not c.holds for c in claims)
+  failed = paper_claims.print_claims(claims)
   print(f'\n{len(claims) - failed} of {len(claims)} claims hold.')
   sys.exit(1 if failed else 0)
 

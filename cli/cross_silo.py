@@ -7,6 +7,9 @@ import os
 
 from cli import flags
 
+# The algorithms at either end of MR-MTL's lambda: lambda = 0 and lambda -> inf.
+SPECTRUM_ENDS = ('local', 'fedavg')
+
 
 def learning_setup():
   """(settings, lambdas, learning rates) the flags ask for: the settings of
@@ -41,13 +44,14 @@ def run() -> None:
   task = flags.load_task()
   settings, lambdas, rates = learning_setup()
   flags.print_privacy_warnings()
-  rows, records, curves = [], [], {}
+  rows, records, curves, best = [], [], {}, {}
   try:
     for algorithm in flags.ALGORITHMS.value:
       result = cse.sweep(task, algorithm, settings, lambdas, rates,
                          flags.OUTPUT_DIR.value)
       if result['best_lambda'] is not None and len(result['curve']) > 1:
         curves[algorithm] = result['curve']
+      best[algorithm] = result['best_metric']
       low, high = result['epsilon_spent']
       rows.append([
           algorithm,
@@ -78,8 +82,13 @@ def run() -> None:
     print(tables.markdown_table(
         ['lambda', 'learning rate', metric],
         [[f'{lam:g}', f'{lr:g}', f'{m:.4g}'] for lam, lr, m in curve]))
+    # The personalization spectrum's ends at their best, as flat lines (the
+    # MR-MTL paper's Fig. 5), when they ran too.
+    series = {algorithm: [m for _, _, m in curve]}
+    series.update({f'{end} (best)': [best[end]] * len(curve)
+                   for end in SPECTRUM_ENDS if end in best})
     plots.metric_vs_lambda(
-        [lam for lam, _, _ in curve], [m for _, _, m in curve],
+        [lam for lam, _, _ in curve], series,
         os.path.join(flags.OUTPUT_DIR.value, f'{algorithm}_vs_lambda.png'),
         ylabel=metric, title=f'{task.name}: {algorithm}')
   print(f'\nPer-round metrics, summaries and sweeps: {flags.OUTPUT_DIR.value}/')

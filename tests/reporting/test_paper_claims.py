@@ -104,6 +104,25 @@ def test_cross_silo_claim_compares_best_settings_lower_mse_better(tmp_path):
     paper_claims.cross_silo_claim(str(tmp_path))
 
 
+def test_mrmtl_lambda_claim_wants_the_best_lambda_inside_the_grid(tmp_path):
+  for lam, lr, mse in [(0.01, 0.01, 0.030), (0.01, 0.03, 0.027),
+                       (1.0, 0.01, 0.0226), (1.0, 0.03, 0.025),
+                       (10.0, 0.01, 0.024)]:
+    _silo_run(tmp_path, 'mrmtl', lr, mse, lam=lam)
+  _silo_run(tmp_path, 'local', 0.01, 0.001)  # not MR-MTL: not on the curve
+  claim = paper_claims.mrmtl_lambda_claim(str(tmp_path))
+  assert claim.holds, claim.detail
+  assert 'lambda* = 1;' in claim.detail
+  assert '0.01: 0.027, 1: 0.0226, 10: 0.024' in claim.detail
+  # The best at the largest lambda: the curve never turns inside the grid.
+  _silo_run(tmp_path / 'more', 'mrmtl', 0.003, 0.02, lam=10.0)
+  claim = paper_claims.mrmtl_lambda_claim(str(tmp_path))
+  assert not claim.holds and 'lambda* = 10;' in claim.detail
+  _silo_run(tmp_path / 'baselines', 'local', 0.01, 0.026)
+  with pytest.raises(ValueError, match='no run of mrmtl'):
+    paper_claims.mrmtl_lambda_claim(str(tmp_path / 'baselines'))
+
+
 def _untrusted_run(directory, rule, lr, seed, acc):
   _write(os.path.join(directory, f'lr{lr}', f'seed{seed}', rule), {
       'configuration': rule, 'epsilon_distribution': 'uniform',

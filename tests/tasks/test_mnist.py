@@ -32,7 +32,7 @@ def test_each_client_holds_one_digit_in_equal_numbers(task):
   assert len(task.client_ids) == 100
   digits = {}
   for c in task.client_ids:
-    (x, y), (x_test, y_test) = task.client_train[c], task.client_test[c]
+    (x, y), (_, y_test) = task.client_train[c], task.client_test[c]
     assert x.shape[1:] == (784,) and x.dtype == np.float32
     assert 0.0 <= x.min() and x.max() <= 1.0
     assert len(set(y)) == 1 and set(y_test) == set(y)

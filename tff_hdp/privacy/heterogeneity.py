@@ -108,9 +108,10 @@ def sample_batch_sizes(num_clients: int, seed: int,
   return np.random.default_rng(seed).choice(np.asarray(choices), num_clients)
 
 
+# The names `client_budgets` draws by seed, for any number of clients.
+DRAWN_DISTRIBUTIONS = tuple(EPSILON_DISTRIBUTIONS) + ('uniform',)
 # Every name `client_budgets` takes (the CLI's --epsilon_distribution).
-DISTRIBUTIONS = (tuple(EPSILON_DISTRIBUTIONS) + ('uniform',) +
-                 tuple(robust_hdp_budgets.EPSILONS))
+DISTRIBUTIONS = DRAWN_DISTRIBUTIONS + tuple(robust_hdp_budgets.EPSILONS)
 
 
 def client_budgets(name: str, num_clients: int,
@@ -129,7 +130,7 @@ def client_budgets(name: str, num_clients: int,
           f'--epsilon_distribution={name} lists {sorted(lists)} clients '
           f'(Robust-HDP\'s lists); the task has {num_clients} (set '
           '--num_clients, or pick a drawn distribution: '
-          f'{", ".join(DISTRIBUTIONS[:4])}).')
+          f'{", ".join(DRAWN_DISTRIBUTIONS)}).')
     return (np.asarray(lists[num_clients], float),
             np.asarray(robust_hdp_budgets.BATCH_SIZES[num_clients]))
   if name == 'uniform':

@@ -43,6 +43,15 @@ class Claim:
   detail: str
 
 
+def print_claims(claims: list[Claim]) -> int:
+  """Prints each claim as HOLDS or FAILS with its numbers; returns how many
+  failed."""
+  for claim in claims:
+    print(f"{'HOLDS' if claim.holds else 'FAILS'}  {claim.name}: "
+          f'{claim.detail}')
+  return sum(not c.holds for c in claims)
+
+
 def load_summaries(directory: str) -> list[dict]:
   """Every summary.json under `directory`, each with its folder as `_dir`."""
   if not os.path.isdir(directory):
@@ -191,6 +200,31 @@ def cross_silo_claim(directory: str) -> Claim:
   eps = ','.join(f'{e:g}' for e in mrmtl['settings']['epsilons'])
   return Claim(f"{runs[0]['task']} at eps {eps}: MR-MTL's best {metric} at "
                'least as good as local and FedAvg', holds, f'best: {detail}')
+
+
+def mrmtl_lambda_claim(directory: str) -> Claim:
+  """MR-MTL's best lambda lies strictly inside the swept lambdas: the curve of
+  the best metric over learning rates against lambda turns (the paper's U)."""
+  runs = [s for s in load_summaries(directory) if s.get('method') == 'mrmtl']
+  if not runs:
+    raise ValueError(f'{directory}: no run of mrmtl.')
+  metric = metrics.get(runs[0]['metric_name'])
+  curve = {}
+  for s in runs:
+    lam = s['settings']['regularization']
+    if lam not in curve or metric.better(s['metric'], curve[lam]):
+      curve[lam] = s['metric']
+  lambdas = sorted(curve)
+  best = lambdas[0]
+  for lam in lambdas[1:]:
+    if metric.better(curve[lam], curve[best]):
+      best = lam
+  eps = ','.join(f'{e:g}' for e in runs[0]['settings']['epsilons'])
+  return Claim(
+      f"{runs[0]['task']} at eps {eps}: MR-MTL's best lambda inside the "
+      'swept lambdas', lambdas[0] < best < lambdas[-1],
+      f'lambda* = {best:g}; {metric} per lambda: ' + ', '.join(
+          f'{lam:g}: {curve[lam]:.5g}' for lam in lambdas))
 
 
 def untrusted_table(directory: str) -> list[dict]:
