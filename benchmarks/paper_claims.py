@@ -12,6 +12,7 @@ as HOLDS or FAILS with its numbers, and the untrusted-server table. E.g.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import sys
@@ -23,8 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from cli import entry  # noqa: E402
+from cli.cross_silo import SPECTRUM_ENDS  # noqa: E402
 
 from tff_hdp.reporting import paper_claims  # noqa: E402
+from tff_hdp.reporting import plots  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
 from cli.presets import PRESETS  # noqa: E402
 
@@ -40,6 +43,9 @@ _UNTRUSTED_DIRS = flags.DEFINE_list(
 _NOISE_POWER_FILES = flags.DEFINE_list(
     'noise_power_files', [], 'JSON files benchmarks/noise_power.py wrote '
     '(--output): Robust-HDP\'s Table 2.')
+_PLOT_DIR = flags.DEFINE_string(
+    'plot_dir', None, 'Where to write each cross-silo folder\'s MR-MTL curve '
+    'over lambda (<folder>_mrmtl_vs_lambda.png).')
 _MARGIN = flags.DEFINE_float(
     'margin', 2.0, 'Points by which FedHDP r=0.01 must beat DP-FedAvg.')
 _TEST_EXAMPLES = flags.DEFINE_integer(
@@ -47,6 +53,38 @@ _TEST_EXAMPLES = flags.DEFINE_integer(
     'measured on (MNIST: 10,000); sets what counts as a tie.')
 _MIN_SEEDS = flags.DEFINE_integer(
     'min_seeds', 3, 'Seeds every untrusted-server rule must have run.')
+
+
+def _print_cross_silo(directory: str) -> None:
+  """Each method's best run and MR-MTL's curve over lambda; with --plot_dir,
+  the curve beside local's and FedAvg's best (the MR-MTL paper's Fig. 5)."""
+  sweep = paper_claims.cross_silo_sweep(directory)
+  metric, best, curve = sweep['metric'], sweep['best'], sweep['curve']
+  runs = collections.Counter(s.get('method') for s in
+                             paper_claims.load_summaries(directory))
+  print(f"\n{directory}: {sweep['task']}, silo eps {sweep['epsilons']}, each "
+        f'method at its best setting\n')
+  print(tables.markdown_table(
+      ['method', 'lambda', 'learning rate', metric.label, 'runs'],
+      [[m, f"{s['settings']['regularization']:g}" if m == 'mrmtl' else '-',
+        f"{s['settings']['learning_rate']:g}", f"{s['metric']:.5g}",
+        str(runs[m])] for m, s in sorted(best.items())]))
+  if not curve:
+    return
+  print(f'\nMR-MTL: best {metric.label} over learning rates, per lambda\n')
+  print(tables.markdown_table(
+      ['lambda', 'learning rate', metric.label],
+      [[f'{lam:g}', f"{s['settings']['learning_rate']:g}",
+        f"{s['metric']:.5g}"] for lam, s in curve.items()]))
+  if _PLOT_DIR.value:
+    name = os.path.basename(os.path.normpath(directory))
+    path = os.path.join(_PLOT_DIR.value, f'{name}_mrmtl_vs_lambda.png')
+    plots.metric_vs_lambda(
+        list(curve), {'MR-MTL': [s['metric'] for s in curve.values()]}, path,
+        ylabel=metric.label, title=f"{sweep['task']}, eps {sweep['epsilons']}",
+        reference={f'{m} (best)': best[m]['metric']
+                   for m in SPECTRUM_ENDS if m in best})
+    print(f'\nwrote {path}')
 
 
 def _claims() -> list[paper_claims.Claim]:
@@ -61,6 +99,7 @@ def _claims() -> list[paper_claims.Claim]:
     if preset == 'mnist_noniid_skewed':
       claims += paper_claims.opt_out_gain_claims(preset, preset_dir)
   for directory in _CROSS_SILO_DIRS.value:
+    _print_cross_silo(directory)
     claims += [paper_claims.cross_silo_claim(directory),
                paper_claims.mrmtl_lambda_claim(directory)]
   for directory in _UNTRUSTED_DIRS.value:

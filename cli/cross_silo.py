@@ -84,11 +84,10 @@ def run() -> None:
         [[f'{lam:g}', f'{lr:g}', f'{m:.4g}'] for lam, lr, m in curve]))
     # The personalization spectrum's ends at their best, as flat lines (the
     # MR-MTL paper's Fig. 5), when they ran too.
-    series = {algorithm: [m for _, _, m in curve]}
-    series.update({f'{end} (best)': [best[end]] * len(curve)
-                   for end in SPECTRUM_ENDS if end in best})
     plots.metric_vs_lambda(
-        [lam for lam, _, _ in curve], series,
+        [lam for lam, _, _ in curve], {algorithm: [m for _, _, m in curve]},
         os.path.join(flags.OUTPUT_DIR.value, f'{algorithm}_vs_lambda.png'),
-        ylabel=metric, title=f'{task.name}: {algorithm}')
+        ylabel=metric, title=f'{task.name}: {algorithm}',
+        reference={f'{end} (best)': best[end] for end in SPECTRUM_ENDS
+                   if end in best})
   print(f'\nPer-round metrics, summaries and sweeps: {flags.OUTPUT_DIR.value}/')

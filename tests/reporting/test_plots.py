@@ -132,6 +132,17 @@ def test_metric_vs_lambda_sorts_and_checks_lengths(tmp_path):
     plots.metric_vs_lambda([0, 1, 2], [1.0, 2.0])
 
 
+def test_metric_vs_lambda_draws_references_as_flat_dashed_lines():
+  fig = plots.metric_vs_lambda([0.1, 1, 10], {'MR-MTL': [3.0, 1.0, 2.0]},
+                               reference={'local (best)': 2.5,
+                                          'fedavg (best)': 1.5})
+  lines = _lines(fig)
+  for label, value in (('local (best)', 2.5), ('fedavg (best)', 1.5)):
+    assert lines[label].get_linestyle() == '--'
+    assert set(lines[label].get_ydata()) == {value}
+  assert lines['MR-MTL'].get_linestyle() == '-'
+
+
 def test_sweep_plots_writes_three_files(runs, tmp_path):
   paths = plots.sweep_plots(runs, str(tmp_path / 'plots'), prefix='b_')
   assert [os.path.basename(p) for p in paths] == [

@@ -168,11 +168,13 @@ def opt_out_gain_claims(preset: str, preset_dir: str) -> list[Claim]:
 _CROSS_SILO_SHARED = ('rounds', 'epsilons', 'delta', 'clip_norm', 'seed')
 
 
-def cross_silo_claim(directory: str) -> Claim:
-  """MR-MTL's best run is at least as good as local's and FedAvg's best.
+def cross_silo_sweep(directory: str) -> dict:
+  """The cross-silo runs under `directory`: per method its best run, and
+  MR-MTL's curve (per lambda, the best run over learning rates).
 
   The runs must share task, rounds, privacy and clipping (they may differ in
-  learning rate and lambda, the swept hyperparameters)."""
+  learning rate and lambda, the swept hyperparameters).
+  """
   runs = [s for s in load_summaries(directory) if 'method' in s]
   settings = {(s['task'], s['metric_name'],
                json.dumps([s['settings'][k] for k in _CROSS_SILO_SHARED]))
@@ -181,50 +183,56 @@ def cross_silo_claim(directory: str) -> Claim:
     raise ValueError(f'{directory}: the runs differ in task or settings '
                      f'({len(settings)} kinds); compare like with like.')
   metric = metrics.get(runs[0]['metric_name'])
-  best = {}
+  best, curve = {}, {}
   for s in runs:
     if s['method'] not in best or metric.better(s['metric'],
                                                 best[s['method']]['metric']):
       best[s['method']] = s
-  missing = {'mrmtl', 'local', 'fedavg'} - set(best)
+    lam = s['settings']['regularization']
+    if s['method'] == 'mrmtl' and (
+        lam not in curve or metric.better(s['metric'], curve[lam]['metric'])):
+      curve[lam] = s
+  return {'task': runs[0]['task'], 'metric': metric,
+          'epsilons': ','.join(f'{e:g}'
+                               for e in runs[0]['settings']['epsilons']),
+          'best': best, 'curve': dict(sorted(curve.items()))}
+
+
+def _need(sweep: dict, directory: str, methods) -> None:
+  missing = set(methods) - set(sweep['best'])
   if missing:
     raise ValueError(f'{directory}: no run of {", ".join(sorted(missing))}.')
-  mrmtl = best['mrmtl']
-  holds = all(not metric.better(best[m]['metric'], mrmtl['metric'])
+
+
+def cross_silo_claim(directory: str) -> Claim:
+  """MR-MTL's best run is at least as good as local's and FedAvg's best."""
+  sweep = cross_silo_sweep(directory)
+  _need(sweep, directory, ('mrmtl', 'local', 'fedavg'))
+  best, metric = sweep['best'], sweep['metric']
+  holds = all(not metric.better(best[m]['metric'], best['mrmtl']['metric'])
               for m in ('local', 'fedavg'))
   detail = ', '.join(
       f"{m} {best[m]['metric']:.5g} (lr {best[m]['settings']['learning_rate']:g}"
       + (f", lambda {best[m]['settings']['regularization']:g}"
          if m == 'mrmtl' else '') + ')'
       for m in ('mrmtl', 'local', 'fedavg'))
-  eps = ','.join(f'{e:g}' for e in mrmtl['settings']['epsilons'])
-  return Claim(f"{runs[0]['task']} at eps {eps}: MR-MTL's best {metric} at "
-               'least as good as local and FedAvg', holds, f'best: {detail}')
+  return Claim(f"{sweep['task']} at eps {sweep['epsilons']}: MR-MTL's best "
+               f'{metric.name} at least as good as local and FedAvg', holds,
+               f'best: {detail}')
 
 
 def mrmtl_lambda_claim(directory: str) -> Claim:
   """MR-MTL's best lambda lies strictly inside the swept lambdas: the curve of
   the best metric over learning rates against lambda turns (the paper's U)."""
-  runs = [s for s in load_summaries(directory) if s.get('method') == 'mrmtl']
-  if not runs:
-    raise ValueError(f'{directory}: no run of mrmtl.')
-  metric = metrics.get(runs[0]['metric_name'])
-  curve = {}
-  for s in runs:
-    lam = s['settings']['regularization']
-    if lam not in curve or metric.better(s['metric'], curve[lam]):
-      curve[lam] = s['metric']
-  lambdas = sorted(curve)
-  best = lambdas[0]
-  for lam in lambdas[1:]:
-    if metric.better(curve[lam], curve[best]):
-      best = lam
-  eps = ','.join(f'{e:g}' for e in runs[0]['settings']['epsilons'])
+  sweep = cross_silo_sweep(directory)
+  _need(sweep, directory, ('mrmtl',))
+  curve, lambdas = sweep['curve'], list(sweep['curve'])
+  best = sweep['best']['mrmtl']['settings']['regularization']
   return Claim(
-      f"{runs[0]['task']} at eps {eps}: MR-MTL's best lambda inside the "
-      'swept lambdas', lambdas[0] < best < lambdas[-1],
-      f'lambda* = {best:g}; {metric} per lambda: ' + ', '.join(
-          f'{lam:g}: {curve[lam]:.5g}' for lam in lambdas))
+      f"{sweep['task']} at eps {sweep['epsilons']}: MR-MTL's best lambda "
+      'inside the swept lambdas', lambdas[0] < best < lambdas[-1],
+      f"lambda* = {best:g}; {sweep['metric'].name} per lambda: " + ', '.join(
+          f"{lam:g}: {curve[lam]['metric']:.5g}" for lam in lambdas))
 
 
 def untrusted_table(directory: str) -> list[dict]:

@@ -165,11 +165,13 @@ def accuracy_vs_ratio(summaries: Sequence[dict], path: str | None = None,
 def metric_vs_lambda(lambdas: Sequence[float],
                      values: Sequence[float] | Mapping[str, Sequence[float]],
                      path: str | None = None, ylabel: str = 'accuracy (%)',
-                     title: str | None = None) -> Figure:
+                     title: str | None = None,
+                     reference: Mapping[str, float] | None = None) -> Figure:
   """A metric against the regularization weight lambda (e.g. MR-MTL's sweep).
 
   `values` is one series or {label: series}; lambda = 0 (local training) is
-  kept on the axis by a symmetric-log scale.
+  kept on the axis by a symmetric-log scale. `reference` {label: value} are
+  dashed horizontal lines (e.g. local training's and FedAvg's best).
   """
   series = values if isinstance(values, Mapping) else {ylabel: values}
   fig, ax = _new_axes(title, 'lambda', ylabel)
@@ -180,6 +182,9 @@ def metric_vs_lambda(lambdas: Sequence[float],
     order = np.argsort(lambdas)
     ax.plot(np.asarray(lambdas, float)[order], np.asarray(ys, float)[order],
             marker='o', label=label)
+  for i, (label, value) in enumerate((reference or {}).items()):
+    ax.axhline(value, linestyle='--', color=f'C{len(series) + i}',
+               label=label)
   _log_x(ax, list(lambdas))
   return _finish(fig, ax, path)
 
