@@ -1,0 +1,95 @@
+"""How far finished MR-MTL runs' personal models sit from their mean, and
+what that costs: each run's test metric with every silo's own final model
+(as the run reports it) and with their mean (weighted by training examples)
+deployed to every silo.
+
+A measurement behind RESULTS.md §8: at a strong privacy level the personal
+models carry their own silo's DP noise, which FedAvg's average cancels, so
+MR-MTL's best can trail FedAvg's even at large lambda.
+
+  .venv/bin/python benchmarks/mrmtl_spread.py --task=school \\
+      --run_dirs=results/mrmtl_sweeps/school_eps2/mrmtl_lr0.01_lambda10
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import sys
+
+from absl import flags
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
+
+from benchmarks import silo_task  # noqa: E402
+from cli import entry  # noqa: E402
+from tff_hdp.learning import ditto  # noqa: E402
+from tff_hdp.reporting import tables  # noqa: E402
+from tff_hdp.simulation import evaluation  # noqa: E402
+
+_RUN_DIRS = flags.DEFINE_list('run_dirs', [], 'Finished MR-MTL run folders '
+                              '(<output_dir>/mrmtl_lr*_lambda*) of --task.')
+
+
+def _final_personal(run_dir: str, client_ids) -> ditto.PersonalModels:
+  files = glob.glob(os.path.join(run_dir, 'checkpoints', 'personal_round_*.npz'))
+  if not files:
+    raise entry.InputError(f'--run_dirs: {run_dir} has no personal-model '
+                           'checkpoint (a finished cross-silo run keeps one).')
+  last = max(files, key=lambda f: int(re.findall(r'\d+', f)[-1]))
+  return ditto.PersonalModels.load(last, client_ids)
+
+
+def _weighted(task, silos, scores) -> float:
+  counts = np.array([len(task.client_test[c][0]) for c in silos], float)
+  return float(np.sum([scores[c] for c in silos] * counts) / counts.sum())
+
+
+def main(argv) -> None:
+  del argv
+  if not _RUN_DIRS.value:
+    raise entry.InputError('--run_dirs: give at least one MR-MTL run folder.')
+  task, _ = silo_task.load()
+  model = task.keras_model_fn()
+  silos = [c for c in task.client_ids if len(task.client_test[c][0])]
+  sizes = np.array([len(task.client_train[c][1]) for c in task.client_ids],
+                   float)
+  rows = []
+  for run_dir in _RUN_DIRS.value:
+    with open(os.path.join(run_dir, 'summary.json')) as f:
+      summary = json.load(f)
+    if summary.get('method') != 'mrmtl' or summary['task'] != task.name:
+      raise entry.InputError(f'--run_dirs: {run_dir} is not an MR-MTL run of '
+                             f'{task.name}.')
+    personal = _final_personal(run_dir, task.client_ids)
+    if len(personal) != len(task.client_ids):
+      raise entry.InputError(f'--run_dirs: {run_dir} keeps {len(personal)} '
+                             f'personal models for {len(task.client_ids)} silos.')
+    weights = [personal.get(c, ()) for c in task.client_ids]
+    mean = [np.tensordot(sizes / sizes.sum(), np.stack(v), 1)
+            for v in zip(*weights)]
+    spread = float(np.mean([sum(np.sum((w - m)**2) for w, m in zip(ws, mean))
+                            for ws in weights]))
+    own = evaluation.own_model_scores(
+        task, model, {c: personal.get(c, ()) for c in silos})
+    for variable, value in zip(model.trainable_weights, mean):
+      variable.assign(value)
+    shared = evaluation.client_scores(task, model, silos)
+    s = summary['settings']
+    rows.append([f"{s['epsilons'][0]:g}", f"{s['regularization']:g}",
+                 f"{s['learning_rate']:g}", f"{summary['metric']:.5g}",
+                 f'{_weighted(task, silos, own):.5g}',
+                 f'{_weighted(task, silos, shared):.5g}', f'{spread:.4g}'])
+  label = task.metric_record.label
+  print(tables.markdown_table(
+      ['eps', 'lambda', 'lr', f'{label} (summary)', f'{label}, own models',
+       f'{label}, their mean', 'mean sq. distance to the mean'], rows))
+
+
+if __name__ == '__main__':
+  entry.run(main, __doc__)
