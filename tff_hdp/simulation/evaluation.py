@@ -37,8 +37,9 @@ def client_scores(task: FederatedTask, model: tf.keras.Model,
 
 
 # Personal models stacked per call of the batched predictor, at most this many
-# bytes of weights at once.
-_STACK_BYTES = 256 * 2**20
+# bytes of weights at once: small chunks stay in cache (2,000 clients of the
+# 784-200-10 network: 1.4 s in 16 MB chunks, 2.5 s in 256 MB ones).
+_STACK_BYTES = 16 * 2**20
 
 
 def _build_own_model_predictor(model: tf.keras.Model, x_spec: tf.TensorSpec):
