@@ -29,6 +29,7 @@ from cli.cross_silo import SPECTRUM_ENDS  # noqa: E402
 from tff_hdp.reporting import paper_claims  # noqa: E402
 from tff_hdp.reporting import plots  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
+from tff_hdp.simulation import cross_silo_setting  # noqa: E402
 from cli.presets import PRESETS  # noqa: E402
 
 _PRESET_DIRS = flags.DEFINE_list(
@@ -66,7 +67,8 @@ def _print_cross_silo(directory: str) -> None:
         f'method at its best setting\n')
   print(tables.markdown_table(
       ['method', 'lambda', 'learning rate', metric.label, 'runs'],
-      [[m, f"{s['settings']['regularization']:g}" if m == 'mrmtl' else '-',
+      [[m, f"{s['settings']['regularization']:g}"
+        if cross_silo_setting.algorithm_record(m).regularized else '-',
         f"{s['settings']['learning_rate']:g}", f"{s['metric']:.5g}",
         str(runs[m])] for m, s in sorted(best.items())]))
   if not curve:
