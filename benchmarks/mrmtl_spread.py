@@ -21,6 +21,7 @@ import sys
 
 from absl import flags
 import numpy as np
+import tensorflow_federated as tff
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,7 +31,7 @@ from benchmarks import silo_task  # noqa: E402
 from cli import entry  # noqa: E402
 from tff_hdp.learning import ditto  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
-from tff_hdp.simulation import evaluation  # noqa: E402
+from tff_hdp.simulation import cross_silo_setting  # noqa: E402
 
 _RUN_DIRS = flags.DEFINE_list('run_dirs', [], 'Finished MR-MTL run folders '
                               '(<output_dir>/mrmtl_lr*_lambda*) of --task.')
@@ -45,18 +46,11 @@ def _final_personal(run_dir: str, client_ids) -> ditto.PersonalModels:
   return ditto.PersonalModels.load(last, client_ids)
 
 
-def _weighted(task, silos, scores) -> float:
-  counts = np.array([len(task.client_test[c][0]) for c in silos], float)
-  return float(np.sum([scores[c] for c in silos] * counts) / counts.sum())
-
-
 def main(argv) -> None:
   del argv
   if not _RUN_DIRS.value:
     raise entry.InputError('--run_dirs: give at least one MR-MTL run folder.')
   task, _ = silo_task.load()
-  model = task.keras_model_fn()
-  silos = [c for c in task.client_ids if len(task.client_test[c][0])]
   sizes = np.array([len(task.client_train[c][1]) for c in task.client_ids],
                    float)
   rows = []
@@ -75,16 +69,18 @@ def main(argv) -> None:
             for v in zip(*weights)]
     spread = float(np.mean([sum(np.sum((w - m)**2) for w, m in zip(ws, mean))
                             for ws in weights]))
-    own = evaluation.own_model_scores(
-        task, model, {c: personal.get(c, ()) for c in silos})
-    for variable, value in zip(model.trainable_weights, mean):
-      variable.assign(value)
-    shared = evaluation.client_scores(task, model, silos)
+    # Scored as the run scores its silos (test-count weighted): each with its
+    # own model, then every silo with the mean.
+    own = cross_silo_setting.test_weighted_metric(task, {
+        c: tff.learning.models.ModelWeights(w, []) for c, w in
+        zip(task.client_ids, weights)})
+    shared_model = tff.learning.models.ModelWeights(mean, [])
+    shared = cross_silo_setting.test_weighted_metric(
+        task, {c: shared_model for c in task.client_ids})
     s = summary['settings']
     rows.append([f"{s['epsilons'][0]:g}", f"{s['regularization']:g}",
                  f"{s['learning_rate']:g}", f"{summary['metric']:.5g}",
-                 f'{_weighted(task, silos, own):.5g}',
-                 f'{_weighted(task, silos, shared):.5g}', f'{spread:.4g}'])
+                 f'{own:.5g}', f'{shared:.5g}', f'{spread:.4g}'])
   label = task.metric_record.label
   print(tables.markdown_table(
       ['eps', 'lambda', 'lr', f'{label} (summary)', f'{label}, own models',

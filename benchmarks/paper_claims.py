@@ -12,7 +12,6 @@ as HOLDS or FAILS with its numbers, and the untrusted-server table. E.g.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import sys
@@ -60,9 +59,8 @@ def _print_cross_silo(directory: str) -> None:
   """Each method's best run and MR-MTL's curve over lambda; with --plot_dir,
   the curve beside local's and FedAvg's best (the MR-MTL paper's Fig. 5)."""
   sweep = paper_claims.cross_silo_sweep(directory)
-  metric, best, curve = sweep['metric'], sweep['best'], sweep['curve']
-  runs = collections.Counter(s.get('method') for s in
-                             paper_claims.load_summaries(directory))
+  metric, best, curve, runs = (sweep['metric'], sweep['best'], sweep['curve'],
+                               sweep['runs'])
   print(f"\n{directory}: {sweep['task']}, silo eps {sweep['epsilons']}, each "
         f'method at its best setting\n')
   print(tables.markdown_table(

@@ -23,6 +23,7 @@ difference (binomial, as if independent) are a tie, not an order.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import math
@@ -169,8 +170,8 @@ _CROSS_SILO_SHARED = ('rounds', 'epsilons', 'delta', 'clip_norm', 'seed')
 
 
 def cross_silo_sweep(directory: str) -> dict:
-  """The cross-silo runs under `directory`: per method its best run, and
-  MR-MTL's curve (per lambda, the best run over learning rates).
+  """The cross-silo runs under `directory`: per method its best run and its
+  number of runs, and MR-MTL's curve (per lambda, the best run over learning rates).
 
   The runs must share task, rounds, privacy and clipping (they may differ in
   learning rate and lambda, the swept hyperparameters).
@@ -193,6 +194,7 @@ def cross_silo_sweep(directory: str) -> dict:
         lam not in curve or metric.better(s['metric'], curve[lam]['metric'])):
       curve[lam] = s
   return {'task': runs[0]['task'], 'metric': metric,
+          'runs': collections.Counter(s['method'] for s in runs),
           'epsilons': ','.join(f'{e:g}'
                                for e in runs[0]['settings']['epsilons']),
           'best': best, 'curve': dict(sorted(curve.items()))}
