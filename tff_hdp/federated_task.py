@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp import metrics as metrics_lib
+from tff_hdp.learning import lockstep
 
 Arrays = tuple[np.ndarray, np.ndarray]
 
@@ -137,14 +138,22 @@ class FederatedTask:
     return tf.data.Dataset.from_tensor_slices(
         self.shuffled_train(client_id, seed)).batch(self.batch_size)
 
+  def keras_metrics(self) -> list[tf.keras.metrics.Metric]:
+    """Fresh Keras metrics that training reports beside the loss."""
+    return ([tf.keras.metrics.SparseCategoricalAccuracy()]
+            if self.metric == 'accuracy' else [])
+
+  def keras_parts(self) -> lockstep.KerasParts:
+    """The Keras pieces `tff_model_fn` builds from (lockstep training)."""
+    return lockstep.KerasParts(self.keras_model_fn, self.loss_fn,
+                               self.keras_metrics, self.input_spec)
+
   def tff_model_fn(self) -> Callable[[], tff.learning.models.VariableModel]:
     spec = self.input_spec
-    metrics = ([tf.keras.metrics.SparseCategoricalAccuracy()]
-               if self.metric == 'accuracy' else [])
 
     def model_fn():
       return tff.learning.models.from_keras_model(
           self.keras_model_fn(), loss=self.loss_fn(), input_spec=spec,
-          metrics=[type(m)() for m in metrics])
+          metrics=self.keras_metrics())
 
     return model_fn
