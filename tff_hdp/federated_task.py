@@ -18,9 +18,20 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp import metrics as metrics_lib
-from tff_hdp.learning import lockstep
 
 Arrays = tuple[np.ndarray, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class KerasParts:
+  """The pieces a task's TFF model (`from_keras_model`) is built from, for
+  code that runs the Keras model as a function of its weights
+  (`tff_hdp.learning.lockstep`)."""
+
+  keras_model_fn: Callable[[], tf.keras.Model]
+  loss_fn: Callable[[], tf.keras.losses.Loss]
+  metrics_fn: Callable[[], list[tf.keras.metrics.Metric]]
+  input_spec: object
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,9 +154,9 @@ class FederatedTask:
     return ([tf.keras.metrics.SparseCategoricalAccuracy()]
             if self.metric == 'accuracy' else [])
 
-  def keras_parts(self) -> lockstep.KerasParts:
+  def keras_parts(self) -> KerasParts:
     """The Keras pieces `tff_model_fn` builds from (lockstep training)."""
-    return lockstep.KerasParts(self.keras_model_fn, self.loss_fn,
+    return KerasParts(self.keras_model_fn, self.loss_fn,
                                self.keras_metrics, self.input_spec)
 
   def tff_model_fn(self) -> Callable[[], tff.learning.models.VariableModel]:

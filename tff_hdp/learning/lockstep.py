@@ -30,6 +30,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.federated_task import KerasParts
+
 # Layers whose training-mode forward pass is deterministic, stateless and
 # per-example: the lockstep computation is exactly the per-client one.
 _PURE_LAYERS = (
@@ -43,17 +45,6 @@ _PURE_LAYERS = (
 
 # Metrics `tff.learning.models.from_keras_model` adds to a task's own.
 _LOSS, _NUM_EXAMPLES, _NUM_BATCHES = 'loss', 'num_examples', 'num_batches'
-
-
-@dataclasses.dataclass(frozen=True)
-class KerasParts:
-  """The pieces of a task's TFF model (`from_keras_model`) that lockstep
-  training needs to run the Keras model as a function of its weights."""
-
-  keras_model_fn: Callable[[], tf.keras.Model]
-  loss_fn: Callable[[], tf.keras.losses.Loss]
-  metrics_fn: Callable[[], list[tf.keras.metrics.Metric]]
-  input_spec: object
 
 
 def supports(parts: KerasParts) -> bool:
