@@ -2,19 +2,22 @@
 
 2,000 single-digit clients (real MNIST from --data_dir), 100 clients per
 round (Poisson), 1-layer NN, batch 10, 1 local epoch, FedHDP r=0.01 at
-(3.6, 1e-4) with 5% opt-out, evaluation every 10 rounds: the whole training
+(3.6, 1e-4) with 5% opt-out, evaluation every 10 rounds, with and without
+Ditto (--ditto): the whole training
 loop (sampling, packing, TFF rounds, evaluation), as `run_experiment.py`
 runs it. Each mode runs --rounds rounds; its --target_rounds estimate is
 the set-up (building and tracing the process) plus that many rounds at the
 measured rate. Loading MNIST (seconds) is not counted.
 
-  .venv/bin/python benchmarks/paper_scale.py --rounds=500 --modes=cohort
+  .venv/bin/python benchmarks/paper_scale.py --rounds=500 --modes=cohort \
+      --ditto=off,on
   .venv/bin/python benchmarks/paper_scale.py --rounds=20 \
       --modes=cohort,per_client
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -40,6 +43,14 @@ _MODES = flags.DEFINE_list(
     'and/or per_client (one TFF client per client).')
 _COHORT_SIZE = flags.DEFINE_integer('cohort_size', 64,
                                     'Clients per cohort in mode cohort.')
+_DITTO = flags.DEFINE_list(
+    'ditto', ['off'], 'off and/or on: each mode runs without and/or with '
+    'Ditto personalization (lambda 0.25 for every client, eta_p = the client '
+    'learning rate; FeO2 Table 3), its personal models evaluated too.')
+
+
+def _accuracy(value) -> str:
+  return '-' if value is None else f'{value:.2f}'
 
 
 def main(argv):
@@ -58,14 +69,20 @@ def main(argv):
   choices = trusted_setting.client_choices(
       task, [PrivacyGroup('private', 3.6, 1e-4)], 0.05, seed=0)
   rows = []
-  for mode in _MODES.value:
+  for mode, ditto in [(m, d) for m in _MODES.value for d in _DITTO.value]:
     if mode not in ('cohort', 'per_client'):
       raise app.UsageError(f'unknown mode {mode!r}.')
+    if ditto not in ('off', 'on'):
+      raise app.UsageError(f'--ditto takes off and/or on, got {ditto!r}.')
     settings = trusted_setting.Settings(
         rounds=_ROUNDS.value, sampling=accounting.PoissonSampling(100 / n),
         clip=plans.ClipSettings(initial_norm=0.5), checkpoint_every=0,
         eval_every=10,
         cohort_size=_COHORT_SIZE.value if mode == 'cohort' else 0)
+    if ditto == 'on':
+      settings = dataclasses.replace(
+          settings, ditto=trusted_setting.DittoSettings(0.25, 0.25,
+                                                        settings.client_lr))
     start = time.perf_counter()
     summary, _ = trusted_setting.run_configuration(
         task, trusted_setting.Configuration('fedhdp', 0.01), choices, settings,
@@ -76,11 +93,12 @@ def main(argv):
     estimate = setup + per_round * _TARGET.value
     rows.append([
         mode + (f' ({_COHORT_SIZE.value})' if mode == 'cohort' else ''),
-        _ROUNDS.value, f'{setup:.1f}', f'{per_round:.3f}',
-        f'{estimate / 60:.1f}', f"{summary['metrics']['acc_g']:.2f}"])
-  header = ['mode (cohort size)', 'rounds run', 'setup s',
+        ditto, _ROUNDS.value, f'{setup:.1f}', f'{per_round:.3f}',
+        f'{estimate / 60:.1f}', f"{summary['metrics']['acc_g']:.2f}",
+        _accuracy(summary['metrics'].get('acc_l_p'))])
+  header = ['mode (cohort size)', 'Ditto', 'rounds run', 'setup s',
             's/round (incl. eval)', f'{_TARGET.value} rounds, min',
-            'Acc_g after the rounds run']
+            'Acc_g after the rounds run', 'Acc_l,p']
   examples = len(task.client_train[task.client_ids[0]][0])
   print(f'\nnon-IID MNIST: {n} clients, 100 per round (Poisson), {examples} '
         'training examples per client, batch 10, 1 epoch\n')

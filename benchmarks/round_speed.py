@@ -7,7 +7,9 @@ clients-per-round values:
 
   (a) this project's FedHDP LearningProcess, 2 privacy groups, with cohort
       simulation (`tff_hdp.learning.cohort`: up to --cohort_size clients per TFF
-      client; packing the round's data is timed too);
+      client; packing the round's data is timed too) whose clients train in
+      lockstep (`tff_hdp.learning.lockstep`), as runs do;
+  (a0) the same cohorts with their clients trained one after another;
   (a1) the same FedHDP with one TFF client per client (`fedhdp.build_fedhdp`);
   (b) TFF's `build_unweighted_fed_avg` with
       `DifferentiallyPrivateFactory.gaussian_adaptive`;
@@ -246,6 +248,7 @@ def _vectorized_floor_runner(xs, ys, m: int):
 def main(argv):
   del argv
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_hdp import federated_task  # pylint: disable=g-import-not-at-top
   from tff_hdp.learning import fedhdp  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
@@ -259,10 +262,14 @@ def main(argv):
               for x, y in zip(xs, ys)]
   spec = datasets[0].element_spec
 
+  def loss_fn():
+    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
   def model_fn():
     return tff.learning.models.from_keras_model(
-        _keras_model(), input_spec=spec,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        _keras_model(), input_spec=spec, loss=loss_fn())
+
+  keras_parts = federated_task.KerasParts(_keras_model, loss_fn, list, spec)
 
   rows = []
   cells = {}
@@ -271,9 +278,10 @@ def main(argv):
                    expected_group_sizes=[0.95 * m, None],
                    initial_clip_norm=0.1, clip_count_stddev=1.0,
                    expected_clients_per_round=float(m))
-    ours = cohort.build_cohort_fedhdp(
+    ours, loop = (cohort.build_cohort_fedhdp(
         model_fn, CohortHeterogeneousDPFactory(**dp_args), 2,
-        tff.learning.optimizers.build_sgdm(0.1), _BATCH)
+        tff.learning.optimizers.build_sgdm(0.1), _BATCH, keras_parts=parts)
+                  for parts in (keras_parts, None))
     per_client = fedhdp.build_fedhdp(
         model_fn, HeterogeneousDPFactory(**dp_args), 2,
         tff.learning.optimizers.build_sgdm(0.1))
@@ -287,28 +295,31 @@ def main(argv):
     results = {}
     for name, step in (
         ('a', _cohort_runner(ours, xs, ys, m, _COHORT_SIZE.value)),
+        ('a0', _cohort_runner(loop, xs, ys, m, _COHORT_SIZE.value)),
         ('a1', _tff_runner(per_client, datasets, m, with_groups=True)),
         ('b', _tff_runner(theirs, datasets, m, with_groups=False)),
         ('c', _floor_runner(xs, ys, m)),
         ('v', _vectorized_floor_runner(xs, ys, m))):
       results[name] = _measure(step, _ROUNDS.value, _WARMUP.value)
     cells[m] = results
-    a, a1, b, c, v = (results[k][0] for k in ('a', 'a1', 'b', 'c', 'v'))
+    a, a0, a1, b, c, v = (results[k][0]
+                          for k in ('a', 'a0', 'a1', 'b', 'c', 'v'))
     flops = 4 * (784 * 10 + 10) * m * _EXAMPLES.value
     rows.append([
-        m, f'{a:.3f}', f'{a1:.3f}', f'{b:.3f}', f'{c:.3f}', f'{v:.4f}',
-        f'{a / b:.2f}', f'{a / v:.1f}', f'{a1 / b:.2f}',
-        ' / '.join(f'{flops / t / 1e9:.2f}' for t in (a, a1, b, c, v)),
+        m, f'{a:.3f}', f'{a0:.3f}', f'{a1:.3f}', f'{b:.3f}', f'{c:.3f}',
+        f'{v:.4f}', f'{a / b:.2f}', f'{a / v:.1f}', f'{a1 / b:.2f}',
+        ' / '.join(f'{flops / t / 1e9:.2f}' for t in (a, a0, a1, b, c, v)),
         f'{max(r[1] for r in results.values()) / 2**20:.0f}'])
   header = ['clients/round', 'a: FedHDP cohorts s/round',
-            'a1: FedHDP per-client s/round', 'b: TFF DP-FedAvg s/round',
+            'a0: cohorts, loop s/round', 'a1: FedHDP per-client s/round', 'b: TFF DP-FedAvg s/round',
             'c: plain TF s/round', 'v: vectorized floor s/round', 'a/b',
-            'a/v', 'a1/b', 'GFLOP/s a / a1 / b / c / v', 'peak RSS MiB']
+            'a/v', 'a1/b', 'GFLOP/s a / a0 / a1 / b / c / v', 'peak RSS MiB']
   print('\n' + tables.markdown_table(header, rows))
   ms = sorted(cells)
   if len(ms) > 1:
     lo, hi = ms[0], ms[-1]
-    for k, label in (('a', 'FedHDP cohorts'), ('a1', 'FedHDP per-client'),
+    for k, label in (('a', 'FedHDP cohorts'), ('a0', 'cohorts, loop'),
+                     ('a1', 'FedHDP per-client'),
                      ('b', 'TFF DP-FedAvg'), ('c', 'plain TF'),
                      ('v', 'vectorized floor')):
       growth = cells[hi][k][0] / cells[lo][k][0]

@@ -172,3 +172,48 @@ def test_sampling_validation():
     accounting.PoissonSampling(0.0)
   with pytest.raises(ValueError, match='population'):
     accounting.FixedSizeSampling(10, 11)
+
+
+@pytest.mark.parametrize('sampling', [accounting.PoissonSampling(0.05),
+                                      accounting.FixedSizeSampling(200, 10)])
+def test_ledger_epsilon_is_dp_accountings_for_every_round_count(sampling):
+  # The ledger computes one round's RDP once and scales it; dp_accounting
+  # composing all the rounds from scratch, with the event built here, must
+  # give the same epsilon after any number of rounds.
+  z, z_b, delta = 0.9, 2.0, 1e-4
+  z_eff = (z**-2 + (2 * z_b)**-2)**-0.5
+  if isinstance(sampling, accounting.PoissonSampling):
+    relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    event = dp_accounting.PoissonSampledDpEvent(
+        sampling.q, dp_accounting.GaussianDpEvent(z_eff))
+  else:
+    relation = dp_accounting.NeighboringRelation.REPLACE_ONE
+    event = dp_accounting.SampledWithoutReplacementDpEvent(
+        200, 10, dp_accounting.GaussianDpEvent(z_eff / 2))
+  ledger = accounting.PrivacyLedger(
+      [accounting.GroupBudget('p', z, 100.0, delta)], sampling, z_b)
+  for rounds in (1, 2, 7, 50, 500):
+    accountant = rdp.RdpAccountant(neighboring_relation=relation)
+    accountant.compose(dp_accounting.SelfComposedDpEvent(event, rounds))
+    assert ledger.epsilon(0, rounds) == pytest.approx(
+        accountant.get_epsilon(delta), rel=1e-12)
+
+
+@pytest.mark.parametrize('steps,selections', [(0, 3), (40, 0), (40, 3),
+                                              (400, 10)])
+def test_dp_sgd_epsilon_with_selections_is_dp_accountings(steps, selections):
+  # A DP-SGD client's run: `steps` Poisson-sampled Gaussian steps and
+  # `selections` (1.5, 0)-DP exponential-mechanism choices, composed here by
+  # dp_accounting from scratch.
+  q, z, delta = 0.02, 1.1, 1e-5
+  accountant = rdp.RdpAccountant()
+  accountant.compose(dp_accounting.ComposedDpEvent([
+      dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+          q, dp_accounting.GaussianDpEvent(z)), steps),
+      dp_accounting.SelfComposedDpEvent(
+          dp_accounting.GaussianDpEvent(2 / 1.5), selections)]))
+  other = (accounting.exponential_mechanism_event(1.5, selections)
+           if selections else None)
+  assert accounting.epsilon_spent(
+      z, None, accounting.PoissonSampling(q), steps, delta,
+      other) == pytest.approx(accountant.get_epsilon(delta), rel=1e-12)

@@ -112,9 +112,11 @@ def _hold(active, new, old):
 
 def _stack(value, num_clients):
   """`value` repeated for every client, `[K, ...]`."""
-  return tf.nest.map_structure(
-      lambda v: tf.tile(v[None], tf.concat([[num_clients], tf.ones(
-          [tf.rank(v)], tf.int32)], 0)), value)
+  def tile(v):
+    v = tf.convert_to_tensor(v)
+    return tf.tile(v[None], tf.concat([[num_clients], tf.ones([tf.rank(v)],
+                                                              tf.int32)], 0))
+  return tf.nest.map_structure(tile, value)
 
 
 def finite_rows(stacked) -> tf.Tensor:
