@@ -95,10 +95,10 @@ def main(argv):
         mode + (f' ({_COHORT_SIZE.value})' if mode == 'cohort' else ''),
         ditto, _ROUNDS.value, f'{setup:.1f}', f'{per_round:.3f}',
         f'{estimate / 60:.1f}', f"{summary['metrics']['acc_g']:.2f}",
-        _accuracy(summary['metrics'].get('acc_l_p'))])
+        _accuracy(summary['metrics'].get('acc_l_np'))])
   header = ['mode (cohort size)', 'Ditto', 'rounds run', 'setup s',
             's/round (incl. eval)', f'{_TARGET.value} rounds, min',
-            'Acc_g after the rounds run', 'Acc_l,p']
+            'Acc_g after the rounds run', 'Acc_l,np (released)']
   examples = len(task.client_train[task.client_ids[0]][0])
   print(f'\nnon-IID MNIST: {n} clients, 100 per round (Poisson), {examples} '
         'training examples per client, batch 10, 1 epoch\n')

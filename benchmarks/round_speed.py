@@ -26,6 +26,8 @@ example and epoch), the work every column must do. Memory is the peak
 resident set of this process plus TFF's worker.
 
   .venv/bin/python benchmarks/round_speed.py --clients_per_round=10,50,100,200
+  .venv/bin/python benchmarks/round_speed.py --clients_per_round=100,1000,10000 \
+      --num_clients=10000 --paths=a --paths=v
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ _WARMUP = flags.DEFINE_integer('warmup', 2, 'Unmeasured rounds per cell.')
 _NUM_CLIENTS = flags.DEFINE_integer('num_clients', 2000, 'Population.')
 _EXAMPLES = flags.DEFINE_integer('examples_per_client', 30,
                                  'Examples per client.')
+_PATHS_ALL = ('a', 'a0', 'a1', 'b', 'c', 'v')
+_PATHS = flags.DEFINE_multi_enum(
+    'paths', list(_PATHS_ALL), _PATHS_ALL,
+    'Columns to measure (e.g. only a and v at 10,000 clients per round, '
+    'where the per-client paths take minutes a round).')
 _COHORT_SIZE = flags.DEFINE_integer(
     'cohort_size', 64, 'Most clients one TFF client simulates in (a).')
 _BATCH = 10
@@ -258,9 +265,12 @@ def main(argv):
 
   runtime.init()
   xs, ys = _data(_NUM_CLIENTS.value, _EXAMPLES.value)
-  datasets = [tf.data.Dataset.from_tensor_slices((x, y)).batch(_BATCH)
-              for x, y in zip(xs, ys)]
-  spec = datasets[0].element_spec
+  # One tf.data.Dataset per client, for the per-client paths only.
+  datasets = ([tf.data.Dataset.from_tensor_slices((x, y)).batch(_BATCH)
+               for x, y in zip(xs, ys)]
+              if {'a1', 'b'} & set(_PATHS.value) else None)
+  spec = (tf.TensorSpec([None, 784], tf.float32),
+          tf.TensorSpec([None], tf.int32))
 
   def loss_fn():
     return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -278,42 +288,56 @@ def main(argv):
                    expected_group_sizes=[0.95 * m, None],
                    initial_clip_norm=0.1, clip_count_stddev=1.0,
                    expected_clients_per_round=float(m))
-    ours, loop = (cohort.build_cohort_fedhdp(
-        model_fn, CohortHeterogeneousDPFactory(**dp_args), 2,
-        tff.learning.optimizers.build_sgdm(0.1), _BATCH, keras_parts=parts)
-                  for parts in (keras_parts, None))
-    per_client = fedhdp.build_fedhdp(
-        model_fn, HeterogeneousDPFactory(**dp_args), 2,
-        tff.learning.optimizers.build_sgdm(0.1))
-    theirs = tff.learning.algorithms.build_unweighted_fed_avg(
-        model_fn,
-        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-        model_aggregator=tff.aggregators.DifferentiallyPrivateFactory
-        .gaussian_adaptive(noise_multiplier=_NOISE, clients_per_round=m,
-                           clipped_count_stddev=1.0))
-    results = {}
-    for name, step in (
-        ('a', _cohort_runner(ours, xs, ys, m, _COHORT_SIZE.value)),
-        ('a0', _cohort_runner(loop, xs, ys, m, _COHORT_SIZE.value)),
-        ('a1', _tff_runner(per_client, datasets, m, with_groups=True)),
-        ('b', _tff_runner(theirs, datasets, m, with_groups=False)),
-        ('c', _floor_runner(xs, ys, m)),
-        ('v', _vectorized_floor_runner(xs, ys, m))):
-      results[name] = _measure(step, _ROUNDS.value, _WARMUP.value)
+    def cohorts(parts, m=m, dp_args=dp_args):
+      return _cohort_runner(cohort.build_cohort_fedhdp(
+          model_fn, CohortHeterogeneousDPFactory(**dp_args), 2,
+          tff.learning.optimizers.build_sgdm(0.1), _BATCH,
+          keras_parts=parts), xs, ys, m, _COHORT_SIZE.value)
+
+    def per_client(m=m, dp_args=dp_args):
+      return _tff_runner(fedhdp.build_fedhdp(
+          model_fn, HeterogeneousDPFactory(**dp_args), 2,
+          tff.learning.optimizers.build_sgdm(0.1)), datasets, m,
+                         with_groups=True)
+
+    def theirs(m=m):
+      return _tff_runner(tff.learning.algorithms.build_unweighted_fed_avg(
+          model_fn,
+          client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+          server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+          model_aggregator=tff.aggregators.DifferentiallyPrivateFactory
+          .gaussian_adaptive(noise_multiplier=_NOISE, clients_per_round=m,
+                             clipped_count_stddev=1.0)), datasets, m,
+                         with_groups=False)
+
+    runners = {'a': lambda: cohorts(keras_parts), 'a0': lambda: cohorts(None),
+               'a1': per_client, 'b': theirs,
+               'c': lambda m=m: _floor_runner(xs, ys, m),
+               'v': lambda m=m: _vectorized_floor_runner(xs, ys, m)}
+    results = {name: _measure(runners[name](), _ROUNDS.value, _WARMUP.value)
+               for name in _PATHS.value}
     cells[m] = results
-    a, a0, a1, b, c, v = (results[k][0]
-                          for k in ('a', 'a0', 'a1', 'b', 'c', 'v'))
+    seconds = {k: r[0] for k, r in results.items()}
     flops = 4 * (784 * 10 + 10) * m * _EXAMPLES.value
+
+    def cell(k, digits=3):
+      return f'{seconds[k]:.{digits}f}' if k in seconds else '-'
+
+    def ratio(k, base, digits=2):
+      return (f'{seconds[k] / seconds[base]:.{digits}f}'
+              if k in seconds and base in seconds else '-')
+
     rows.append([
-        m, f'{a:.3f}', f'{a0:.3f}', f'{a1:.3f}', f'{b:.3f}', f'{c:.3f}',
-        f'{v:.4f}', f'{a / b:.2f}', f'{a / v:.1f}', f'{a1 / b:.2f}',
-        ' / '.join(f'{flops / t / 1e9:.2f}' for t in (a, a0, a1, b, c, v)),
+        m, cell('a'), cell('a0'), cell('a1'), cell('b'), cell('c'),
+        cell('v', 4), ratio('a', 'b'), ratio('a', 'v', 1), ratio('a1', 'b'),
+        ' / '.join(f'{flops / seconds[k] / 1e9:.2f}' if k in seconds else '-'
+                   for k in _PATHS_ALL),
         f'{max(r[1] for r in results.values()) / 2**20:.0f}'])
   header = ['clients/round', 'a: FedHDP cohorts s/round',
-            'a0: cohorts, loop s/round', 'a1: FedHDP per-client s/round', 'b: TFF DP-FedAvg s/round',
-            'c: plain TF s/round', 'v: vectorized floor s/round', 'a/b',
-            'a/v', 'a1/b', 'GFLOP/s a / a0 / a1 / b / c / v', 'peak RSS MiB']
+            'a0: cohorts, loop s/round', 'a1: FedHDP per-client s/round',
+            'b: TFF DP-FedAvg s/round', 'c: plain TF s/round',
+            'v: vectorized floor s/round', 'a/b', 'a/v', 'a1/b',
+            'GFLOP/s a / a0 / a1 / b / c / v', 'peak RSS MiB']
   print('\n' + tables.markdown_table(header, rows))
   ms = sorted(cells)
   if len(ms) > 1:
@@ -322,9 +346,10 @@ def main(argv):
                      ('a1', 'FedHDP per-client'),
                      ('b', 'TFF DP-FedAvg'), ('c', 'plain TF'),
                      ('v', 'vectorized floor')):
-      growth = cells[hi][k][0] / cells[lo][k][0]
-      print(f'{label}: cost x{growth:.1f} from {lo} to {hi} clients per round '
-            f'(clients x{hi / lo:.0f})')
+      if k in cells[lo]:
+        growth = cells[hi][k][0] / cells[lo][k][0]
+        print(f'{label}: cost x{growth:.1f} from {lo} to {hi} clients per '
+              f'round (clients x{hi / lo:.0f})')
 
 
 if __name__ == '__main__':

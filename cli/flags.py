@@ -97,7 +97,8 @@ COHORT_SIZE = absl_flags.DEFINE_integer(
     'client; rounds of 100 clients run ~7x faster '
     '(benchmarks/round_speed.py), School\'s 139 silos ~9x '
     '(benchmarks/silo_round_speed.py). 64 suits small models; a cohort holds '
-    'that many model-sized updates, so use less for large ones.')
+    'about ten model-sized tensors per client, so for a large model the '
+    'trusted setting lowers it to fit 2 GiB and says so.')
 CLIENT_LR = absl_flags.DEFINE_float('client_lr', 0.1, 'Client SGD learning rate.')
 SERVER_LR = absl_flags.DEFINE_float('server_lr', 1.0, 'Server SGD learning rate.')
 BATCH_SIZE = absl_flags.DEFINE_integer('batch_size', 10, 'Client batch size.')

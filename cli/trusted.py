@@ -54,7 +54,7 @@ def learning_setup(task):
       eval_every=flags.EVAL_EVERY.value,
       checkpoint_every=flags.CHECKPOINT_EVERY.value,
       ditto=ditto,
-      cohort_size=flags.COHORT_SIZE.value,
+      cohort_size=_cohort_size(task),
       release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
@@ -87,6 +87,23 @@ def _derived_clip_count_stddev(levels, sampling, n) -> float | None:
         f'{plans.tff_clip_count_stddev(sampling, n):.3g}, is too little '
         'noise on the clip count for the target).')
   return value
+
+
+def _cohort_size(task) -> int:
+  """--cohort_size, lowered (and said so) when that many of the task's
+  models would not fit a cohort's memory (`execution.fit_cohort_size`)."""
+  from tff_hdp.learning import execution  # pylint: disable=g-import-not-at-top
+  requested = flags.COHORT_SIZE.value
+  if requested <= 1:
+    return requested
+  parameters = task.keras_model_fn().count_params()
+  fitted = execution.fit_cohort_size(requested, parameters)
+  if fitted < requested:
+    _say_once(f'--cohort_size={requested} lowered to {fitted}: a cohort holds '
+              f'about 10 copies of the {task.name} model ({parameters:,} '
+              'parameters) per client, kept under '
+              f'{execution.COHORT_BYTES / 2**30:g} GiB.')
+  return fitted
 
 
 @functools.lru_cache(maxsize=None)

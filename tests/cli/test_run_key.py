@@ -205,3 +205,17 @@ def test_untrusted_runs_keep_no_checkpoint(monkeypatch):
         task, 'weiavg', untrusted_setting.UntrustedSettings(rounds=1),
         output_dir='unused', progress=False)
   assert given and given.get('checkpoint') is None  # nothing to resume from
+
+
+def test_a_cohort_too_large_for_the_model_is_lowered_and_said(monkeypatch,
+                                                              capsys):
+  # Room for 3 clients' copies of the digits model; the run says what it did.
+  from tff_hdp.learning import execution  # pylint: disable=g-import-not-at-top
+  with flagsaver.flagsaver():
+    FLAGS(['run_experiment.py', '--cohort_size=16'])
+    task = flags.load_task()
+    per_client = 40 * task.keras_model_fn().count_params()
+    monkeypatch.setattr(execution, 'COHORT_BYTES', 3 * per_client + 1)
+    settings, _, _ = cli_trusted.learning_setup(task)
+  assert settings.cohort_size == 3
+  assert '--cohort_size=16 lowered to 3' in capsys.readouterr().out

@@ -10,6 +10,7 @@ from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.learning import client_work
 from tff_hdp.learning import cohort
+from tff_hdp.learning import execution
 from tff_hdp.simulation import trusted_setting
 from tff_hdp.learning import fedhdp
 from tff_hdp.privacy import privacy_groups as pg
@@ -229,3 +230,14 @@ def test_experiment_with_cohorts_matches_per_client_run(task):
       rows[1]['metrics']['acc_g'], abs=1.0)
   assert [g['epsilon_spent'] for g in rows[0]['groups']] == [
       g['epsilon_spent'] for g in rows[1]['groups']]
+
+
+def test_cohort_size_is_lowered_until_its_stacked_models_fit():
+  small, large = 159_010, 3_300_000  # the 784-200-10 network; a CNN
+  assert execution.fit_cohort_size(64, small) == 64
+  fitted = execution.fit_cohort_size(64, large)
+  per_client = 10 * 4 * large  # ten float32 copies of the model per client
+  assert fitted * per_client <= execution.COHORT_BYTES
+  assert (fitted + 1) * per_client > execution.COHORT_BYTES
+  assert execution.fit_cohort_size(64, 10**9) == 1  # one TFF client each
+  assert execution.fit_cohort_size(0, large) == 0  # asked for none

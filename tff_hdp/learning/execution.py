@@ -30,6 +30,24 @@ from tff_hdp.privacy.privacy_groups import GroupAssignment
 from tff_hdp.privacy.plans import ClientPrivacy
 
 
+# Bytes a cohort may hold in model-sized tensors stacked over its clients
+# (weights, gradients, optimizer state, updates and their clipped copies:
+# about `_MODEL_COPIES_PER_CLIENT` per simulated client, 4 bytes a
+# parameter). TFF may run two cohorts at once, one per core.
+COHORT_BYTES = 2 * 2**30
+_MODEL_COPIES_PER_CLIENT = 10
+
+
+def fit_cohort_size(requested: int, num_parameters: int) -> int:
+  """The largest cohort size <= `requested` whose cohorts hold at most
+  `COHORT_BYTES` of a `num_parameters` model's stacked tensors (1: one TFF
+  client per client). `requested` <= 1 stays as it is."""
+  if requested <= 1:
+    return requested
+  per_client = _MODEL_COPIES_PER_CLIENT * 4 * num_parameters
+  return max(1, min(requested, COHORT_BYTES // per_client))
+
+
 @dataclasses.dataclass(frozen=True)
 class Execution:
   """How a round's clients reach TFF: one TFF client each (`cohort_size`
