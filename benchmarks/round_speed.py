@@ -7,9 +7,7 @@ clients-per-round values:
 
   (a) this project's FedHDP LearningProcess, 2 privacy groups, with cohort
       simulation (`tff_hdp.learning.cohort`: up to --cohort_size clients per TFF
-      client; packing the round's data is timed too) whose clients train in
-      lockstep (`tff_hdp.learning.lockstep`), as runs do;
-  (a0) the same cohorts with their clients trained one after another;
+      client; packing the round's data is timed too);
   (a1) the same FedHDP with one TFF client per client (`fedhdp.build_fedhdp`);
   (b) TFF's `build_unweighted_fed_avg` with
       `DifferentiallyPrivateFactory.gaussian_adaptive`;
@@ -54,7 +52,7 @@ _WARMUP = flags.DEFINE_integer('warmup', 2, 'Unmeasured rounds per cell.')
 _NUM_CLIENTS = flags.DEFINE_integer('num_clients', 2000, 'Population.')
 _EXAMPLES = flags.DEFINE_integer('examples_per_client', 30,
                                  'Examples per client.')
-_PATHS_ALL = ('a', 'a0', 'a1', 'b', 'c', 'v')
+_PATHS_ALL = ('a', 'a1', 'b', 'c', 'v')
 _PATHS = flags.DEFINE_multi_enum(
     'paths', list(_PATHS_ALL), _PATHS_ALL,
     'Columns to measure (e.g. only a and v at 10,000 clients per round, '
@@ -255,7 +253,6 @@ def _vectorized_floor_runner(xs, ys, m: int):
 def main(argv):
   del argv
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tff_hdp import federated_task  # pylint: disable=g-import-not-at-top
   from tff_hdp.learning import fedhdp  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
@@ -272,14 +269,10 @@ def main(argv):
   spec = (tf.TensorSpec([None, 784], tf.float32),
           tf.TensorSpec([None], tf.int32))
 
-  def loss_fn():
-    return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
   def model_fn():
     return tff.learning.models.from_keras_model(
-        _keras_model(), input_spec=spec, loss=loss_fn())
-
-  keras_parts = federated_task.KerasParts(_keras_model, loss_fn, list, spec)
+        _keras_model(), input_spec=spec,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
   rows = []
   cells = {}
@@ -288,11 +281,11 @@ def main(argv):
                    expected_group_sizes=[0.95 * m, None],
                    initial_clip_norm=0.1, clip_count_stddev=1.0,
                    expected_clients_per_round=float(m))
-    def cohorts(parts, m=m, dp_args=dp_args):
+    def cohorts(m=m, dp_args=dp_args):
       return _cohort_runner(cohort.build_cohort_fedhdp(
           model_fn, CohortHeterogeneousDPFactory(**dp_args), 2,
-          tff.learning.optimizers.build_sgdm(0.1), _BATCH,
-          keras_parts=parts), xs, ys, m, _COHORT_SIZE.value)
+          tff.learning.optimizers.build_sgdm(0.1), _BATCH), xs, ys, m,
+                            _COHORT_SIZE.value)
 
     def per_client(m=m, dp_args=dp_args):
       return _tff_runner(fedhdp.build_fedhdp(
@@ -310,8 +303,7 @@ def main(argv):
                              clipped_count_stddev=1.0)), datasets, m,
                          with_groups=False)
 
-    runners = {'a': lambda: cohorts(keras_parts), 'a0': lambda: cohorts(None),
-               'a1': per_client, 'b': theirs,
+    runners = {'a': cohorts, 'a1': per_client, 'b': theirs,
                'c': lambda m=m: _floor_runner(xs, ys, m),
                'v': lambda m=m: _vectorized_floor_runner(xs, ys, m)}
     results = {name: _measure(runners[name](), _ROUNDS.value, _WARMUP.value)
@@ -328,22 +320,21 @@ def main(argv):
               if k in seconds and base in seconds else '-')
 
     rows.append([
-        m, cell('a'), cell('a0'), cell('a1'), cell('b'), cell('c'),
+        m, cell('a'), cell('a1'), cell('b'), cell('c'),
         cell('v', 4), ratio('a', 'b'), ratio('a', 'v', 1), ratio('a1', 'b'),
         ' / '.join(f'{flops / seconds[k] / 1e9:.2f}' if k in seconds else '-'
                    for k in _PATHS_ALL),
         f'{max(r[1] for r in results.values()) / 2**20:.0f}'])
   header = ['clients/round', 'a: FedHDP cohorts s/round',
-            'a0: cohorts, loop s/round', 'a1: FedHDP per-client s/round',
+            'a1: FedHDP per-client s/round',
             'b: TFF DP-FedAvg s/round', 'c: plain TF s/round',
             'v: vectorized floor s/round', 'a/b', 'a/v', 'a1/b',
-            'GFLOP/s a / a0 / a1 / b / c / v', 'peak RSS MiB']
+            'GFLOP/s a / a1 / b / c / v', 'peak RSS MiB']
   print('\n' + tables.markdown_table(header, rows))
   ms = sorted(cells)
   if len(ms) > 1:
     lo, hi = ms[0], ms[-1]
-    for k, label in (('a', 'FedHDP cohorts'), ('a0', 'cohorts, loop'),
-                     ('a1', 'FedHDP per-client'),
+    for k, label in (('a', 'FedHDP cohorts'), ('a1', 'FedHDP per-client'),
                      ('b', 'TFF DP-FedAvg'), ('c', 'plain TF'),
                      ('v', 'vectorized floor')):
       if k in cells[lo]:

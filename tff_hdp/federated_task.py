@@ -23,18 +23,6 @@ Arrays = tuple[np.ndarray, np.ndarray]
 
 
 @dataclasses.dataclass(frozen=True)
-class KerasParts:
-  """The pieces a task's TFF model (`from_keras_model`) is built from, for
-  code that runs the Keras model as a function of its weights
-  (`tff_hdp.learning.lockstep`)."""
-
-  keras_model_fn: Callable[[], tf.keras.Model]
-  loss_fn: Callable[[], tf.keras.losses.Loss]
-  metrics_fn: Callable[[], list[tf.keras.metrics.Metric]]
-  input_spec: object
-
-
-@dataclasses.dataclass(frozen=True)
 class TaskOptions:
   """What the command line can say to any task loader.
 
@@ -149,22 +137,14 @@ class FederatedTask:
     return tf.data.Dataset.from_tensor_slices(
         self.shuffled_train(client_id, seed)).batch(self.batch_size)
 
-  def keras_metrics(self) -> list[tf.keras.metrics.Metric]:
-    """Fresh Keras metrics that training reports beside the loss."""
-    return ([tf.keras.metrics.SparseCategoricalAccuracy()]
-            if self.metric == 'accuracy' else [])
-
-  def keras_parts(self) -> KerasParts:
-    """The Keras pieces `tff_model_fn` builds from (lockstep training)."""
-    return KerasParts(self.keras_model_fn, self.loss_fn,
-                               self.keras_metrics, self.input_spec)
-
   def tff_model_fn(self) -> Callable[[], tff.learning.models.VariableModel]:
     spec = self.input_spec
+    metrics = ([tf.keras.metrics.SparseCategoricalAccuracy()]
+               if self.metric == 'accuracy' else [])
 
     def model_fn():
       return tff.learning.models.from_keras_model(
           self.keras_model_fn(), loss=self.loss_fn(), input_spec=spec,
-          metrics=self.keras_metrics())
+          metrics=[type(m)() for m in metrics])
 
     return model_fn

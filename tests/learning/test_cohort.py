@@ -25,11 +25,10 @@ def task():
   return digits.load(clients_per_digit=2, seed=0)
 
 
-@pytest.fixture(scope='module', params=['loop', 'lockstep'])
-def processes(task, request):
+@pytest.fixture(scope='module')
+def processes(task):
   """Per-client and cohort FedHDP with the same settings: 2 local epochs,
-  momentum (its state must restart for every client), adaptive clipping;
-  the cohort's clients train one after another or in lockstep."""
+  momentum (its state must restart for every client), adaptive clipping."""
   args = dict(noise_multipliers=[0.0, 0.0], ratios=[0.3, 1.0],
               expected_group_sizes=[None, None], initial_clip_norm=3.2,
               target_unclipped_quantile=0.5, clip_learning_rate=0.3)
@@ -39,8 +38,7 @@ def processes(task, request):
                                    local_epochs=2)
   cohorts = cohort.build_cohort_fedhdp(
       task.tff_model_fn(), CohortHeterogeneousDPFactory(**args), 2, opt,
-      batch_size=task.batch_size, local_epochs=2,
-      keras_parts=task.keras_parts() if request.param == 'lockstep' else None)
+      batch_size=task.batch_size, local_epochs=2)
   return per_client, cohorts
 
 

@@ -25,15 +25,12 @@ def task():
   return digits.load(clients_per_digit=2, seed=0)
 
 
-@pytest.fixture(scope='module', params=['loop', 'lockstep'])
-def steps(task, request):
-  """The per-client step and the cohort step, whose clients step one after
-  another or in lockstep."""
+@pytest.fixture(scope='module')
+def steps(task):
   per_client = ditto.build_personalization(task.tff_model_fn(), LAMBDAS, LR,
                                            EPOCHS)
   cohorts = ditto.build_cohort_personalization(
-      task.tff_model_fn(), LAMBDAS, LR, task.batch_size, EPOCHS,
-      task.keras_parts() if request.param == 'lockstep' else None)
+      task.tff_model_fn(), LAMBDAS, LR, task.batch_size, EPOCHS)
   return per_client, cohorts
 
 

@@ -31,7 +31,6 @@ import tensorflow_federated as tff
 
 from tff_hdp.learning import client_work as client_work_lib
 from tff_hdp.learning import learning_process
-from tff_hdp.learning import lockstep
 from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.aggregators import stacking
 
@@ -181,36 +180,18 @@ def _build_cohort_training(model_fn, epochs: int, batch_size: int):
   return train
 
 
-def _build_lockstep_cohort_training(model: lockstep.LockstepModel,
-                                    epochs: int, batch_size: int):
-  """The cohort's tf.function when its clients train in lockstep."""
-  train = lockstep.build_training(model, epochs, batch_size)
-
-  @tf.function
-  def train_cohort(optimizer, optimizer_hparams, initial_weights, cohort):
-    cohort = cohort.get_single_element()
-    return train(optimizer, optimizer_hparams, initial_weights,
-                 cohort[DATA_KEY], cohort[COUNT_KEY], cohort[GROUP_KEY])
-
-  return train_cohort
-
-
 def build_cohort_client_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer: tff.learning.optimizers.Optimizer,
     num_groups: int,
     batch_size: int,
-    epochs: int = 1,
-    keras_parts: lockstep.KerasParts | None = None
-) -> tff.learning.templates.ClientWorkProcess:
+    epochs: int = 1) -> tff.learning.templates.ClientWorkProcess:
   """`ClientWorkProcess` training cohorts: E epochs of batch-`batch_size`
   steps per simulated client; the update is the clients' stacked
   pseudo-gradients, the weight their stacked group rows.
 
   Measurements (train metrics, `num_examples`, `num_non_finite_updates`) are
-  those of the per-client client work over the same simulated clients. With
-  `keras_parts` of a model `lockstep.supports`, the clients train in
-  lockstep (all K at every step); otherwise one after another.
+  those of the per-client client work over the same simulated clients.
 
   Args:
     model_fn: builds the TFF model.
@@ -218,8 +199,6 @@ def build_cohort_client_work(
     num_groups: l, the length of each one-hot privacy-group row.
     batch_size: examples per local step of a simulated client.
     epochs: E, local epochs per round.
-    keras_parts: the Keras pieces of `model_fn`'s model, for lockstep
-      training (None: one client after another).
 
   Returns:
     The `tff.learning.templates.ClientWorkProcess` of
@@ -233,14 +212,10 @@ def build_cohort_client_work(
     raise ValueError(f'local epochs must be >= 1, got {epochs}.')
   if batch_size < 1:
     raise ValueError(f'batch size must be >= 1, got {batch_size}.')
-  if keras_parts is not None and lockstep.supports(keras_parts):
-    model = lockstep.lockstep_model(model_fn, keras_parts)
-    build = lambda: _build_lockstep_cohort_training(model, epochs, batch_size)
-  else:
-    build = lambda: _build_cohort_training(model_fn, epochs, batch_size)
   return client_work_lib.build_client_work_process(
       model_fn, client_optimizer,
-      lambda spec: cohort_data_type(spec, num_groups), build)
+      lambda spec: cohort_data_type(spec, num_groups),
+      lambda: _build_cohort_training(model_fn, epochs, batch_size))
 
 
 def build_cohort_fedhdp(
@@ -250,9 +225,7 @@ def build_cohort_fedhdp(
     client_optimizer: tff.learning.optimizers.Optimizer,
     batch_size: int,
     server_optimizer: tff.learning.optimizers.Optimizer | None = None,
-    local_epochs: int = 1,
-    keras_parts: lockstep.KerasParts | None = None
-) -> tff.learning.templates.LearningProcess:
+    local_epochs: int = 1) -> tff.learning.templates.LearningProcess:
   """FedHDP whose TFF clients are cohorts (`pack_round`): same rounds as
   `fedhdp.build_fedhdp` on the same clients, a fraction of TFF's overhead.
 
@@ -266,8 +239,6 @@ def build_cohort_fedhdp(
     server_optimizer: applies the aggregate (None: SGD with learning rate 1,
       see `learning_process.compose`).
     local_epochs: E, local epochs per round.
-    keras_parts: the Keras pieces of `model_fn`'s model, for lockstep
-      training (`build_cohort_client_work`).
 
   Returns:
     The `tff.learning.templates.LearningProcess`.
@@ -278,7 +249,7 @@ def build_cohort_fedhdp(
       factory of another number of groups).
   """
   work = build_cohort_client_work(model_fn, client_optimizer, num_groups,
-                                  batch_size, local_epochs, keras_parts)
+                                  batch_size, local_epochs)
   stacked_update = work.next.type_signature.result.result.member.update
   return learning_process.compose(
       model_fn, work, aggregator,

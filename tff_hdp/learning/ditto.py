@@ -29,7 +29,6 @@ import tensorflow_federated as tff
 
 from tff_hdp.learning import client_work
 from tff_hdp.learning import cohort
-from tff_hdp.learning import lockstep
 
 
 def _ditto_step(model, trainable, anchor, lam, learning_rate, batch):
@@ -223,15 +222,12 @@ def build_cohort_personalization(
     lambdas: Sequence[float],
     learning_rate: float,
     batch_size: int,
-    epochs: int = 1,
-    keras_parts: lockstep.KerasParts | None = None) -> CohortPersonalization:
+    epochs: int = 1) -> CohortPersonalization:
   """The Ditto step on cohorts (`CohortPersonalization`).
 
   Every simulated client takes exactly the steps of `build_personalization`
   on the same batches (`batch_size` examples, its own order, `epochs` times);
-  padding slots (no examples, zero group row) come back unchanged. With
-  `keras_parts` of a model `lockstep.supports`, the clients step in lockstep
-  (`lockstep.build_personal_training`); otherwise one after another.
+  padding slots (no examples, zero group row) come back unchanged.
 
   Args:
     model_fn: builds the TFF model.
@@ -239,8 +235,6 @@ def build_cohort_personalization(
     learning_rate: eta_p, the personal step size.
     batch_size: examples per personal step.
     epochs: passes over each simulated client's examples per call.
-    keras_parts: the Keras pieces of `model_fn`'s model, for lockstep steps
-      (None: one client after another).
 
   Returns:
     The `CohortPersonalization` step.
@@ -252,11 +246,6 @@ def build_cohort_personalization(
   lambdas = _check(lambdas, learning_rate)
   if batch_size < 1:
     raise ValueError(f'batch size must be >= 1, got {batch_size}.')
-  if keras_parts is not None and lockstep.supports(keras_parts):
-    return CohortPersonalization(lockstep.GraphFunction(
-        lockstep.build_personal_training(
-            lockstep.lockstep_model(model_fn, keras_parts), epochs,
-            batch_size, lambdas, learning_rate), (0, 1, 2, 1, 1)))
   return CohortPersonalization(_build_cohort_personal_training(
       model_fn, epochs, lambdas, learning_rate, batch_size))
 

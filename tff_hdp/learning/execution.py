@@ -13,7 +13,7 @@ own DP-SGD round with its own seed, personal model and cluster choice.
 from __future__ import annotations
 
 import dataclasses
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import tensorflow_federated as tff
 
@@ -31,9 +31,9 @@ from tff_hdp.privacy.plans import ClientPrivacy
 
 
 # Bytes a cohort may hold in model-sized tensors stacked over its clients
-# (weights, gradients, optimizer state, updates and their clipped copies:
-# about `_MODEL_COPIES_PER_CLIENT` per simulated client, 4 bytes a
-# parameter). TFF may run two cohorts at once, one per core.
+# (updates, their clipped copies, per-client state: about
+# `_MODEL_COPIES_PER_CLIENT` per simulated client, 4 bytes a parameter).
+# TFF may run two cohorts at once, one per core.
 COHORT_BYTES = 2 * 2**30
 _MODEL_COPIES_PER_CLIENT = 10
 
@@ -59,19 +59,18 @@ class Execution:
   def cohorts(self) -> bool:
     return self.cohort_size > 1
 
-  def build_fedhdp(self, task: FederatedTask, plan: plans.PrivacyPlan,
-                   clip: plans.ClipSettings, seed: int, **training
+  def build_fedhdp(self, model_fn: Callable[[], tff.learning.models.VariableModel],
+                   plan: plans.PrivacyPlan, clip: plans.ClipSettings,
+                   seed: int, batch_size: int, **training
                    ) -> tff.learning.templates.LearningProcess:
-    """FedHDP of `task`'s model for `plan` with DP noise seed `seed`; a
-    cohort's clients train in lockstep when the model allows it
-    (`lockstep.supports`).
+    """FedHDP for `plan` with DP noise seed `seed`.
 
     Args:
-      task: the task (its model, and its batch size for cohorts, which batch
-        inside TFF).
+      model_fn: builds the TFF model.
       plan: the privacy plan (groups, noise multipliers, ledger).
       clip: the clip-norm settings.
       seed: the DP noise seed (the run's secret).
+      batch_size: the clients' batch size (cohorts batch inside TFF).
       **training: `client_optimizer`, `server_optimizer`, `local_epochs`.
 
     Returns:
@@ -82,26 +81,23 @@ class Execution:
     aggregator = factory.from_plan(plan, clip, seed)
     num_groups = plan.assignment.num_groups
     if self.cohorts:
-      return cohort.build_cohort_fedhdp(
-          task.tff_model_fn(), aggregator, num_groups,
-          batch_size=task.batch_size, keras_parts=task.keras_parts(),
-          **training)
-    return fedhdp.build_fedhdp(task.tff_model_fn(), aggregator, num_groups,
-                               **training)
+      return cohort.build_cohort_fedhdp(model_fn, aggregator, num_groups,
+                                        batch_size=batch_size, **training)
+    return fedhdp.build_fedhdp(model_fn, aggregator, num_groups, **training)
 
   def build_personalization(
-      self, task: FederatedTask, lambdas: Sequence[float],
-      learning_rate: float,
+      self, model_fn: Callable[[], tff.learning.models.VariableModel],
+      lambdas: Sequence[float], learning_rate: float, batch_size: int,
       epochs: int) -> tff.Computation | ditto.CohortPersonalization:
-    """Ditto's step for `task`'s model with per-group `lambdas`
-    (`ditto.build_personalization` or its cohort twin, in lockstep when the
-    model allows it).
+    """Ditto's step with per-group `lambdas` (`ditto.build_personalization`
+    or its cohort twin).
 
     Args:
-      task: the task (its model, and its batch size for cohorts; per-client
-        data comes batched).
+      model_fn: builds the TFF model.
       lambdas: lambda per privacy group, each >= 0.
       learning_rate: eta_p, the personal step size.
+      batch_size: examples per personal step of a cohort (per-client data
+        comes batched).
       epochs: personal epochs per call.
 
     Returns:
@@ -110,14 +106,14 @@ class Execution:
 
     Raises:
       ValueError: if a lambda is negative, `learning_rate` is not > 0 or
-        (cohorts) the task's batch size is less than 1.
+        (cohorts) `batch_size` is less than 1.
     """
     if self.cohorts:
-      return ditto.build_cohort_personalization(
-          task.tff_model_fn(), lambdas, learning_rate, task.batch_size,
-          epochs, task.keras_parts())
-    return ditto.build_personalization(task.tff_model_fn(), lambdas,
-                                       learning_rate, epochs)
+      return ditto.build_cohort_personalization(model_fn, lambdas,
+                                                learning_rate, batch_size,
+                                                epochs)
+    return ditto.build_personalization(model_fn, lambdas, learning_rate,
+                                       epochs)
 
   def round_data(self, task: FederatedTask, sampled: Sequence[Hashable],
                  seeds: Sequence[int], assignment: GroupAssignment) -> list:

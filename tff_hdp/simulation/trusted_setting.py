@@ -295,7 +295,7 @@ def run_configuration(task: FederatedTask, config: Configuration,
       settings.seed, settings.unsafe_seeded_dp_randomness, checkpoint)
   execution = Execution(settings.cohort_size)
   process = execution.build_fedhdp(
-      task, plan, settings.clip, secret,
+      task.tff_model_fn(), plan, settings.clip, secret, task.batch_size,
       client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
       server_optimizer=tff.learning.optimizers.build_sgdm(settings.server_lr),
       local_epochs=settings.local_epochs)
@@ -304,7 +304,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
     lambdas = [settings.ditto.lambda_p if g.is_private else
                settings.ditto.lambda_np for g in assignment.groups]
     personalization = Personalization(execution.build_personalization(
-        task, lambdas, settings.ditto.learning_rate, settings.local_epochs))
+        task.tff_model_fn(), lambdas, settings.ditto.learning_rate,
+        task.batch_size, settings.local_epochs))
   program = TrustedRounds(
       task, process, plan, choices, seed=settings.seed, sampling_seed=secret,
       execution=execution, personalization=personalization,
