@@ -126,10 +126,15 @@ class FederatedTask:
     return (tf.TensorSpec([None] + list(x.shape[1:]), tf.float32),
             tf.TensorSpec([None] + list(y.shape[1:]), tf.as_dtype(y.dtype)))
 
+  def train_order(self, client_id: Hashable, seed: int) -> np.ndarray:
+    """The permutation of a client's training examples that `seed` gives."""
+    return np.random.default_rng(seed).permutation(
+        len(self.client_train[client_id][0]))
+
   def shuffled_train(self, client_id: Hashable, seed: int) -> Arrays:
     """A client's training examples in the order `seed` gives them."""
     x, y = self.client_train[client_id]
-    order = np.random.default_rng(seed).permutation(len(x))
+    order = self.train_order(client_id, seed)
     return x[order], y[order]
 
   def train_dataset(self, client_id: Hashable, seed: int) -> tf.data.Dataset:
