@@ -98,6 +98,12 @@ def init(workers: Sequence[str] = (),
   _initialized = wanted
 
 
+def workers_share_disk() -> bool:
+  """Whether the TFF workers run on this machine, so can read its files:
+  the local worker (or TFF's own in-process context), not remote ones."""
+  return not (_initialized and _initialized[0])
+
+
 def worker_count() -> int:
   """How many workers share each computation's clients (1 when local)."""
   return len(_initialized[0]) if _initialized and _initialized[0] else 1

@@ -19,11 +19,13 @@ import tensorflow as tf
 from tff_hdp.privacy import plans
 from tff_hdp.privacy import dp_randomness
 from tff_hdp.learning import dp_sgd
+from tff_hdp.simulation import client_files
 from tff_hdp.simulation import evaluation
 from tff_hdp.privacy import heterogeneity
 from tff_hdp.privacy import release_policy
 from tff_hdp.simulation import round_loop
 from tff_hdp.simulation import run_files
+from tff_hdp.simulation import runtime
 from tff_hdp.simulation import selection
 from tff_hdp.learning import noise_aware
 from tff_hdp.federated_task import FederatedTask
@@ -44,21 +46,25 @@ class UntrustedSettings:
 
 class UntrustedRounds(round_loop.RoundProgram):
   """Noise-aware FedAvg's rounds for `round_loop.run_rounds`: every client,
-  every round, each reading its data in the order of the run's `--seed`."""
+  every round, each reading its data in the order of the run's `--seed`
+  (`train_dataset(client, seed)`: the task's own by default, or
+  `client_files.ClientFiles`')."""
 
   columns = ('round', 'acc_g', 'max_epsilon_spent')
 
   def __init__(self, task: FederatedTask, process, state, plans, weights,
-               client_seeds, settings: UntrustedSettings, label: str):
+               client_seeds, settings: UntrustedSettings, label: str,
+               train_dataset=None):
     self.label = label
     self.rounds = settings.rounds
     self.state = state
     self._task, self._process, self._settings = task, process, settings
     self._plans, self._weights, self._seeds = plans, weights, client_seeds
+    self._train_dataset = train_dataset or task.train_dataset
 
   def train(self, round_num: int) -> dict:
     order = selection.every_client_order_seed(self._settings.seed, round_num)
-    data = [dp_sgd.make_client_data(self._task.train_dataset(c, order), p, w,
+    data = [dp_sgd.make_client_data(self._train_dataset(c, order), p, w,
                                     seed=s)
             for c, p, w, s in zip(self._task.client_ids, self._plans,
                                   self._weights, self._seeds)]
@@ -105,12 +111,21 @@ def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettin
   # are not resumable).
   client_seeds = dp_randomness.client_seeds(
       settings.seed, settings.unsafe_seeded_dp_randomness, n)
+  # Clients' examples are read from local files, not sent every round,
+  # when the workers share this machine's disk.
+  files = (client_files.ClientFiles(task) if runtime.workers_share_disk()
+           else None)
   program = UntrustedRounds(task, process, state, client_plans, weights,
-                            client_seeds, settings, label=f'{algorithm} rounds')
+                            client_seeds, settings, label=f'{algorithm} rounds',
+                            train_dataset=files and files.train_dataset)
   run_dir = os.path.join(output_dir, algorithm) if output_dir else None
-  result = round_loop.run_rounds(program, output_dir=run_dir,
-                                 eval_every=settings.eval_every,
-                                 progress=progress)
+  try:
+    result = round_loop.run_rounds(program, output_dir=run_dir,
+                                   eval_every=settings.eval_every,
+                                   progress=progress)
+  finally:
+    if files:
+      files.close()
   metrics = result.final_metrics
   spent = [p.epsilon_after(settings.rounds) for p in client_plans]
   summary = {

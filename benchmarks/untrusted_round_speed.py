@@ -1,0 +1,108 @@
+"""Seconds per untrusted-server round, examples sent or read from files.
+
+Robust-HDP's setting (SPEC.md §3): MNIST in 20 IID clients of about 3,000
+examples, batch sizes and epsilons drawn by `--epsilon_distribution`, every
+client one epoch of DP-SGD per round. Times `UntrustedRounds.train` (every
+client's DP-SGD epoch and the server's rule) after one untimed round
+(tracing), with the clients' examples serialized into every round's
+datasets ('sent', as remote workers get them) and read by the local worker
+from files written once ('files', `tff_hdp.simulation.client_files`, the
+default on one machine), for each rule of `--algorithms`. Seeded DP
+randomness: not a privacy run.
+
+  .venv/bin/python benchmarks/untrusted_round_speed.py
+  .venv/bin/python benchmarks/untrusted_round_speed.py --algorithms=weiavg
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from absl import flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
+
+from cli import entry  # noqa: E402
+
+_ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds per configuration.')
+_DATA = flags.DEFINE_list('data', ['sent', 'files'],
+                          'How the examples reach TFF: sent, files.')
+_ALGORITHMS = flags.DEFINE_list('algorithms', ['robust_hdp', 'weiavg'],
+                                'Untrusted-server rules to time.')
+_NUM_CLIENTS = flags.DEFINE_integer('num_clients', 20, 'MNIST IID clients.')
+_DISTRIBUTION = flags.DEFINE_string('epsilon_distribution', 'uniform',
+                                    'Clients\' epsilons and batch sizes.')
+_DATA_DIR = flags.DEFINE_string(
+    'data_dir', None, 'MNIST\'s folder (default: mnist under $TFF_HDP_DATA '
+    'or ../shared/data).')
+
+
+def _seconds_per_round(task, algorithm: str, files: bool) -> float:
+  """Times the rounds of the run `untrusted_setting.run_algorithm` builds."""
+  from tff_hdp.simulation import untrusted_setting as us  # pylint: disable=g-import-not-at-top
+  settings = us.UntrustedSettings(
+      rounds=_ROUNDS.value + 1, epsilon_distribution=_DISTRIBUTION.value,
+      unsafe_seeded_dp_randomness=True)
+  timed = {}
+
+  def run_rounds(program, **kwargs):
+    del kwargs
+    program.train(1)
+    start = time.perf_counter()
+    for r in range(2, program.rounds + 1):
+      program.train(r)
+    timed['seconds'] = (time.perf_counter() - start) / _ROUNDS.value
+    raise StopIteration
+
+  saved = us.round_loop.run_rounds, us.runtime.workers_share_disk
+  us.round_loop.run_rounds = run_rounds
+  us.runtime.workers_share_disk = lambda: files
+  try:
+    us.run_algorithm(task, algorithm, settings, None, progress=False)
+  except StopIteration:
+    pass
+  finally:
+    us.round_loop.run_rounds, us.runtime.workers_share_disk = saved
+  return timed['seconds']
+
+
+def main(argv):
+  del argv
+  import tasks  # pylint: disable=g-import-not-at-top
+  from tff_hdp.federated_task import TaskOptions  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
+  runtime.init()
+  unknown = set(_DATA.value) - {'sent', 'files'}
+  if unknown:
+    raise entry.InputError(f'--data: unknown {sorted(unknown)}; choose from '
+                           'sent, files.')
+  data_dir = _DATA_DIR.value or tasks.REGISTRY['mnist_iid'].default_data_dir()
+  try:
+    task = tasks.load('mnist_iid', TaskOptions(
+        data_dir=data_dir, num_clients=_NUM_CLIENTS.value))
+  except ValueError as e:
+    raise entry.InputError(f'mnist_iid: {e}') from None
+  print(f'{task.name}: {len(task.client_ids)} clients, eps ~ '
+        f'{_DISTRIBUTION.value}, {_ROUNDS.value} timed rounds, '
+        f'{os.cpu_count()} CPU cores, load average '
+        f'{os.getloadavg()[0]:.2f}')
+  print('| rule | examples | seconds per round | vs first |')
+  print('|---|---|---|---|')
+  for algorithm in _ALGORITHMS.value:
+    base = None
+    for data in _DATA.value:
+      try:
+        seconds = _seconds_per_round(task, algorithm, data == 'files')
+      except ValueError as e:
+        raise entry.InputError(f'--algorithms={algorithm}: {e}') from None
+      base = base or seconds
+      print(f'| {algorithm} | {data} | {seconds:.3f} | '
+            f'{base / seconds:.2f}x |', flush=True)
+
+
+if __name__ == '__main__':
+  entry.run(main, __doc__)
