@@ -65,6 +65,12 @@ EPSILON_DISTRIBUTION = absl_flags.DEFINE_enum(
     '(PFA\'s mixtures) and uniform (eps in [1, 10]) draw them by --seed, '
     'batch sizes from {16, 32, 64, 128}; dist1-dist9 are Robust-HDP\'s fixed '
     'lists of both, for 20, 40 or 60 clients.')
+RPCA_FREEZE_AFTER_ROUND = absl_flags.DEFINE_integer(
+    'rpca_freeze_after_round', None, 'Untrusted server, robust_hdp: estimate '
+    'the clients\' weights by RPCA in rounds 1..k only and reuse round k\'s '
+    'after (k=1 is Robust-HDP\'s authors\' code; RPCA is most of a round\'s '
+    'time). Default: every round, as the paper\'s Algorithm 1. rounds.csv '
+    'says in each round which ran.')
 DP_SGD_CLIP = absl_flags.DEFINE_float(
     'dp_sgd_clip', 1.0, 'Untrusted server and cross-silo: DP-SGD\'s '
     'per-example clip norm c.')
@@ -201,6 +207,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr',
         'release_unprotected_stats')},
     'epsilon_distribution': (UNTRUSTED,),
+    'rpca_freeze_after_round': (UNTRUSTED,),
     **{name: (CROSS_SILO,) for name in (
         'lambdas', 'client_lrs', 'sweep', 'num_clusters',
         'selection_fraction', 'selection_share')},
@@ -361,6 +368,12 @@ def validate_flags() -> None:
     _level_targets()
   if current in (UNTRUSTED, CROSS_SILO):
     _in(DP_SGD_CLIP, 0, low_open=True)
+  if current == UNTRUSTED:
+    _in(RPCA_FREEZE_AFTER_ROUND, 1)
+    check(RPCA_FREEZE_AFTER_ROUND.value is None or
+          'robust_hdp' in ALGORITHMS.value,
+          '--rpca_freeze_after_round is read by robust_hdp only, which '
+          f'--algorithms={",".join(ALGORITHMS.value)} does not run; drop it.')
     check(len(DELTAS.value) == 1,
           f'--deltas: the {_SETTING_NAMES[current]} setting has one delta '
           f'for every {"client" if current == UNTRUSTED else "silo"}, got '

@@ -18,6 +18,7 @@ def run() -> None:
       clip_norm=flags.DP_SGD_CLIP.value,
       seed=flags.SEED.value,
       eval_every=flags.EVAL_EVERY.value,
+      rpca_freeze_after_round=flags.RPCA_FREEZE_AFTER_ROUND.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
   flags.print_privacy_warnings()

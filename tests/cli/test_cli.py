@@ -1,5 +1,6 @@
 """run_experiment.py end to end, and its one-line errors for bad input."""
 
+import csv
 import json
 import os
 import signal
@@ -123,6 +124,29 @@ def test_untrusted_server_rules_run_and_report_client_spend(tmp_path):
   assert summary['epsilon_spent_max'] <= max(summary['target_epsilons']) * (
       1 + 1e-6)
   assert 1.0 <= min(summary['target_epsilons'])  # Uniform(1, 10)
+  # Algorithm 1 by default: RPCA in every round, and rounds.csv says so.
+  rows = _rounds(tmp_path / 'robust_hdp')
+  assert [r['weights_frozen'] for r in rows] == ['0', '0']
+  assert all(int(r['rpca_iterations']) > 0 for r in rows)
+  assert 'rpca_iterations' not in _rounds(tmp_path / 'dpfedavg')[0]
+
+
+def _rounds(run_dir):
+  with open(os.path.join(run_dir, 'rounds.csv')) as f:
+    return list(csv.DictReader(f))
+
+
+def test_robust_hdp_weights_frozen_after_round_k_as_its_authors_code(
+    tmp_path):
+  result = _run('--num_clients=10', '--algorithms=robust_hdp', '--rounds=3',
+                '--eval_every=3', '--epsilon_distribution=uniform',
+                '--rpca_freeze_after_round=2', f'--output_dir={tmp_path}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  rows = _rounds(tmp_path / 'robust_hdp')
+  assert [r['weights_frozen'] for r in rows] == ['0', '0', '1']
+  assert [int(r['rpca_iterations']) > 0 for r in rows] == [True, True, False]
+  with open(os.path.join(tmp_path, 'robust_hdp', 'summary.json')) as f:
+    assert json.load(f)['settings']['rpca_freeze_after_round'] == 2
 
 
 def test_robust_hdp_list_sets_every_clients_epsilon_and_batch_size(tmp_path):

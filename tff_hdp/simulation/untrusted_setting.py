@@ -39,6 +39,8 @@ class UntrustedSettings:
   clip_norm: float = 1.0
   seed: int = 0
   eval_every: int = 10
+  # robust_hdp: RPCA in rounds 1..k only (None: every round, Algorithm 1).
+  rpca_freeze_after_round: int | None = None
   # Voids the guarantee: see tff_hdp.privacy.dp_randomness.
   unsafe_seeded_dp_randomness: bool = False
   allow_large_delta: bool = False  # accept delta >= 1 / n_i
@@ -51,11 +53,15 @@ class UntrustedRounds(round_loop.RoundProgram):
   `client_files.ClientFiles`')."""
 
   columns = ('round', 'acc_g', 'max_epsilon_spent')
+  # Robust-HDP's aggregator measurements that say how a round's weights were
+  # found (from the clients' noisy updates only: post-processing).
+  rpca_columns = ('weights_frozen', 'rpca_converged', 'rpca_iterations')
 
   def __init__(self, task: FederatedTask, process, state, plans, weights,
                client_seeds, settings: UntrustedSettings, label: str,
-               train_dataset=None):
+               train_dataset=None, reports_rpca: bool = False):
     self.label = label
+    self.columns = self.columns + (self.rpca_columns if reports_rpca else ())
     self.rounds = settings.rounds
     self.state = state
     self._task, self._process, self._settings = task, process, settings
@@ -68,9 +74,15 @@ class UntrustedRounds(round_loop.RoundProgram):
                                     seed=s)
             for c, p, w, s in zip(self._task.client_ids, self._plans,
                                   self._weights, self._seeds)]
-    self.state = self._process.next(self.state, data).state
-    return {'max_epsilon_spent': max(p.epsilon_after(round_num)
-                                     for p in self._plans)}
+    output = self._process.next(self.state, data)
+    self.state = output.state
+    row = {'max_epsilon_spent': max(p.epsilon_after(round_num)
+                                    for p in self._plans)}
+    aggregator = output.metrics['aggregator']
+    for column in self.columns:
+      if column in self.rpca_columns:
+        row[column] = int(aggregator[column])
+    return row
 
   def evaluate(self, round_num: int) -> dict:
     del round_num
@@ -80,6 +92,12 @@ class UntrustedRounds(round_loop.RoundProgram):
 
   def weights(self):
     return self._process.get_model_weights(self.state)
+
+
+def _aggregator_options(algorithm: str, settings: UntrustedSettings) -> dict:
+  if algorithm == 'robust_hdp':
+    return {'freeze_after_round': settings.rpca_freeze_after_round}
+  return {}
 
 
 def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettings,
@@ -98,7 +116,8 @@ def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettin
   loss = task.loss_fn()
   loss.reduction = tf.keras.losses.Reduction.NONE
   process = noise_aware.build_noise_aware_fedavg(
-      task.tff_model_fn(), loss, noise_aware.build_aggregator(algorithm),
+      task.tff_model_fn(), loss, noise_aware.build_aggregator(
+          algorithm, **_aggregator_options(algorithm, settings)),
       settings.learning_rate, settings.clip_norm)
   state = process.initialize()
   num_params = sum(int(np.prod(np.shape(w)))
@@ -117,7 +136,8 @@ def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettin
            else None)
   program = UntrustedRounds(task, process, state, client_plans, weights,
                             client_seeds, settings, label=f'{algorithm} rounds',
-                            train_dataset=files and files.train_dataset)
+                            train_dataset=files and files.train_dataset,
+                            reports_rpca=algorithm == 'robust_hdp')
   run_dir = os.path.join(output_dir, algorithm) if output_dir else None
   try:
     result = round_loop.run_rounds(program, output_dir=run_dir,
