@@ -12,6 +12,8 @@ randomness: not a privacy run.
 
   .venv/bin/python benchmarks/untrusted_round_speed.py
   .venv/bin/python benchmarks/untrusted_round_speed.py --algorithms=weiavg
+  .venv/bin/python benchmarks/untrusted_round_speed.py \
+      --algorithms=robust_hdp --data=files --rpca_freeze_after_round=1
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ _ALGORITHMS = flags.DEFINE_list('algorithms', ['robust_hdp', 'weiavg'],
 _NUM_CLIENTS = flags.DEFINE_integer('num_clients', 20, 'MNIST IID clients.')
 _DISTRIBUTION = flags.DEFINE_string('epsilon_distribution', 'uniform',
                                     'Clients\' epsilons and batch sizes.')
+_FREEZE = flags.DEFINE_integer(
+    'rpca_freeze_after_round', None, 'robust_hdp: RPCA in rounds 1..k only '
+    '(k=1: every timed round reuses the untimed first round\'s weights).')
 _DATA_DIR = flags.DEFINE_string(
     'data_dir', None, 'MNIST\'s folder (default: mnist under $TFF_HDP_DATA '
     'or ../shared/data).')
@@ -46,7 +51,8 @@ def _seconds_per_round(task, algorithm: str, files: bool) -> float:
   from tff_hdp.simulation import untrusted_setting as us  # pylint: disable=g-import-not-at-top
   settings = us.UntrustedSettings(
       rounds=_ROUNDS.value + 1, epsilon_distribution=_DISTRIBUTION.value,
-      unsafe_seeded_dp_randomness=True)
+      unsafe_seeded_dp_randomness=True,
+      rpca_freeze_after_round=_FREEZE.value)
   timed = {}
 
   def run_rounds(program, **kwargs):
@@ -89,7 +95,9 @@ def main(argv):
   print(f'{task.name}: {len(task.client_ids)} clients, eps ~ '
         f'{_DISTRIBUTION.value}, {_ROUNDS.value} timed rounds, '
         f'{os.cpu_count()} CPU cores, load average '
-        f'{os.getloadavg()[0]:.2f}')
+        f'{os.getloadavg()[0]:.2f}, robust_hdp RPCA '
+        + ('every round' if _FREEZE.value is None else
+           f'frozen after round {_FREEZE.value}'))
   print('| rule | examples | seconds per round | vs first |')
   print('|---|---|---|---|')
   for algorithm in _ALGORITHMS.value:
