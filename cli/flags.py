@@ -368,16 +368,16 @@ def validate_flags() -> None:
     _level_targets()
   if current in (UNTRUSTED, CROSS_SILO):
     _in(DP_SGD_CLIP, 0, low_open=True)
+    check(len(DELTAS.value) == 1,
+          f'--deltas: the {_SETTING_NAMES[current]} setting has one delta '
+          f'for every {"client" if current == UNTRUSTED else "silo"}, got '
+          f'{",".join(DELTAS.value)}.')
   if current == UNTRUSTED:
     _in(RPCA_FREEZE_AFTER_ROUND, 1)
     check(RPCA_FREEZE_AFTER_ROUND.value is None or
           'robust_hdp' in ALGORITHMS.value,
           '--rpca_freeze_after_round is read by robust_hdp only, which '
           f'--algorithms={",".join(ALGORITHMS.value)} does not run; drop it.')
-    check(len(DELTAS.value) == 1,
-          f'--deltas: the {_SETTING_NAMES[current]} setting has one delta '
-          f'for every {"client" if current == UNTRUSTED else "silo"}, got '
-          f'{",".join(DELTAS.value)}.')
   if current == TRUSTED:
     _check_ratios()
     _in(CLIENTS_PER_ROUND, 1)

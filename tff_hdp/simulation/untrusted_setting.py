@@ -61,6 +61,7 @@ class UntrustedRounds(round_loop.RoundProgram):
                client_seeds, settings: UntrustedSettings, label: str,
                train_dataset=None, reports_rpca: bool = False):
     self.label = label
+    self._reports_rpca = reports_rpca
     self.columns = self.columns + (self.rpca_columns if reports_rpca else ())
     self.rounds = settings.rounds
     self.state = state
@@ -78,10 +79,9 @@ class UntrustedRounds(round_loop.RoundProgram):
     self.state = output.state
     row = {'max_epsilon_spent': max(p.epsilon_after(round_num)
                                     for p in self._plans)}
-    aggregator = output.metrics['aggregator']
-    for column in self.columns:
-      if column in self.rpca_columns:
-        row[column] = int(aggregator[column])
+    if self._reports_rpca:
+      aggregator = output.metrics['aggregator']
+      row.update({c: int(aggregator[c]) for c in self.rpca_columns})
     return row
 
   def evaluate(self, round_num: int) -> dict:
