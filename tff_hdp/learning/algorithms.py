@@ -55,7 +55,9 @@ class Algorithm:
   Untrusted setting: `build_factory(**options)` is the server's aggregation
   factory (an unweighted one sees only the updates, and the client weight is
   'none'); `client_weight` is what a client sends with its update;
-  `min_epsilon` runs every client at the smallest epsilon. Cross-silo:
+  `min_epsilon` runs every client at the smallest epsilon;
+  `round_measurements` are the factory's whole-number measurements (counts,
+  flags) that rounds.csv reports every round. Cross-silo:
   `regularized` (lambda applies), `personal_epoch` (Ditto's second epoch per
   round), `clustered` (cluster models with private selection, IFCA).
   """
@@ -66,6 +68,7 @@ class Algorithm:
   build_factory: Callable[..., tff.aggregators.Factory] | None = None
   client_weight: str = 'none'
   min_epsilon: bool = False
+  round_measurements: tuple[str, ...] = ()
   regularized: bool = False
   personal_epoch: bool = False
   clustered: bool = False
@@ -88,7 +91,9 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm('nonprivate', TRUSTED, 'FedAvg'),
     Algorithm('robust_hdp', UNTRUSTED, 'Robust-HDP',
               lazy_factory('tff_hdp.aggregators.robust_hdp',
-                           'RobustHDPFactory')),
+                           'RobustHDPFactory'),
+              round_measurements=('weights_frozen', 'rpca_converged',
+                                  'rpca_iterations')),
     Algorithm('oracle', UNTRUSTED, 'inverse noise variance (oracle)', _MEAN,
               'inverse_noise_variance'),
     Algorithm('weiavg', UNTRUSTED, 'WeiAvg', _MEAN, 'epsilon'),

@@ -52,6 +52,12 @@ def client_epsilons(name: str, epsilons: Sequence[float]) -> list[float]:
   return list(epsilons)
 
 
+def round_measurements(name: str) -> tuple[str, ...]:
+  """The aggregator measurements of algorithm `name` that each round reports
+  (functions of the noisy updates only)."""
+  return _record(name).round_measurements
+
+
 def client_weight(name: str, privacy: plans.ClientPrivacy,
                   learning_rate: float, clip_norm: float,
                   num_params: int) -> float:

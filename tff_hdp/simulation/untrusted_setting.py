@@ -53,16 +53,15 @@ class UntrustedRounds(round_loop.RoundProgram):
   `client_files.ClientFiles`')."""
 
   columns = ('round', 'acc_g', 'max_epsilon_spent')
-  # Robust-HDP's aggregator measurements that say how a round's weights were
-  # found (from the clients' noisy updates only: post-processing).
-  rpca_columns = ('weights_frozen', 'rpca_converged', 'rpca_iterations')
 
   def __init__(self, task: FederatedTask, process, state, plans, weights,
                client_seeds, settings: UntrustedSettings, label: str,
-               train_dataset=None, reports_rpca: bool = False):
+               train_dataset=None, measurements: tuple[str, ...] = ()):
+    """`measurements`: the aggregator's, reported as columns after
+    `columns` (`noise_aware.round_measurements`)."""
     self.label = label
-    self._reports_rpca = reports_rpca
-    self.columns = self.columns + (self.rpca_columns if reports_rpca else ())
+    self._measurements = measurements
+    self.columns = self.columns + measurements
     self.rounds = settings.rounds
     self.state = state
     self._task, self._process, self._settings = task, process, settings
@@ -79,9 +78,8 @@ class UntrustedRounds(round_loop.RoundProgram):
     self.state = output.state
     row = {'max_epsilon_spent': max(p.epsilon_after(round_num)
                                     for p in self._plans)}
-    if self._reports_rpca:
-      aggregator = output.metrics['aggregator']
-      row.update({c: int(aggregator[c]) for c in self.rpca_columns})
+    for name in self._measurements:
+      row[name] = int(output.metrics['aggregator'][name])
     return row
 
   def evaluate(self, round_num: int) -> dict:
@@ -137,7 +135,8 @@ def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettin
   program = UntrustedRounds(task, process, state, client_plans, weights,
                             client_seeds, settings, label=f'{algorithm} rounds',
                             train_dataset=files and files.train_dataset,
-                            reports_rpca=algorithm == 'robust_hdp')
+                            measurements=noise_aware.round_measurements(
+                                algorithm))
   run_dir = os.path.join(output_dir, algorithm) if output_dir else None
   try:
     result = round_loop.run_rounds(program, output_dir=run_dir,
