@@ -200,8 +200,14 @@ def test_learning_process_runs_a_round_with_each_kind_of_rule(rule, options):
   after = process.get_model_weights(out.state).trainable
   assert not np.allclose(before[0], after[0])
   assert np.all(np.isfinite(after[0]))
+  # What rounds.csv reports of this rule: whole numbers the factory measures.
+  for name in noise_aware.round_measurements(rule):
+    value = np.asarray(out.metrics['aggregator'][name])
+    assert value.shape == () and value.dtype.kind in 'biu', (name, value)
   if rule == 'robust_hdp':
     assert bool(out.metrics['aggregator']['rpca_converged'])
   if rule == 'pfa':
     assert bool(out.metrics['aggregator']['mixture_converged'])
     assert len(out.metrics['aggregator']['public']) == 3
+    assert (out.metrics['aggregator']['num_public'] +
+            out.metrics['aggregator']['num_private']) == 3
