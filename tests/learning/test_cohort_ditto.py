@@ -135,6 +135,25 @@ def test_non_finite_client_keeps_its_personal_model(task, steps):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_cohorts_stepped_side_by_side_equal_cohorts_one_at_a_time(task):
+  ids = list(range(7))
+  arrays, groups = _clients(task, ids)
+  global_weights = _global(0)
+  personal = [list(global_weights.trainable) for _ in ids]
+  sizes = [2, 1, 2, 1, 1]  # 3 threads: thread 0 steps cohorts 0 and 3
+  results = []
+  for threads in (1, 3):
+    step = ditto.build_cohort_personalization(
+        task.tff_model_fn(), LAMBDAS, LR, task.batch_size, EPOCHS,
+        threads=threads)
+    results.append(_cohorts(step, global_weights, personal, arrays, groups,
+                            sizes, pad=0))
+  for one, side_by_side, start in zip(*results, personal):
+    assert not np.array_equal(one[0], start[0])
+    for a, b in zip(one, side_by_side):
+      np.testing.assert_array_equal(a, b)
+
+
 def test_run_with_ditto_in_cohorts_matches_per_client_run(task, tmp_path):
   choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 8.0, 1e-4)], 0.3, seed=0)
