@@ -29,6 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from cli import entry  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds per configuration.')
 _DATA = flags.DEFINE_list('data', ['sent', 'files'],
@@ -57,6 +59,8 @@ def _seconds_per_round(task, algorithm: str, files: bool) -> float:
 
   def run_rounds(program, **kwargs):
     del kwargs
+    timed['steps'] = sum(p.steps_per_epoch for p in program.client_plans)
+    timed['shapes'] = [np.shape(w) for w in program.weights().trainable]
     program.train(1)
     start = time.perf_counter()
     for r in range(2, program.rounds + 1):
@@ -73,7 +77,30 @@ def _seconds_per_round(task, algorithm: str, files: bool) -> float:
     pass
   finally:
     us.round_loop.run_rounds, us.runtime.workers_share_disk = saved
-  return timed['seconds']
+  return timed['seconds'], timed['steps'], timed['shapes']
+
+
+def _noise_seconds(steps: int, shapes) -> float:
+  """Seconds to draw a round's DP-SGD noise as `dp_sgd` does: one
+  stateless Gaussian tensor per trainable variable per step (best of 3)."""
+  @tf.function
+  def draw(steps):
+    total = tf.constant(0.0)
+    for step in tf.range(steps):
+      seed = tf.stack([tf.cast(step, tf.int64), tf.constant(0, tf.int64)])
+      for i, shape in enumerate(shapes):
+        noise = tf.random.stateless_normal(
+            shape, tf.random.experimental.stateless_fold_in(seed, i))
+        total += noise[(0,) * len(shape)]
+    return total
+
+  draw(tf.constant(1))
+  times = []
+  for _ in range(3):
+    start = time.perf_counter()
+    draw(tf.constant(steps)).numpy()
+    times.append(time.perf_counter() - start)
+  return min(times)
 
 
 def main(argv):
@@ -104,12 +131,19 @@ def main(argv):
     base = None
     for data in _DATA.value:
       try:
-        seconds = _seconds_per_round(task, algorithm, data == 'files')
+        seconds, steps, shapes = _seconds_per_round(task, algorithm,
+                                                    data == 'files')
       except ValueError as e:
         raise entry.InputError(f'--algorithms={algorithm}: {e}') from None
       base = base or seconds
       print(f'| {algorithm} | {data} | {seconds:.3f} | '
             f'{base / seconds:.2f}x |', flush=True)
+  draws = steps * sum(int(np.prod(s)) for s in shapes)
+  noise = _noise_seconds(steps, shapes)
+  print(f'\nDP-SGD noise alone: {steps} client steps a round x '
+        f'{draws // steps:,} parameters = {draws / 1e6:.1f} M Gaussian draws; '
+        f'drawing them here takes {noise:.3f} s ({draws / noise / 1e6:.0f} M '
+        'draws/s), a floor under every rule\'s round on this machine.')
 
 
 if __name__ == '__main__':

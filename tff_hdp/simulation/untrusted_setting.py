@@ -68,6 +68,11 @@ class UntrustedRounds(round_loop.RoundProgram):
     self._plans, self._weights, self._seeds = plans, weights, client_seeds
     self._train_dataset = train_dataset or task.train_dataset
 
+  @property
+  def client_plans(self) -> tuple:
+    """Each client's DP-SGD plan (`plans.ClientPrivacy`), in client order."""
+    return tuple(self._plans)
+
   def train(self, round_num: int) -> dict:
     order = selection.every_client_order_seed(self._settings.seed, round_num)
     data = [dp_sgd.make_client_data(self._train_dataset(c, order), p, w,
