@@ -15,7 +15,10 @@ clients-per-round values:
       clipping and per-group noisy means in plain TensorFlow, no TFF;
   (v) the vectorized floor: every sampled client's local SGD in one batched
       graph (one batched matmul per local step for all clients), the same
-      clipping, noise and group means, no TFF, no loop over clients.
+      clipping, noise and group means, no TFF, no loop over clients;
+  (t) TFF's data path alone: the round's cohorts packed as in (a) and sent
+      to a TFF computation that only reads one number from each, no
+      training: what (a) pays to move the examples into TFF's worker.
 
 Each cell is the median over measured rounds after warm-up rounds (tracing);
 gathering a round's data is timed in every column. GFLOP/s counts the
@@ -52,7 +55,9 @@ _WARMUP = flags.DEFINE_integer('warmup', 2, 'Unmeasured rounds per cell.')
 _NUM_CLIENTS = flags.DEFINE_integer('num_clients', 2000, 'Population.')
 _EXAMPLES = flags.DEFINE_integer('examples_per_client', 30,
                                  'Examples per client.')
-_PATHS_ALL = ('a', 'a1', 'b', 'c', 'v')
+_PATHS_ALL = ('a', 'a1', 'b', 'c', 'v', 't')
+# The paths that train, whose GFLOP/s the table reports.
+_TRAINING_PATHS = ('a', 'a1', 'b', 'c', 'v')
 _PATHS = flags.DEFINE_multi_enum(
     'paths', list(_PATHS_ALL), _PATHS_ALL,
     'Columns to measure (e.g. only a and v at 10,000 clients per round, '
@@ -127,19 +132,44 @@ def _tff_runner(process, datasets, m: int, with_groups: bool):
   return step
 
 
-def _cohort_runner(process, xs, ys, m: int, cohort_size: int):
+def _cohort_round(xs, ys, m: int, cohort_size: int, r: int):
+  """Round r's m sampled clients packed as cohorts (1 in 20 non-private)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   from tff_hdp.learning import cohort  # pylint: disable=g-import-not-at-top
-  state = [process.initialize()]
-  n = len(xs)
+  ids = np.random.default_rng(r).choice(len(xs), m, replace=False)
   eye = np.eye(2, dtype='float32')
+  return cohort.pack_round([(xs[i], ys[i]) for i in ids],
+                           [eye[int(i % 20 == 0)] for i in ids], 2,
+                           cohort_size)
+
+
+def _cohort_runner(process, xs, ys, m: int, cohort_size: int):
+  state = [process.initialize()]
 
   def step(r):
-    ids = np.random.default_rng(r).choice(n, m, replace=False)
-    data = cohort.pack_round([(xs[i], ys[i]) for i in ids],
-                             [eye[int(i % 20 == 0)] for i in ids], 2,
-                             cohort_size)
+    data = _cohort_round(xs, ys, m, cohort_size, r)
     state[0] = process.next(state[0], data).state
+
+  return step
+
+
+def _transport_runner(xs, ys, m: int, cohort_size: int, spec):
+  """(t): each cohort's TFF client returns one number of its examples."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tff_hdp.learning import cohort  # pylint: disable=g-import-not-at-top
+  data_type = cohort.cohort_data_type(spec, 2)
+
+  @tff.tensorflow.computation(data_type)
+  def first_value(cohort_data):
+    x = cohort_data.get_single_element()[cohort.DATA_KEY][0]
+    return x[0, 0, 0]
+
+  @tff.federated_computation(tff.FederatedType(data_type, tff.CLIENTS))
+  def receive(data):
+    return tff.federated_sum(tff.federated_map(first_value, data))
+
+  def step(r):
+    receive(_cohort_round(xs, ys, m, cohort_size, r))
 
   return step
 
@@ -305,7 +335,9 @@ def main(argv):
 
     runners = {'a': cohorts, 'a1': per_client, 'b': theirs,
                'c': lambda m=m: _floor_runner(xs, ys, m),
-               'v': lambda m=m: _vectorized_floor_runner(xs, ys, m)}
+               'v': lambda m=m: _vectorized_floor_runner(xs, ys, m),
+               't': lambda m=m: _transport_runner(xs, ys, m,
+                                                  _COHORT_SIZE.value, spec)}
     results = {name: _measure(runners[name](), _ROUNDS.value, _WARMUP.value)
                for name in _PATHS.value}
     cells[m] = results
@@ -321,14 +353,16 @@ def main(argv):
 
     rows.append([
         m, cell('a'), cell('a1'), cell('b'), cell('c'),
-        cell('v', 4), ratio('a', 'b'), ratio('a', 'v', 1), ratio('a1', 'b'),
+        cell('v', 4), cell('t'), ratio('a', 'b'), ratio('a', 'v', 1),
+        ratio('a1', 'b'),
         ' / '.join(f'{flops / seconds[k] / 1e9:.2f}' if k in seconds else '-'
-                   for k in _PATHS_ALL),
+                   for k in _TRAINING_PATHS),
         f'{max(r[1] for r in results.values()) / 2**20:.0f}'])
   header = ['clients/round', 'a: FedHDP cohorts s/round',
             'a1: FedHDP per-client s/round',
             'b: TFF DP-FedAvg s/round', 'c: plain TF s/round',
-            'v: vectorized floor s/round', 'a/b', 'a/v', 'a1/b',
+            'v: vectorized floor s/round',
+            't: examples into TFF s/round', 'a/b', 'a/v', 'a1/b',
             'GFLOP/s a / a1 / b / c / v', 'peak RSS MiB']
   print('\n' + tables.markdown_table(header, rows))
   ms = sorted(cells)
