@@ -1,13 +1,15 @@
 """Wall time of the paper-scale non-IID MNIST run (FeO2 Table 3 setting).
 
 2,000 single-digit clients (real MNIST from --data_dir), 100 clients per
-round (Poisson), 1-layer NN, batch 10, 1 local epoch, FedHDP r=0.01 at
-(3.6, 1e-4) with 5% opt-out, evaluation every 10 rounds, with and without
-Ditto (--ditto): the whole training
-loop (sampling, packing, TFF rounds, evaluation), as `run_experiment.py`
-runs it. Each mode runs --rounds rounds; its --target_rounds estimate is
-the set-up (building and tracing the process) plus that many rounds at the
-measured rate. Loading MNIST (seconds) is not counted.
+round (Poisson; --clients_per_round), 1-layer NN, batch 10, 1 local epoch,
+FedHDP r=0.01 at (3.6, 1e-4) with 5% opt-out, evaluation every 10 rounds,
+with and without Ditto (--ditto): the whole training loop (sampling,
+packing, TFF rounds, evaluation), as `run_experiment.py` runs it, and where
+a round's time goes (packing its data, the TFF round with the accounting,
+Ditto's personal steps, evaluation spread over the rounds). Each mode runs
+--rounds rounds; its --target_rounds estimate is the set-up (building and
+tracing the process) plus that many rounds at the measured rate. Loading
+MNIST (seconds) is not counted.
 
   .venv/bin/python benchmarks/paper_scale.py --rounds=500 --modes=cohort \
       --ditto=off,on
@@ -17,6 +19,7 @@ measured rate. Loading MNIST (seconds) is not counted.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import sys
@@ -41,6 +44,8 @@ _TARGET = flags.DEFINE_integer('target_rounds', 500,
 _MODES = flags.DEFINE_list(
     'modes', ['cohort'], 'cohort (--cohort_size clients per TFF client) '
     'and/or per_client (one TFF client per client).')
+_PER_ROUND = flags.DEFINE_integer(
+    'clients_per_round', 100, 'Expected clients per round (Poisson).')
 _COHORT_SIZE = flags.DEFINE_integer('cohort_size', 64,
                                     'Clients per cohort in mode cohort.')
 _DITTO = flags.DEFINE_list(
@@ -53,6 +58,20 @@ def _accuracy(value) -> str:
   return '-' if value is None else f'{value:.2f}'
 
 
+def _time_calls(owner, name: str, totals: dict) -> None:
+  """Adds the seconds every call of `owner.name` takes to totals[name]."""
+  original = getattr(owner, name)
+
+  def timed(*args, **kwargs):
+    start = time.perf_counter()
+    try:
+      return original(*args, **kwargs)
+    finally:
+      totals[name] += time.perf_counter() - start
+
+  setattr(owner, name, timed)
+
+
 def main(argv):
   del argv
   from tasks import mnist  # pylint: disable=g-import-not-at-top
@@ -61,6 +80,7 @@ def main(argv):
   from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from tff_hdp.learning.execution import Execution  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy.privacy_groups import PrivacyGroup  # pylint: disable=g-import-not-at-top
 
   runtime.init()
@@ -68,14 +88,23 @@ def main(argv):
   n = len(task.client_ids)
   choices = trusted_setting.client_choices(
       task, [PrivacyGroup('private', 3.6, 1e-4)], 0.05, seed=0)
+  # Where a round's time goes: packing its data, Ditto's personal steps, the
+  # rest of TrustedRounds.train (the TFF round and the accounting), and
+  # evaluation (every 10 rounds, spread over the rounds).
+  totals = collections.defaultdict(float)
+  for owner, name in ((Execution, 'round_data'), (Execution, 'personalize'),
+                      (trusted_setting.TrustedRounds, 'train'),
+                      (trusted_setting.TrustedRounds, 'evaluate')):
+    _time_calls(owner, name, totals)
   rows = []
   for mode, ditto in [(m, d) for m in _MODES.value for d in _DITTO.value]:
+    totals.clear()
     if mode not in ('cohort', 'per_client'):
       raise app.UsageError(f'unknown mode {mode!r}.')
     if ditto not in ('off', 'on'):
       raise app.UsageError(f'--ditto takes off and/or on, got {ditto!r}.')
     settings = trusted_setting.Settings(
-        rounds=_ROUNDS.value, sampling=accounting.PoissonSampling(100 / n),
+        rounds=_ROUNDS.value, sampling=accounting.PoissonSampling(_PER_ROUND.value / n),
         clip=plans.ClipSettings(initial_norm=0.5), checkpoint_every=0,
         eval_every=10,
         cohort_size=_COHORT_SIZE.value if mode == 'cohort' else 0)
@@ -91,16 +120,23 @@ def main(argv):
     per_round = summary['seconds'] / _ROUNDS.value
     setup = total - summary['seconds']
     estimate = setup + per_round * _TARGET.value
+    parts = collections.defaultdict(
+        float, {k: v / _ROUNDS.value for k, v in totals.items()})
+    tff_round = parts['train'] - parts['round_data'] - parts['personalize']
     rows.append([
         mode + (f' ({_COHORT_SIZE.value})' if mode == 'cohort' else ''),
         ditto, _ROUNDS.value, f'{setup:.1f}', f'{per_round:.3f}',
+        f"{parts['round_data']:.3f}", f'{tff_round:.3f}',
+        f"{parts['personalize']:.3f}", f"{parts['evaluate']:.3f}",
         f'{estimate / 60:.1f}', f"{summary['metrics']['acc_g']:.2f}",
         _accuracy(summary['metrics'].get('acc_l_np'))])
   header = ['mode (cohort size)', 'Ditto', 'rounds run', 'setup s',
-            's/round (incl. eval)', f'{_TARGET.value} rounds, min',
+            's/round (incl. eval)', 'packing', 'TFF round + accounting',
+            'Ditto step', 'evaluation', f'{_TARGET.value} rounds, min',
             'Acc_g after the rounds run', 'Acc_l,np (released)']
   examples = len(task.client_train[task.client_ids[0]][0])
-  print(f'\nnon-IID MNIST: {n} clients, 100 per round (Poisson), {examples} '
+  print(f'\nnon-IID MNIST: {n} clients, {_PER_ROUND.value} per round '
+        f'(Poisson), {examples} '
         'training examples per client, batch 10, 1 epoch\n')
   print(tables.markdown_table(header, rows))
 
