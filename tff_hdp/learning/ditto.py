@@ -101,10 +101,13 @@ def _build_cohort_personal_training(model_fn, epochs: int, lambdas: np.ndarray,
   weights = tf.nest.map_structure(
       lambda v: tf.TensorSpec(v.shape, v.dtype),
       tff.learning.models.ModelWeights.from_model(model))
-  # Per client: a leading [K] dimension (data: [K, n_max] + example shape).
-  stacked = lambda s: tf.TensorSpec([None] + s.shape.as_list(), s.dtype)  # pylint: disable=unnecessary-lambda-assignment
-  signature = (weights, [stacked(s) for s in weights.trainable],
-               tf.nest.map_structure(stacked, model.input_spec),
+
+  def per_client(spec):
+    """`spec` with a leading [K] (data: [K, n_max] + example shape)."""
+    return tf.TensorSpec([None] + spec.shape.as_list(), spec.dtype)
+
+  signature = (weights, [per_client(s) for s in weights.trainable],
+               tf.nest.map_structure(per_client, model.input_spec),
                tf.TensorSpec([None], tf.int32),
                tf.TensorSpec([None, len(lambdas)], tf.float32))
 
@@ -181,7 +184,7 @@ class CohortPersonalization:
                    element[cohort.GROUP_KEY])
 
     def run_share(thread):
-      # Thread t runs cohorts t, t + threads, ... with its own tf.function.
+      # Thread t runs cohorts t, t + threads, ... with its own function.
       return [run(self._trains[thread], *jobs[i])
               for i in range(thread, len(jobs), threads)]
 
