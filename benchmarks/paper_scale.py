@@ -96,6 +96,9 @@ def main(argv):
                       (trusted_setting.TrustedRounds, 'train'),
                       (trusted_setting.TrustedRounds, 'evaluate')):
     _time_calls(owner, name, totals)
+  if not 0 < _PER_ROUND.value <= n:
+    raise app.UsageError(f'--clients_per_round must be in 1..{n} (the '
+                         f'clients), got {_PER_ROUND.value}.')
   rows = []
   for mode, ditto in [(m, d) for m in _MODES.value for d in _DITTO.value]:
     totals.clear()
@@ -104,7 +107,8 @@ def main(argv):
     if ditto not in ('off', 'on'):
       raise app.UsageError(f'--ditto takes off and/or on, got {ditto!r}.')
     settings = trusted_setting.Settings(
-        rounds=_ROUNDS.value, sampling=accounting.PoissonSampling(_PER_ROUND.value / n),
+        rounds=_ROUNDS.value,
+        sampling=accounting.PoissonSampling(_PER_ROUND.value / n),
         clip=plans.ClipSettings(initial_norm=0.5), checkpoint_every=0,
         eval_every=10,
         cohort_size=_COHORT_SIZE.value if mode == 'cohort' else 0)

@@ -81,17 +81,19 @@ def _seconds_per_round(task, algorithm: str, files: bool) -> float:
 
 
 def _noise_seconds(steps: int, shapes) -> float:
-  """Seconds to draw a round's DP-SGD noise as `dp_sgd` does: one
-  stateless Gaussian tensor per trainable variable per step (best of 3)."""
+  """Seconds to draw a round's DP-SGD noise with `dp_sgd.standard_noise`,
+  which every client step calls: one Gaussian tensor per trainable variable
+  (best of 3)."""
+  from tff_hdp.learning import dp_sgd  # pylint: disable=g-import-not-at-top
+  variables = [tf.zeros(shape) for shape in shapes]
+
   @tf.function
   def draw(steps):
     total = tf.constant(0.0)
     for step in tf.range(steps):
       seed = tf.stack([tf.cast(step, tf.int64), tf.constant(0, tf.int64)])
-      for i, shape in enumerate(shapes):
-        noise = tf.random.stateless_normal(
-            shape, tf.random.experimental.stateless_fold_in(seed, i))
-        total += noise[(0,) * len(shape)]
+      for noise in dp_sgd.standard_noise(variables, seed):
+        total += tf.reshape(noise, [-1])[0]
     return total
 
   draw(tf.constant(1))
@@ -138,6 +140,8 @@ def main(argv):
       base = base or seconds
       print(f'| {algorithm} | {data} | {seconds:.3f} | '
             f'{base / seconds:.2f}x |', flush=True)
+  if not (_ALGORITHMS.value and _DATA.value):
+    return
   draws = steps * sum(int(np.prod(s)) for s in shapes)
   noise = _noise_seconds(steps, shapes)
   print(f'\nDP-SGD noise alone: {steps} client steps a round x '

@@ -207,6 +207,14 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
   return summed
 
 
+def standard_noise(variables, seed) -> list[tf.Tensor]:
+  """A step's N(0, I) draws, one per variable, each from `seed` folded with
+  the variable's index: what `private_mean_gradient` scales to its noise."""
+  return [tf.random.stateless_normal(
+      tf.shape(v), tf.random.experimental.stateless_fold_in(seed, i),
+      dtype=v.dtype) for i, v in enumerate(variables)]
+
+
 def private_mean_gradient(per_example_loss_fn: Callable[[object], tf.Tensor],
                           inputs, variables, batch_size, clip_norm,
                           noise_multiplier, expected_batch_size, seed):
@@ -223,11 +231,8 @@ def private_mean_gradient(per_example_loss_fn: Callable[[object], tf.Tensor],
       lambda: clipped_gradient_sum(per_example_loss_fn, inputs, variables,
                                    clip_norm),
       lambda: [tf.zeros_like(v) for v in variables])
-  noise = [
-      noise_multiplier * clip_norm * tf.random.stateless_normal(
-          tf.shape(v), tf.random.experimental.stateless_fold_in(seed, i),
-          dtype=v.dtype) / expected_batch_size for i, v in enumerate(variables)
-  ]
+  noise = [noise_multiplier * clip_norm * n / expected_batch_size
+           for n in standard_noise(variables, seed)]
   return [s / expected_batch_size + n for s, n in zip(summed, noise)], noise
 
 
