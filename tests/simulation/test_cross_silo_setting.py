@@ -1,7 +1,9 @@
 """MR-MTL and the cross-silo baselines (SPEC.md §2): privacy, selection, state."""
 
+import json
 import math
 import os
+import signal
 
 import dp_accounting
 import numpy as np
@@ -317,3 +319,49 @@ def test_silo_calibrations_are_kept_on_disk_for_the_next_process(
       p.noise_multiplier for p in first]
   for plan, eps in zip(second, (1.0, 2.0, 4.0)):
     assert _dp_sgd_epsilon(plan) <= eps
+
+
+class _Deadline:
+  """Fails the block if it runs past `seconds`: a guard against a hang, not
+  a measure of speed (SIGALRM interrupts the accountant's Python loops)."""
+
+  def __init__(self, seconds):
+    self._seconds = seconds
+
+  def _expired(self, signum, frame):
+    raise TimeoutError(f'still running after {self._seconds} s')
+
+  def __enter__(self):
+    self._previous = signal.signal(signal.SIGALRM, self._expired)
+    signal.alarm(self._seconds)
+
+  def __exit__(self, *exc):
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, self._previous)
+
+
+@pytest.mark.parametrize('stored', [
+    'Infinity', '-Infinity', 'NaN', '-1', '0', '"4.1"', 'true', 'null',
+    '1e300', '1e12', '[2.0]'])
+def test_a_tampered_calibration_is_dropped_at_once(tmp_path, stored):
+  """Each value once hung the planning (Infinity: the accountant never
+  returns), raised (1e300: z^2 overflows) or was given to the accountant;
+  now every silo is calibrated afresh, to the same z as without a file."""
+  task = _clustered_task(num_silos=2)  # q = 20 / 120 < 1: inf would hang
+  algorithm = cse.algorithm_record('mrmtl')
+  settings = cse.CrossSiloSettings(rounds=3, epsilons=(2.0,), delta=1e-4,
+                                   learning_rate=0.1, clip_norm=1.0)
+  path = tmp_path / cse.CALIBRATIONS_FILE
+  calibrated = cse.plan_silos(task, algorithm, settings,
+                              calibrations=str(path))
+  keys = list(json.loads(path.read_text()))
+  path.write_text('{' + ', '.join(f'{json.dumps(k)}: {stored}'
+                                  for k in keys) + '}')
+  plans.plan_client_privacy.cache_clear()  # the calibration stays cached
+  with _Deadline(60):
+    again = cse.plan_silos(task, algorithm, settings, calibrations=str(path))
+  assert [p.noise_multiplier for p in again] == [
+      p.noise_multiplier for p in calibrated]
+  # The file holds the calibrated values again.
+  assert set(json.loads(path.read_text()).values()) == {
+      p.noise_multiplier for p in calibrated}

@@ -47,6 +47,11 @@ LAMBDA_GRID = (1e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
 LEARNING_RATE_GRID = (1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3)
 # Beside the runs of an output folder: every silo calibration made there.
 CALIBRATIONS_FILE = 'silo_noise_calibrations.json'
+# The stored noise multipliers the accountant is asked to confirm. Outside
+# this range a value is not a calibration (at infinity the accountant never
+# returns; from about 1e154 on, z^2 overflows) and is dropped at once: the
+# silo is calibrated afresh, which a genuine z above 1e6 would also cost.
+STORED_Z_RANGE = (1e-4, 1e6)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,13 +131,17 @@ def plan_silos(task: FederatedTask, algorithm: algorithms.Algorithm,
   `calibrations` is a JSON file of earlier calibrations (z by the plan's
   parameters), read and extended here, so that a resumed run or a sweep's
   next process does not calibrate every silo again (about 3 minutes for
-  School's 139); each stored z is confirmed by the accountant before use.
+  School's 139); each stored z is confirmed by the accountant before use,
+  and one that is not a number in `STORED_Z_RANGE` is not even tried.
   """
   _check(task, algorithm, settings)
   epsilons = settings.silo_epsilons(len(task.client_ids))
   selections = settings.selection_rounds(algorithm)
-  known = {k: v for k, v in checkpointing.read_json_dict(calibrations).items()
-           if isinstance(v, (int, float))}
+  low, high = STORED_Z_RANGE
+  known = {k: float(v)
+           for k, v in checkpointing.read_json_dict(calibrations).items()
+           if isinstance(v, (int, float)) and not isinstance(v, bool) and
+           low < v <= high}
   plans = []
   for c, eps in tqdm.tqdm(list(zip(task.client_ids, epsilons)),
                           desc='calibrating silos\' noise', unit='silo',
