@@ -5,18 +5,26 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-requirements
 
-.PHONY: install demo test clean
+.PHONY: install shim demo test clean
 
-$(STAMP): requirements.txt
+$(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { \
 	  echo "error: $(PYTHON) not found; tff-hdp needs Python 3.11 (TensorFlow 2.14 / TFF 0.87). Set PYTHON=/path/to/python3.11." >&2; exit 1; }
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "error: tff-hdp needs Python 3.11 (TensorFlow 2.14 / TFF 0.87), but $(PYTHON) is %d.%d." % v)'
 	$(PYTHON) -m venv $(VENV)
+
+# The TFF worker's shim library, compiled into the virtualenv (runs need no
+# compiler). Built before the packages, so a missing compiler is one line at
+# once, not after minutes of downloads; a no-op once built.
+shim: $(BIN)/python
+	@$(BIN)/python tff_hdp/simulation/worker_shim.py
+
+$(STAMP): requirements.txt | shim
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -r requirements.txt
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -c 'import tensorflow_federated, tensorflow_privacy, dp_accounting'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: shim $(STAMP)
 
 # A short comparison on the embedded digits task (no download): non-private
 # FedAvg, DP-FedAvg and FedHDP at two ratios r; prints the results table.

@@ -42,6 +42,34 @@ def fail(message: str) -> None:
   sys.exit(EXIT_BAD_INPUT)
 
 
+def file_error(error: OSError) -> str:
+  """'<file>: <OS error>' for an `OSError` (both files when it names two)."""
+  if error.filename is None:
+    return str(error)
+  names = ' -> '.join(str(f) for f in (error.filename, error.filename2)
+                      if f is not None)
+  return f'{names}: {error.strerror or error}'
+
+
+def check_writable(folder: str) -> None:
+  """`InputError` naming the first folder or file under `folder` that this
+  process cannot write (nothing is written): found before a run, not after
+  it trained."""
+  if not os.path.isdir(folder):
+    return
+  for root, _, files in os.walk(folder, onerror=_raise):
+    for path, mode in [(root, os.W_OK | os.X_OK)] + [
+        (os.path.join(root, f), os.W_OK) for f in files]:
+      if not os.access(path, mode):
+        raise InputError(f'--output_dir={folder}: {path} is not writable '
+                         '(a run writes there); make it writable or choose '
+                         'another --output_dir')
+
+
+def _raise(error: OSError) -> None:
+  raise InputError(f'--output_dir: {file_error(error)}')
+
+
 def _describe(flag: absl_flags.Flag) -> str:
   default = flag.default
   if isinstance(default, list):
@@ -100,18 +128,27 @@ def run(main: Callable[[list[str]], None], usage: str,
     try:
       if validate is not None:
         validate()
+      if 'output_dir' in absl_flags.FLAGS:
+        check_writable(absl_flags.FLAGS.output_dir)
     except InputError as e:
       fail(str(e))
     import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     return rest
 
   def guarded_main(argv: list[str]) -> None:
-    # pylint: disable-next=g-import-not-at-top
+    # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
+    from tff_hdp.simulation.workers import WorkerStartError
     from tff_hdp.simulation.workers import WorkerUnavailableError
+    # pylint: enable=g-import-not-at-top
     try:
       main(argv)
-    except InputError as e:
+    except (InputError, WorkerStartError) as e:
       fail(str(e))
+    except OSError as e:
+      fail(file_error(e))
+    except tf.errors.PermissionDeniedError as e:  # TF's file I/O, e.g. a save
+      fail(e.message.splitlines()[0])
     except WorkerUnavailableError as e:
       # Threads still waiting on the lost worker would block a normal exit.
       sys.stderr.write(f'{program()}: error: {e}\n')

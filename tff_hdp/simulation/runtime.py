@@ -44,7 +44,8 @@ def _local_context():
       port, workers_lib.LOOPBACK, die_with_parent=True)
   address = f'{workers_lib.LOOPBACK}:{port}'
   if not remote_execution.answers(address, _READY_SECONDS):
-    raise RuntimeError(f'the local TFF worker at {address} does not answer')
+    raise workers_lib.WorkerStartError(
+        f'the local TFF worker at {address} does not answer')
   return sync_execution_context.SyncExecutionContext(
       **remote_execution.context_arguments(address))
 

@@ -3,8 +3,8 @@
 TFF 0.87's `worker_binary` executes any TensorFlow graph a gRPC peer sends
 it, without TLS or authentication, and listens on every interface; TFF's
 own local context starts one for every run and leaves it running when its
-driver is killed. Workers started here load `worker_shim.c` (compiled once
-with the system's C compiler, cached by its hash), which binds them to the
+driver is killed. Workers started here load the shim built from
+`worker_shim.c` at install time (worker_shim.py), which binds them to the
 given address only and, for the driver's own local worker, ends them with
 the driver however it ends. `start_worker` then checks what the process
 actually listens on and refuses a worker that is reachable elsewhere.
@@ -12,19 +12,16 @@ actually listens on and refuses a worker that is reachable elsewhere.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import ipaddress
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 
 import psutil
 
-SHIM_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                           'worker_shim.c')
+from tff_hdp.simulation import worker_shim
+
 LOOPBACK = '127.0.0.1'
 _READY_SECONDS = 60.0
 
@@ -33,50 +30,21 @@ class WorkerUnavailableError(RuntimeError):
   """A remote TFF worker did not answer in time (names it)."""
 
 
+class WorkerStartError(RuntimeError):
+  """A TFF worker could not be started on this machine (one line: why)."""
+
+
 def worker_binary() -> str:
   """The `worker_binary` shipped in TFF's wheel (found without importing
   TFF, so that a worker starts in a second)."""
   spec = importlib.util.find_spec('tensorflow_federated')
   if spec is None or spec.origin is None:
-    raise RuntimeError('tensorflow-federated is not installed '
-                       '(requirements.txt).')
+    raise WorkerStartError('tensorflow-federated is not installed '
+                           '(requirements.txt); run `make install`')
   path = os.path.join(os.path.dirname(spec.origin), 'data', 'worker_binary')
   if not os.path.isfile(path):
-    raise RuntimeError(f'TFF worker binary not found at {path}; reinstall '
-                       'tensorflow-federated (requirements.txt).')
-  return path
-
-
-def _cache_dir() -> str:
-  base = os.environ.get('XDG_CACHE_HOME') or os.path.join(
-      os.path.expanduser('~'), '.cache')
-  return os.path.join(base, 'tff_hdp')
-
-
-def shim_library() -> str:
-  """The compiled shim (built on first use, then reused)."""
-  with open(SHIM_SOURCE, 'rb') as f:
-    digest = hashlib.sha256(f.read()).hexdigest()[:16]
-  path = os.path.join(_cache_dir(), f'worker_shim-{digest}.so')
-  if os.path.isfile(path):
-    return path
-  compiler = os.environ.get('CC') or shutil.which('cc') or shutil.which('gcc')
-  if compiler is None:
-    raise RuntimeError(
-        'no C compiler (cc) found: the TFF worker is confined to the address '
-        f'it is given by a small library built once from {SHIM_SOURCE}; '
-        'install gcc (e.g. apt-get install gcc) or set CC.')
-  os.makedirs(_cache_dir(), exist_ok=True)
-  fd, tmp = tempfile.mkstemp(suffix='.so', dir=_cache_dir())
-  os.close(fd)
-  result = subprocess.run(
-      [compiler, '-shared', '-fPIC', '-O2', '-o', tmp, SHIM_SOURCE, '-ldl'],
-      capture_output=True, text=True, check=False)
-  if result.returncode != 0:
-    os.remove(tmp)
-    raise RuntimeError(f'building {SHIM_SOURCE} with {compiler} failed:\n'
-                       f'{result.stderr}')
-  os.replace(tmp, path)
+    raise WorkerStartError(f'TFF worker binary not found at {path}; '
+                           'reinstall tensorflow-federated (requirements.txt)')
   return path
 
 
@@ -121,9 +89,14 @@ def start_worker(port: int, bind_address: str = LOOPBACK, *,
   """Starts `worker_binary` answering on `bind_address`:`port` only.
 
   Waits until it listens (at most a minute) and checks that it listens on
-  `bind_address` and nowhere else; otherwise kills it and raises.
+  `bind_address` and nowhere else; otherwise kills it and raises
+  `WorkerStartError`.
   """
-  env = dict(os.environ, LD_PRELOAD=shim_library(),
+  try:
+    shim = worker_shim.installed_library()
+  except worker_shim.ShimError as e:
+    raise WorkerStartError(str(e)) from None
+  env = dict(os.environ, LD_PRELOAD=shim,
              TFF_HDP_BIND_ADDRESS=bind_address)
   if die_with_parent:
     env['TFF_HDP_PARENT_PID'] = str(os.getpid())
@@ -143,9 +116,9 @@ def start_worker(port: int, bind_address: str = LOOPBACK, *,
   if not listening or elsewhere:
     stop_process(process)
     if elsewhere:
-      raise RuntimeError(f'TFF worker listened on {", ".join(elsewhere)}, not '
+      raise WorkerStartError(f'TFF worker listened on {", ".join(elsewhere)}, not '
                          f'only on {bind_address}:{port}; stopped it.')
-    raise RuntimeError(f'TFF worker did not start listening on '
+    raise WorkerStartError(f'TFF worker did not start listening on '
                        f'{bind_address}:{port} (exit status '
                        f'{process.returncode}; is the port in use?)')
   return process
