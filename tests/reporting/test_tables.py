@@ -12,8 +12,12 @@ def _summary(algorithm, ratio=None, metric='accuracy', ditto=None):
   return {
       'configuration': name, 'algorithm': algorithm, 'ratio': ratio,
       'metric': metric, 'ditto': ditto, 'seconds': 1.0,
-      'groups': [{'name': 'opt_out', 'target_epsilon': None,
-                  'epsilon_spent': None}],
+      'groups': [{'name': 'all_non_private', 'target_epsilon': None,
+                  'epsilon_spent': None}] if algorithm == 'nonprivate' else [
+                     {'name': 'p', 'target_epsilon': 3.6,
+                      'epsilon_spent': 3.59},
+                     {'name': 'opt_out', 'target_epsilon': None,
+                      'epsilon_spent': None}],
       'metrics': {'acc_g': 90.0, 'acc_g_p': 88.64, 'var_g_p': 39.0,
                   'acc_g_np': 93.75, 'var_g_np': 0.1, 'delta_g': 5.11},
   }
@@ -77,7 +81,7 @@ def test_paper_layout_names_algorithms_and_hyperparameters():
        _summary('fedhdp', 0.1)], paper_layout=True)
   assert header[:3] == ['Algorithm', 'hyperparameters', 'Acc_g']
   assert [r[:2] for r in rows] == [
-      ['Non-Private', 'lambda_np=0.005'],
+      ['Non-Private (no DP guarantee)', 'lambda_np=0.005'],
       ['DP-FedAvg', 'lambda_p=0.05'],
       ['FedHDP', 'r=0.01, lambda_p=0.05, lambda_np=0.005'],
       ['FedHDP', 'r=1, lambda_p=lambda_np=0.05'],
@@ -108,9 +112,7 @@ def test_published_column_shows_the_figure_or_range_of_the_papers():
 
 
 def test_epsilon_cells_name_why_a_group_has_no_epsilon():
-  nonprivate = dict(_summary('nonprivate'), groups=[
-      {'name': 'all_non_private', 'target_epsilon': None,
-       'epsilon_spent': None}])
+  nonprivate = _summary('nonprivate')
   fedhdp = dict(_summary('fedhdp', 0.1), sampling='fixed', groups=[
       {'name': 'p', 'target_epsilon': 3.6, 'epsilon_spent': 3.59},
       {'name': 'opt_out', 'target_epsilon': None, 'epsilon_spent': None}])
@@ -120,3 +122,24 @@ def test_epsilon_cells_name_why_a_group_has_no_epsilon():
   assert rows[1][col] == 'p: 3.59 (3.6), opt_out: none (opt-out)'
   assert [r[header.index('sampling, denominator')] for r in rows] == [
       'poisson, expected', 'fixed, expected']
+
+
+def test_a_run_without_guarantee_says_so_in_its_row_and_record(tmp_path):
+  """nonprivate stays beside the private runs, labelled in the table's own
+  cell and in results.csv, not only in a caption."""
+  realized = dict(_summary('fedhdp', 0.1), privacy_accounted=False)
+  summaries = [_summary('nonprivate'), _summary('fedhdp', 0.1), realized]
+  _, rows = tables.results_table(summaries)
+  assert [r[0] for r in rows] == ['nonprivate (no DP guarantee)',
+                                  'fedhdp_r0.1', 'fedhdp_r0.1']
+  _, rows = tables.results_table(summaries[:1], paper_layout=True)
+  assert rows[0][0] == 'Non-Private (no DP guarantee)'
+  tables.write_table(str(tmp_path), *tables.results_table(summaries),
+                     records=tables.results_records(summaries))
+  with open(tmp_path / 'results.csv', newline='') as f:
+    records = list(csv.DictReader(f))
+  assert [(r['configuration'], r['privacy_guarantee']) for r in records] == [
+      ('nonprivate', 'none'), ('fedhdp_r0.1', 'accounted'),
+      ('fedhdp_r0.1', 'not accounted')]
+  assert '| nonprivate (no DP guarantee) |' in (
+      tmp_path / 'results.md').read_text()

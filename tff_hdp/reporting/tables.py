@@ -107,6 +107,21 @@ def _accounting(summary: dict) -> str:
           f"{summary.get('denominator', 'expected')}")
 
 
+# Beside the name of a run none of whose groups has a target epsilon
+# (nonprivate), so that the row says what it is wherever it is read.
+NO_GUARANTEE_LABEL = 'no DP guarantee'
+
+
+def privacy_guarantee(summary: dict) -> str:
+  """'none' for a run with no private group, 'not accounted' for one whose
+  denominators no accountant covers, else 'accounted'."""
+  if all(g['target_epsilon'] is None for g in summary['groups']):
+    return 'none'
+  if not summary.get('privacy_accounted', True):
+    return 'not accounted'
+  return 'accounted'
+
+
 PAPER_NAMES = {'nonprivate': 'Non-Private', 'dp_fedavg': 'DP-FedAvg',
                'fedhdp': 'FedHDP'}
 
@@ -166,8 +181,11 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
     m = s['metrics']
     cell = functools.partial(metric_cell, s.get('metric', 'accuracy'))
     eps = ', '.join(f"{g['name']}: {_eps(s, g)}" for g in s['groups'])
-    row = ([PAPER_NAMES.get(s['algorithm'], s['algorithm']),
-            _hyperparameters(s)] if paper_layout else [s['configuration']])
+    name = (PAPER_NAMES.get(s['algorithm'], s['algorithm']) if paper_layout
+            else s['configuration'])
+    if privacy_guarantee(s) == 'none':
+      name += f' ({NO_GUARANTEE_LABEL})'
+    row = [name, _hyperparameters(s)] if paper_layout else [name]
     row += [
         cell(m.get('acc_g')),
         cell(m.get('acc_g_p'), m.get('var_g_p')),
@@ -198,7 +216,7 @@ def results_records(summaries: Sequence[dict],
   Means and variances are apart and unscaled, as in rounds.csv: variances in
   the metric's units squared (%^2 for accuracy); metric columns are named by
   the task's metric (acc_g, or mse_g); each group has its epsilon spent,
-  target and delta.
+  target and delta; `privacy_guarantee` says whether the run has one.
   """
   records = []
   for s in summaries:
@@ -207,7 +225,8 @@ def results_records(summaries: Sequence[dict],
     record = {'configuration': s['configuration'],
               'algorithm': s['algorithm'], 'ratio': s.get('ratio'),
               'lambda_p': ditto.get('lambda_p'),
-              'lambda_np': ditto.get('lambda_np')}
+              'lambda_np': ditto.get('lambda_np'),
+              'privacy_guarantee': privacy_guarantee(s)}
     for key in _METRIC_KEYS:
       record[key.replace('acc_', f'{prefix}_')] = s['metrics'].get(key)
     for g in s['groups']:
