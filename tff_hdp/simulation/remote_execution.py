@@ -23,13 +23,16 @@ defects that this module replaces:
    are merged and results joined in slice order (`invoke_in_slice_order`).
 And TFF retries a call to a dead worker forever; here a worker that answers no
 connection for `timeout` seconds while a call waits raises
-`WorkerUnavailableError` naming it.
+`WorkerUnavailableError` naming it. At the start, a worker still silent after
+a couple of seconds is named on stderr with what to check, before the wait.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import socket
+import sys
 import time
 from typing import Sequence
 
@@ -51,6 +54,7 @@ from tensorflow_federated.python.core.impl.types import placements
 from tensorflow_federated.python.core.impl.types import type_analysis
 from tensorflow_federated.python.core.impl.types import type_conversions
 
+from tff_hdp.simulation import workers
 from tff_hdp.simulation.workers import WorkerUnavailableError
 
 # As TFF's local context: messages up to 2 GB.
@@ -78,14 +82,17 @@ def _executor_factory(
       executor_stack_fn=stack_fn)
 
 
-def answers(address: str, timeout: float) -> bool:
-  """Whether a gRPC server at `address` completes a new connection.
-
-  A fresh subchannel (not the one the calls use), so a worker that is
-  stopped but whose old connection is still open is found out too.
-  """
-  channel = grpc.insecure_channel(
+def _probe_channel(address: str) -> grpc.Channel:
+  """A channel on a fresh subchannel (not the one the calls use), so a
+  worker that is stopped but whose old connection is still open is found
+  out too."""
+  return grpc.insecure_channel(
       address, options=(('grpc.use_local_subchannel_pool', 1),))
+
+
+def answers(address: str, timeout: float) -> bool:
+  """Whether a gRPC server at `address` completes a new connection."""
+  channel = _probe_channel(address)
   try:
     grpc.channel_ready_future(channel).result(timeout=timeout)
     return True
@@ -93,6 +100,70 @@ def answers(address: str, timeout: float) -> bool:
     return False
   finally:
     channel.close()
+
+
+def why_silent(address: str) -> str:
+  """What a plain TCP connection to a silent worker's `address` finds."""
+  host, port = workers.parse_address(address)
+  try:
+    socket.create_connection((host, port), timeout=_CHECK_SECONDS).close()
+  except ConnectionRefusedError:
+    return ('connection refused: nothing listens there; is run_worker.py '
+            f'--listen={address} running on that machine?')
+  except socket.gaierror:
+    return f'unknown host {host}'
+  except OSError as e:
+    return (f'{e.strerror or "no reply"}: check the address and that a '
+            'firewall lets this machine reach the port')
+  return 'it accepts connections but does not answer as a TFF worker'
+
+
+def _announce(addresses: Sequence[str], timeout: float) -> None:
+  """A line on stderr per silent worker saying why; raises for a host that
+  does not resolve, which waiting does not fix."""
+  reasons = {a: why_silent(a) for a in addresses}
+  unknown = [f'{a} ({r})' for a, r in reasons.items()
+             if r.startswith('unknown host')]
+  if unknown:
+    raise WorkerUnavailableError(f'--workers: {", ".join(unknown)}')
+  for address, reason in reasons.items():
+    print(f'waiting up to {timeout:g} s (--worker_timeout) for TFF worker '
+          f'{address}: {reason}', file=sys.stderr, flush=True)
+
+
+def await_workers(addresses: Sequence[str], timeout: float) -> None:
+  """Returns once every worker answers; raises `WorkerUnavailableError`
+  naming those silent for `timeout` seconds. All are waited for at once;
+  when the wait is longer than a few seconds, those still silent after
+  `_CHECK_SECONDS` are named on stderr first (`_announce`)."""
+  channels = [_probe_channel(a) for a in addresses]
+  ready = [grpc.channel_ready_future(c) for c in channels]
+  start = time.monotonic()
+
+  def silent(until: float) -> list[str]:
+    late = []
+    for address, future in zip(addresses, ready):
+      try:
+        future.result(timeout=max(0.0, until - time.monotonic()))
+      except grpc.FutureTimeoutError:
+        late.append(address)
+    return late
+
+  try:
+    late = silent(start + min(timeout, _CHECK_SECONDS))
+    if late and timeout > 2 * _CHECK_SECONDS:
+      _announce(late, timeout)
+    if late:
+      late = silent(start + timeout)
+    if late:
+      named = (f'TFF worker {late[0]} does not' if len(late) == 1 else
+               f'TFF workers {", ".join(late)} do not')
+      raise WorkerUnavailableError(
+          f'{named} answer (waited {timeout:g} s, --worker_timeout); start '
+          'it with run_worker.py')
+  finally:
+    for channel in channels:
+      channel.close()
 
 
 def context_arguments(address: str) -> dict:
@@ -168,11 +239,7 @@ class RemoteWorkersContext(context_base.SyncContext):
     self._runner = async_utils.AsyncThreadRunner()
     self._compiler = compiler_pipeline.CompilerPipeline(
         mergeable_comp_compiler.compile_to_mergeable_comp_form)
-    for address in self.addresses:
-      if not answers(address, timeout):
-        raise WorkerUnavailableError(
-            f'TFF worker {address} does not answer (waited {timeout:g} s, '
-            '--worker_timeout); start it with run_worker.py')
+    await_workers(self.addresses, timeout)
 
   def invoke(self, comp, arg=None):
     form = self._compiler.compile(comp)
