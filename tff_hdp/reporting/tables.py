@@ -51,14 +51,17 @@ def write_table(output_dir: str, header, rows, stem: str = 'results',
 
   `records` are the table's numbers, one dict per row and one column per
   number (e.g. a mean and its variance apart), for the CSV that tools read;
-  without them the CSV holds the table's cells.
+  without them the CSV holds the table's cells. A file that cannot be
+  written does not keep the other from being written: the first `OSError`
+  is raised after both were tried.
   """
-  os.makedirs(output_dir, exist_ok=True)
-  with open(os.path.join(output_dir, f'{stem}.md'), 'w') as f:
+
+  def write_markdown(f):
     if caption:
       f.write(caption.rstrip('\n') + '\n\n')
     f.write(markdown_table(header, rows) + '\n')
-  with open(os.path.join(output_dir, f'{stem}.csv'), 'w', newline='') as f:
+
+  def write_csv(f):
     if records is None:
       csv.writer(f).writerows([list(header)] + [list(r) for r in rows])
       return
@@ -67,6 +70,18 @@ def write_table(output_dir: str, header, rows, stem: str = 'results',
     writer.writeheader()
     writer.writerows({k: '' if v is None else v for k, v in r.items()}
                      for r in records)
+
+  os.makedirs(output_dir, exist_ok=True)
+  errors = []
+  for suffix, write in (('md', write_markdown), ('csv', write_csv)):
+    try:
+      with open(os.path.join(output_dir, f'{stem}.{suffix}'), 'w',
+                newline='') as f:
+        write(f)
+    except OSError as e:
+      errors.append(e)
+  if errors:
+    raise errors[0]
 
 
 _PERCENT_METRICS = ('accuracy', 'sign_accuracy')

@@ -1,0 +1,141 @@
+"""A file or folder the run cannot write is one line naming it (exit 2), never
+a traceback, and never costs the run's other results.
+
+Read-only files in `--output_dir` are found before training
+(`cli.entry.check_writable`); a file that becomes read-only while the run
+trains is reported after everything else was saved. Root writes read-only
+files, so under root the runs are started without the capabilities that
+let it (`setpriv`), subject to file modes as any other user.
+"""
+
+import csv
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import repository
+
+RUN = [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
+       '--task=digits', '--algorithms=fedhdp', '--r=1',
+       '--clients_per_round=10']
+CONFIG = 'fedhdp_r1'
+
+
+def _as_a_user(command):
+  """`command` subject to file modes even when run by root."""
+  if os.geteuid() != 0:
+    return command
+  setpriv = shutil.which('setpriv')
+  assert setpriv, 'setpriv (util-linux) is needed to test file modes as root'
+  return [setpriv, '--bounding-set=-dac_override,-dac_read_search'] + command
+
+
+def _run(*flags, timeout=300):
+  return subprocess.run(_as_a_user(RUN + list(flags)), capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def _one_error(result):
+  assert 'Traceback' not in result.stderr, result.stderr
+  assert result.returncode == 2, result.stderr
+  [line] = result.stderr.strip().splitlines()
+  return line
+
+
+def _read_only(path):
+  os.chmod(path, stat.S_IMODE(os.stat(path).st_mode) & ~0o222)
+
+
+def test_a_read_only_results_file_stops_the_run_before_it_trains(tmp_path):
+  out = tmp_path / 'out'
+  out.mkdir()
+  (out / 'results.md').write_text('an earlier table\n')
+  _read_only(out / 'results.md')
+  line = _one_error(_run('--rounds=2', f'--output_dir={out}', timeout=60))
+  assert line == (
+      f'run_experiment.py: error: --output_dir={out}: {out}/results.md is not '
+      'writable (a run writes there); make it writable or choose another '
+      '--output_dir')
+  assert (out / 'results.md').read_text() == 'an earlier table\n'
+  assert sorted(os.listdir(out)) == ['results.md']
+
+
+def test_a_read_only_checkpoints_folder_stops_the_resumed_run(tmp_path):
+  out = tmp_path / 'out'
+  flags = ['--rounds=2', '--checkpoint_every=1', f'--output_dir={out}']
+  first = _run(*flags)
+  assert first.returncode == 0, first.stderr
+  checkpoints = out / CONFIG / 'checkpoints'
+  before = sorted(os.listdir(checkpoints))
+  assert before
+  _read_only(checkpoints)
+  try:
+    line = _one_error(_run(*flags, timeout=60))
+  finally:
+    os.chmod(checkpoints, 0o700)  # so that pytest can remove it
+  assert line == (
+      f'run_experiment.py: error: --output_dir={out}: {checkpoints} is not '
+      'writable (a run writes there); make it writable or choose another '
+      '--output_dir')
+  assert sorted(os.listdir(checkpoints)) == before
+
+
+def _rounds_done(config_dir):
+  try:
+    with open(config_dir / 'rounds.csv') as f:
+      return len(list(csv.DictReader(f)))
+  except FileNotFoundError:
+    return 0
+
+
+def test_a_results_file_made_read_only_while_training_is_one_line_at_the_end(
+    tmp_path):
+  out = tmp_path / 'out'
+  out.mkdir()
+  (out / 'results.md').write_text('an earlier table\n')
+  run = subprocess.Popen(
+      _as_a_user(RUN + ['--rounds=30', '--checkpoint_every=0',
+                        f'--output_dir={out}']),
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.monotonic() + 300  # a guard, not a measurement
+  while not _rounds_done(out / CONFIG) and run.poll() is None:
+    assert time.monotonic() < deadline, 'the run trained no round'
+    time.sleep(0.02)
+  _read_only(out / 'results.md')
+  stdout, stderr = run.communicate(timeout=300)
+  assert run.returncode == 2, stderr
+  assert 'Traceback' not in stderr, stderr
+  assert stderr.strip().splitlines()[-1] == (
+      f'run_experiment.py: error: {out}/results.md: Permission denied')
+  # The read-only file is kept; everything else was saved, and the table was
+  # printed before the file was written.
+  assert (out / 'results.md').read_text() == 'an earlier table\n'
+  assert _rounds_done(out / CONFIG) == 30
+  assert (out / CONFIG / 'summary.json').exists()
+  with open(out / 'results.csv') as f:
+    assert [r['configuration'] for r in csv.DictReader(f)] == [CONFIG]
+  assert f'| {CONFIG} ' in stdout
+
+
+@pytest.mark.parametrize('make_it_fail', ['folder', 'file'])
+def test_the_flag_check_names_an_unwritable_output_folder(tmp_path,
+                                                          make_it_fail):
+  # --output_dir itself read-only, or a file in its place: one line before
+  # TensorFlow is imported.
+  out = tmp_path / 'out'
+  if make_it_fail == 'folder':
+    out.mkdir()
+    _read_only(out)
+  else:
+    out.write_text('not a folder\n')
+  try:
+    line = _one_error(_run('--rounds=1', f'--output_dir={out}', timeout=60))
+  finally:
+    if out.is_dir():
+      os.chmod(out, 0o700)
+  assert line.startswith(f'run_experiment.py: error: --output_dir={out}: ')
