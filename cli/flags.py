@@ -137,7 +137,7 @@ SEED = absl_flags.DEFINE_integer(
     'the sampling are drawn from a secret seed (OS entropy, kept in the '
     'checkpoint), so that the printed epsilon holds.')
 RELEASE_UNPROTECTED = absl_flags.DEFINE_bool(
-    'release_unprotected_stats', False, 'fedhdp, dp_fedavg, nonprivate: also '
+    'release_unprotected_stats', False, 'Trusted and untrusted server: also '
     'write statistics of private clients that the printed epsilon does NOT '
     'cover (realized counts, training loss and accuracy, Acc_g,p, Acc_l,p and '
     'Delta columns) to rounds.csv, TensorBoard and summary.json. Not private; '
@@ -204,8 +204,8 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'level_fractions', 'opt_out_fraction', 'clients_per_round',
         'sampling', 'local_epochs', 'server_lr', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
-        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr',
-        'release_unprotected_stats')},
+        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr')},
+    'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),
     'rpca_freeze_after_round': (UNTRUSTED,),
     **{name: (CROSS_SILO,) for name in (
@@ -491,5 +491,6 @@ def print_privacy_warnings() -> None:
   """The untrusted and cross-silo runs' header lines (`release_policy`)."""
   from tff_hdp.privacy import release_policy  # pylint: disable=g-import-not-at-top
   for line in release_policy.privacy_warnings(
-      seeded=UNSAFE_SEEDED.value, large_delta=UNSAFE_LARGE_DELTA.value):
+      unprotected=RELEASE_UNPROTECTED.value, seeded=UNSAFE_SEEDED.value,
+      large_delta=UNSAFE_LARGE_DELTA.value):
     print(line)

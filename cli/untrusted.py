@@ -19,6 +19,7 @@ def run() -> None:
       seed=flags.SEED.value,
       eval_every=flags.EVAL_EVERY.value,
       rpca_freeze_after_round=flags.RPCA_FREEZE_AFTER_ROUND.value,
+      release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
   flags.print_privacy_warnings()

@@ -1,15 +1,21 @@
-"""Everything a default FedHDP run releases is covered by its printed epsilon.
+"""Everything a default run releases is covered by its printed epsilon.
 
-The test holds its own list of what may be released and why; every column of
-`rounds.csv`, every TensorBoard tag and every metric of `summary.json` that a
-default run writes must be on it. Statistics of private clients without noise
-appear only with `release_unprotected_stats`, which the summary announces.
+The test holds, per setting (trusted server, untrusted server, cross-silo),
+its own list of what may be released and why; every column of `rounds.csv`,
+every TensorBoard tag, every key of `summary.json`, every column of the
+results table (`results.md`, `results.csv`) and of the sweeps, and every file
+that a default run writes must be on it. Statistics of private clients
+without noise appear only with `release_unprotected_stats`, which the
+summary announces.
 """
 
 import csv
+import dataclasses
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +23,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import digits
+from tests import repository
 from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.simulation import trusted_setting
@@ -24,6 +31,8 @@ from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.privacy import release_policy
 from tff_hdp.reporting import tables
 from tff_hdp.aggregators import heterogeneous_dp
+from tff_hdp.simulation import cross_silo_setting
+from tff_hdp.simulation import untrusted_setting
 
 # What a run may release for groups 'p' (private) and 'opt_out', and why the
 # printed epsilon covers it.
@@ -47,6 +56,23 @@ COVERED = {
 }
 NOT_COVERED = {'num_clients', 'count_p', 'train_loss', 'train_accuracy',
                'num_non_finite_updates', 'acc_g_p', 'var_g_p', 'delta_g'}
+# The keys of a trusted run's summary.json beside `metrics`.
+PUBLIC = 'flags, task and dataset facts'
+# Keys of every setting's summary.json.
+EVERY_SUMMARY = {
+    'privacy_warnings': 'the flags that void part of the promise',
+    'seconds': 'wall-clock time: outside every guarantee (README)',
+}
+TRUSTED_SUMMARY = {
+    **{k: PUBLIC for k in (
+        'configuration', 'algorithm', 'ratio', 'task', 'metric', 'ditto',
+        'dropped_clients', 'rounds', 'sampling', 'sampling_rate',
+        'denominator', 'adjacency', 'clip_count_stddev')},
+    'privacy_accounted': 'whether the settings are accounted: public',
+    **EVERY_SUMMARY,
+    'groups': 'public group sizes and targets, z, the accountant\'s epsilon',
+    'metrics': 'checked against COVERED',
+}
 
 
 @pytest.fixture(scope='module')
@@ -85,6 +111,8 @@ def test_a_default_run_releases_only_what_epsilon_covers(task, tmp_path):
   assert columns <= set(COVERED), columns - set(COVERED)
   assert tags <= set(COVERED), tags - set(COVERED)
   assert set(summary['metrics']) <= set(COVERED)
+  assert set(summary) <= set(TRUSTED_SUMMARY), set(summary) - set(
+      TRUSTED_SUMMARY)
   assert not (columns | tags | set(summary['metrics'])) & NOT_COVERED
   # What is released is really there.
   assert {'clip_norm', 'count_opt_out', 'epsilon_p', 'acc_g',
@@ -138,3 +166,159 @@ def test_realized_denominators_depend_on_a_zero_update_client():
   six = process.next(state, ones, [[1.0]] * 6).result
   seven = process.next(state, ones + [[0.0]], [[1.0]] * 7).result
   assert seven[0] == pytest.approx(six[0] * 6 / 7)
+
+
+# What untrusted-server and cross-silo runs may release (rounds.csv columns,
+# summary.json keys, table and sweep columns), and why. Walked by name: the
+# same name means the same statistic wherever it appears.
+SPENT = {'epsilon_spent_max': 'the accountant on public budgets and settings',
+         'epsilon_spent_min': 'as epsilon_spent_max'}
+UNTRUSTED_RELEASED = {
+    'round': 'public',
+    'acc_g': 'the DP model on the server test set (evaluation data)',
+    'max_epsilon_spent': 'as epsilon_spent_max',
+    'weights_frozen': 'a flag (--rpca_freeze_after_round) and the round',
+    'rpca_converged': 'RPCA on the DP-SGD updates: post-processing',
+    'rpca_iterations': 'as rpca_converged',
+    'num_public': "PFA's mixture on the DP-SGD updates' norms",
+    'num_private': 'as num_public',
+    'mixture_converged': 'as num_public',
+    'mixture_iterations': 'as num_public',
+    **{k: PUBLIC for k in ('configuration', 'task', 'rounds',
+                           'epsilon_distribution', 'settings')},
+    **EVERY_SUMMARY, **SPENT,
+    'target_epsilons': 'the clients\' epsilons, public (README)',
+    'batch_sizes': 'public, as the epsilons',
+    'metrics': 'its keys are checked too',
+    # results.md and results.csv
+    'Aggregation': 'a flag', 'algorithm': 'a flag', 'Acc_g': 'as acc_g',
+    'eps spent per client (min - max)': 'as epsilon_spent_max',
+}
+UNTRUSTED_NOT_COVERED = set(release_policy.UNTRUSTED_UNPROTECTED_METRICS) | {
+    'delta_g', 'acc_g_np', 'var_g_np'}
+# Each silo's summary entry.
+SILO = {'silo': 'its name', 'examples': 'a dataset size',
+        'target_epsilon': PUBLIC, 'delta': PUBLIC,
+        'noise_multiplier': 'calibrated from public settings',
+        'sampling_rate': PUBLIC, 'epochs_per_round': PUBLIC,
+        'selection_epsilon': PUBLIC, 'selection_rounds': PUBLIC,
+        'epsilon_spent': 'as epsilon_spent_max'}
+SILO_METRIC = ("the silos' DP models scored on their test splits, declared "
+               'evaluation data: post-processing for every training example')
+CROSS_SILO_RELEASED = {
+    'round': 'public',
+    'metric': SILO_METRIC,
+    'num_non_finite_updates': 'a test on the noisy DP-SGD updates',
+    'cluster_0_silos': "IFCA's private selections (accounted)",
+    'cluster_1_silos': 'as cluster_0_silos',
+    **{k: PUBLIC for k in ('configuration', 'method', 'task', 'metric_name',
+                           'settings')},
+    **EVERY_SUMMARY, **SPENT,
+    'silos': 'its keys are checked against SILO',
+    'final_clusters': 'as cluster_0_silos',
+    # results.md, results.csv and sweep_<algorithm>.csv
+    'Method': 'a flag', 'lambda': 'a flag', 'learning rate': 'a flag',
+    'learning_rate': 'a flag', 'runs': 'the flags\' grid',
+    'accuracy (%), test-weighted': SILO_METRIC, 'accuracy': SILO_METRIC,
+    'eps spent per silo (min - max)': 'as epsilon_spent_max',
+}
+
+
+def _cli(out, *flags):
+  result = subprocess.run(
+      [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
+       '--task=digits', '--rounds=1', '--eval_every=1', '--deltas=1e-3',
+       '--checkpoint_every=0', *flags, f'--output_dir={out}'],
+      cwd=repository.ROOT, capture_output=True, text=True, timeout=600,
+      env=dict(os.environ, MPLBACKEND='Agg'))
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result.stdout
+
+
+def _released_names(out):
+  """Every name a run folder releases, by file, and the files written."""
+  files = sorted(os.path.relpath(os.path.join(d, f), out)
+                 for d, _, names in os.walk(out) for f in names)
+  names = {}
+  for rel in files:
+    path = os.path.join(out, rel)
+    if rel.endswith('.csv'):
+      with open(path, newline='') as f:
+        names[rel] = set(next(csv.reader(f)))
+    elif rel.endswith('summary.json'):
+      with open(path) as f:
+        names[rel] = json.load(f)
+    elif rel == 'results.md':
+      with open(path) as f:
+        header = next(line for line in f if line.startswith('| '))
+      names[rel] = {c.strip() for c in header.strip().strip('|').split('|')}
+  return files, names
+
+
+def _check_walk(out, released, not_covered):
+  files, names = _released_names(out)
+  summaries = {}
+  for rel, value in names.items():
+    if isinstance(value, dict):  # a summary: its keys, then its metrics
+      summaries[rel] = value
+      value = set(value) | set(value.get('metrics', {}))
+    assert value <= set(released), (rel, value - set(released))
+    assert not value & not_covered, (rel, value & not_covered)
+  return files, summaries
+
+
+@pytest.fixture(scope='module')
+def untrusted_run(tmp_path_factory):
+  out = str(tmp_path_factory.mktemp('untrusted'))
+  stdout = _cli(out, '--algorithms=robust_hdp,pfa',
+                '--epsilon_distribution=uniform')
+  return out, stdout
+
+
+def test_an_untrusted_run_releases_only_what_epsilon_covers(untrusted_run):
+  out, stdout = untrusted_run
+  files, summaries = _check_walk(out, UNTRUSTED_RELEASED,
+                                 UNTRUSTED_NOT_COVERED)
+  assert set(files) == {'results.md', 'results.csv'} | {
+      f'{a}/{f}' for a in ('robust_hdp', 'pfa')
+      for f in ('rounds.csv', 'summary.json')}  # no TensorBoard events
+  fields = {f.name for f in dataclasses.fields(
+      untrusted_setting.UntrustedSettings)}
+  for summary in summaries.values():
+    assert set(summary['metrics']) == {'acc_g'}
+    assert set(summary['settings']) == fields
+    assert summary['privacy_warnings'] == []
+  assert release_policy.UNPROTECTED_WARNING not in stdout
+
+
+def test_untrusted_local_test_metrics_need_the_flag_and_are_announced(
+    tmp_path):
+  stdout = _cli(str(tmp_path), '--algorithms=weiavg',
+                '--release_unprotected_stats')
+  assert release_policy.UNPROTECTED_WARNING in stdout
+  with open(tmp_path / 'weiavg' / 'summary.json') as f:
+    summary = json.load(f)
+  assert summary['privacy_warnings'] == [release_policy.UNPROTECTED_WARNING]
+  with open(tmp_path / 'weiavg' / 'rounds.csv', newline='') as f:
+    (row,) = list(csv.DictReader(f))
+  # Exact averages over every client's local test split: what was withheld.
+  for name in release_policy.UNTRUSTED_UNPROTECTED_METRICS:
+    assert float(row[name]) == pytest.approx(summary['metrics'][name],
+                                             rel=1e-5)
+
+
+def test_a_cross_silo_run_releases_only_what_epsilon_covers(tmp_path):
+  # A batch size above every silo's size: q = 1, so calibration is quick.
+  stdout = _cli(str(tmp_path), '--algorithms=ifca', '--num_clients=10',
+                '--epsilons=4', '--batch_size=500', '--num_clusters=2')
+  files, summaries = _check_walk(str(tmp_path), CROSS_SILO_RELEASED, set())
+  assert set(files) == {
+      'results.md', 'results.csv', 'sweep_ifca.csv',
+      cross_silo_setting.CALIBRATIONS_FILE,  # z per public plan parameters
+      'ifca_lr0.1/rounds.csv', 'ifca_lr0.1/summary.json'}
+  (summary,) = summaries.values()
+  assert {k for s in summary['silos'] for k in s} <= set(SILO)
+  assert set(summary['settings']) == {f.name for f in dataclasses.fields(
+      cross_silo_setting.CrossSiloSettings)}
+  assert summary['privacy_warnings'] == []
+  assert 'WARNING' not in stdout

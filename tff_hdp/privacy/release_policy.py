@@ -1,22 +1,42 @@
-"""Which statistics of a FedHDP run are released, and why epsilon covers each.
+"""Which statistics a run releases, and why its printed epsilon covers each.
 
-A round measures more than it may publish: the realized counts of private
-clients, their training loss, and metrics on their local data are exact
-functions of private data that no noise protects. By default `rounds.csv`,
-the release managers (TensorBoard) and `summary.json` carry only what the
-printed epsilon covers:
+One rule in every setting: by default a run releases only functions of the
+accounted mechanisms' outputs (the DP model and noisy updates, noisy counts,
+private selections) and of public data (flags, sizes, declared choices, and
+data declared evaluation data). Whatever else a round measures is exact in
+private data that no noise protects: it is withheld, and
+`--release_unprotected_stats` releases it anyway, announced by
+`UNPROTECTED_WARNING` in the run's header and summary. Per setting, covered:
 
-* the global model's metrics on the server's test set (post-processing of the
-  DP model; the test set is evaluation data, not a client's);
-* the clip norm and, with adaptive clipping, the noisy clipped-fraction
-  estimate (post-processing of the accounted clip-count query);
-* per group: combination weight, noise std and epsilon, functions of public
-  group sizes, the clip norm and the opt-out group's count;
-* non-private groups' counts and the metrics of clients who opted out (they
-  chose no guarantee).
+* trusted server (the unit is a whole client, its local test split
+  included): the global model's metrics on the server's test set; the clip
+  norm and, with adaptive clipping, the noisy clipped-fraction estimate; per
+  group its combination weight, noise std and epsilon (functions of public
+  group sizes, the clip norm and the opt-out count); the opt-out group's
+  count and its clients' metrics (they chose no guarantee). Withheld:
+  `withheld_columns`.
+* untrusted server (the unit is one training example of client i, and each
+  client is a person whose local data, test split too, is what the
+  guarantee is for): Acc_g on the server's test set, each client's epsilon
+  (public budgets and settings), and the aggregator's measurements, which
+  read only the DP-SGD updates. Withheld: the metrics on the clients' local
+  test splits (`UNTRUSTED_UNPROTECTED_METRICS`), exact averages over data no
+  epsilon covers, which the clients would report to the very server the
+  setting distrusts.
+* cross-silo (the unit is one training example of silo k): the silos' test
+  splits are declared evaluation data, as in the MR-MTL paper, whose
+  headline metric is each silo's score on its own split with the model it
+  deploys, averaged with the splits' sizes as weights. That metric is
+  post-processing of the silos' DP models with the splits fixed, so eps_k
+  covers it for every training example; the test examples themselves are
+  not protected by any epsilon (a silo that cannot have its split scored
+  must hold out another). Also covered: the non-finite update count (a test
+  on the noisy updates) and the clusters (IFCA's private selections).
+  Nothing is withheld.
 
-`withheld_columns` names the rest; `--release_unprotected_stats` releases it
-anyway, announced by `UNPROTECTED_WARNING` in the run's header and summary.
+Wall-clock `seconds` is outside every guarantee, as timing is for DP
+training in general: it is released as an operational figure (README,
+"Privacy model").
 """
 
 from __future__ import annotations
@@ -43,6 +63,11 @@ UNPROTECTED_WARNING = (
 # level: exact averages over them, withheld by default.
 PRIVATE_CLIENT_METRICS = ('acc_g_p', 'var_g_p', 'delta_g', 'acc_l_p',
                           'var_l_p', 'delta_l')
+# The untrusted setting's evaluation: Acc_g on the server's test set is
+# covered; its clients, all private, are scored on their local test splits
+# (Acc_g,p and its variance) only with --release_unprotected_stats.
+UNTRUSTED_METRICS = ('acc_g',)
+UNTRUSTED_UNPROTECTED_METRICS = ('acc_g_p', 'var_g_p')
 
 
 def privacy_warnings(realized: bool = False, unprotected: bool = False,
@@ -55,6 +80,12 @@ def privacy_warnings(realized: bool = False, unprotected: bool = False,
       (realized, REALIZED_WARNING), (unprotected, UNPROTECTED_WARNING),
       (seeded, dp_randomness.UNSAFE_SEEDED_WARNING),
       (large_delta, LARGE_DELTA_WARNING)) if on]
+
+
+def untrusted_metrics(release_unprotected: bool) -> tuple[str, ...]:
+  """The metrics an untrusted-setting run reports each evaluation."""
+  return UNTRUSTED_METRICS + (UNTRUSTED_UNPROTECTED_METRICS
+                              if release_unprotected else ())
 
 
 def withheld_columns(groups: Sequence[PrivacyGroup],

@@ -41,6 +41,9 @@ class UntrustedSettings:
   eval_every: int = 10
   # robust_hdp: RPCA in rounds 1..k only (None: every round, Algorithm 1).
   rpca_freeze_after_round: int | None = None
+  # Also report the clients' local-test metrics, which no epsilon covers
+  # (tff_hdp.privacy.release_policy).
+  release_unprotected_stats: bool = False
   # Voids the guarantee: see tff_hdp.privacy.dp_randomness.
   unsafe_seeded_dp_randomness: bool = False
   allow_large_delta: bool = False  # accept delta >= 1 / n_i
@@ -52,16 +55,18 @@ class UntrustedRounds(round_loop.RoundProgram):
   (`train_dataset(client, seed)`: the task's own by default, or
   `client_files.ClientFiles`')."""
 
-  columns = ('round', 'acc_g', 'max_epsilon_spent')
-
   def __init__(self, task: FederatedTask, process, state, plans, weights,
                client_seeds, settings: UntrustedSettings, label: str,
                train_dataset=None, measurements: tuple[str, ...] = ()):
-    """`measurements`: the aggregator's, reported as columns after
-    `columns` (`noise_aware.round_measurements`)."""
+    """`measurements`: the aggregator's, reported as the last columns
+    (`noise_aware.round_measurements`). The metrics are those
+    `release_policy.untrusted_metrics` releases."""
     self.label = label
     self._measurements = measurements
-    self.columns = self.columns + measurements
+    self._metrics = release_policy.untrusted_metrics(
+        settings.release_unprotected_stats)
+    self.columns = ('round', *self._metrics, 'max_epsilon_spent',
+                    *measurements)
     self.rounds = settings.rounds
     self.state = state
     self._task, self._process, self._settings = task, process, settings
@@ -90,8 +95,9 @@ class UntrustedRounds(round_loop.RoundProgram):
   def evaluate(self, round_num: int) -> dict:
     del round_num
     everyone_private = {c: True for c in self._task.client_ids}
-    return evaluation.global_model_metrics(self._task, self.weights(),
-                                           everyone_private)
+    metrics = evaluation.global_model_metrics(self._task, self.weights(),
+                                              everyone_private)
+    return {name: metrics[name] for name in self._metrics}
 
   def weights(self):
     return self._process.get_model_weights(self.state)
@@ -159,6 +165,7 @@ def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettin
       'epsilon_distribution': settings.epsilon_distribution,
       'settings': dataclasses.asdict(settings),
       'privacy_warnings': release_policy.privacy_warnings(
+          unprotected=settings.release_unprotected_stats,
           seeded=settings.unsafe_seeded_dp_randomness,
           large_delta=settings.allow_large_delta),
       'target_epsilons': [p.epsilon for p in client_plans],
