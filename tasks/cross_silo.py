@@ -163,6 +163,8 @@ def load_rotated_masked_mnist(data_dir: str | None,
     raise ValueError(f'mask patches must divide 28 and the ratio lie in '
                      f'[0, 1]; got {patch} and {mask_ratio}.')
   x_train, y_train, x_test, y_test = data_files.read_mnist(data_dir)
+  x_train, x_test = data_files.unit_pixels(x_train), data_files.unit_pixels(
+      x_test)
   rng = np.random.default_rng(seed)
   rotation = rng.permutation(np.arange(num_silos) % ROTATIONS)
   parts = []
@@ -176,8 +178,7 @@ def load_rotated_masked_mnist(data_dir: str | None,
     mask = _silo_mask(rng, mask_ratio, patch)
     cid = f'rot{90 * rotation[k]}_silo{k}'
     for out, (x, y) in ((train, parts[0][k]), (test, parts[1][k])):
-      images = np.maximum(np.rot90(x / 255.0, k=rotation[k], axes=(1, 2)),
-                          mask)
+      images = np.maximum(np.rot90(x, k=rotation[k], axes=(1, 2)), mask)
       out[cid] = (images.reshape(len(x), -1).astype(np.float32), y)
   return FederatedTask(
       name='rotated_masked_mnist',

@@ -5,7 +5,10 @@ from a user-given directory: MNIST (`mnist.npz` or the four IDX `.gz` files),
 LEAF JSON shards (`users`, `num_samples`, `user_data[u] = {x, y}`, plain or
 gzipped) and MOCHA `.mat` files (cell arrays `X`, `Y`, one cell per silo). A
 missing or malformed file is a ValueError that names the file and what belongs
-there, so the CLI can print it as one line.
+there, so the CLI can print it as one line. So are bad contents a format
+cannot rule out (a label outside the classes, pixels outside 0-255 or
+[0, 1], a value that is not finite): read as they are, they would be dropped
+silently, crash a round, or train on wrongly scaled data.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from tff_hdp.federated_task import Arrays
 MNIST_IDX_FILES = ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz',
                    't10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz')
 _MNIST_NPZ_KEYS = ('x_train', 'y_train', 'x_test', 'y_test')
+MNIST_CLASSES = 10
 
 
 def require_dir(data_dir: str | None, what: str) -> str:
@@ -70,11 +74,57 @@ def read_mnist(data_dir: str | None,
     arrays = tuple(_read_idx(p) for p in paths)
   x_train, y_train, x_test, y_test = arrays
   for x, y, split in ((x_train, y_train, 'train'), (x_test, y_test, 'test')):
+    where = f'{dataset} {split} data in {data_dir}'
     if x.ndim != 3 or x.shape[1:] != (28, 28) or len(x) != len(y):
-      raise ValueError(f'{dataset} {split} data in {data_dir} has images of '
-                       f'shape {x.shape} and {len(y)} labels; expected N x 28 '
-                       'x 28 and N labels.')
+      raise ValueError(f'{where} has images of shape {x.shape} and {len(y)} '
+                       'labels; expected N x 28 x 28 and N labels.')
+    _check_pixels(x, where)
+    check_labels(y, MNIST_CLASSES, where)
   return arrays
+
+
+def _check_pixels(x: np.ndarray, where: str) -> None:
+  """Pixels are bytes (0-255, as the IDX files and Keras' mnist.npz hold
+  them) or floats already scaled to [0, 1]."""
+  if not x.size:
+    return
+  if not (np.issubdtype(x.dtype, np.integer) or
+          np.issubdtype(x.dtype, np.floating)):
+    raise ValueError(f'{where}: pixels of type {x.dtype}; expected bytes '
+                     '0-255 or floats in [0, 1].')
+  low, high = x.min(), x.max()
+  whole = np.issubdtype(x.dtype, np.integer) or bool(
+      np.all(np.isfinite(x)) and np.all(x == np.round(x)))
+  if not (0 <= low and (high <= 1 or (whole and high <= 255))):
+    raise ValueError(f'{where}: pixels range over [{low:g}, {high:g}]; '
+                     'expected bytes 0-255 or floats in [0, 1].')
+
+
+def unit_pixels(x: np.ndarray) -> np.ndarray:
+  """Images read by `read_mnist` as float32 in [0, 1]: bytes are divided by
+  255, floats already in [0, 1] are kept (not divided again)."""
+  if np.issubdtype(x.dtype, np.floating) and (not x.size or x.max() <= 1):
+    return x.astype(np.float32)
+  return (x / 255.0).astype(np.float32)
+
+
+def check_labels(y: np.ndarray, num_classes: int, where: str) -> None:
+  """Labels are whole numbers in [0, num_classes); `where` names the data.
+
+  A label outside the classes would silently drop its examples (the
+  single-digit split) or fail inside a TFF round (the loss).
+  """
+  y = np.asarray(y)
+  if not y.size:
+    return
+  if not (np.issubdtype(y.dtype, np.integer) or
+          np.issubdtype(y.dtype, np.floating)):
+    raise ValueError(f'{where}: labels of type {y.dtype}; expected class '
+                     f'indices 0-{num_classes - 1}.')
+  bad = ~np.isin(y, np.arange(num_classes))
+  if bad.any():
+    raise ValueError(f'{where}: {int(bad.sum())} labels outside the classes '
+                     f'0-{num_classes - 1} (e.g. {y[bad].flat[0]!r}).')
 
 
 def _read_idx(path: str) -> np.ndarray:

@@ -71,8 +71,13 @@ def load(data_dir: str | None, only_digits: bool,
   train = {c: _arrays(train_data, c) for c in ids if c in train_ids}
   test = {c: _arrays(test_data, c) for c in ids if c in test_ids}
   name = 'fmnist' if only_digits else 'femnist'
-  train, test, dropped = client_arrays.drop_empty(name, train, test)
   num_classes = 10 if only_digits else 62
+  for split, clients in (('train', train), ('test', test)):
+    for c, (_, y) in clients.items():
+      data_files.check_labels(
+          y, num_classes, f'{os.path.join(data_dir, SQLITE_FILE)}: {name} '
+          f'{split} writer {c!r}')
+  train, test, dropped = client_arrays.drop_empty(name, train, test)
   model_fn = ((lambda: models.one_layer_nn(models.IMAGE_PIXELS,
                                             num_classes))
               if only_digits else (lambda: models.feo2_cnn(num_classes)))

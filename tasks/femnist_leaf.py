@@ -31,9 +31,7 @@ def _check_writers(path: str, clients: dict) -> None:
     if x.shape[1] != models.IMAGE_PIXELS:
       raise ValueError(f'{path}: writer {user!r} has {x.shape[1]} features per '
                        f'example; FEMNIST needs {models.IMAGE_PIXELS} pixels.')
-    if not 0 <= y.min() <= y.max() < NUM_CLASSES:
-      raise ValueError(f'{path}: writer {user!r} has labels outside '
-                       f'[0, {NUM_CLASSES}).')
+    data_files.check_labels(y, NUM_CLASSES, f'{path}: writer {user!r}')
 
 
 def load(data_dir: str | None, num_clients: int | None = None,

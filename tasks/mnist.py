@@ -25,8 +25,8 @@ SKEWED_DIGIT = 7
 
 
 def flat_images(x: np.ndarray) -> np.ndarray:
-  """uint8 N x 28 x 28 images as float32 N x 784 in [0, 1]."""
-  return (x.reshape(len(x), -1) / 255.0).astype(np.float32)
+  """N x 28 x 28 images (`read_mnist`'s) as float32 N x 784 in [0, 1]."""
+  return data_files.unit_pixels(x.reshape(len(x), -1))
 
 
 def load(data_dir: str | None, num_clients: int = NUM_CLIENTS,

@@ -102,7 +102,7 @@ def test_malformed_shards_are_named(leaf_dir):
   with pytest.raises(ValueError, match="writer 'u9' has 5 features"):
     femnist_leaf.load(str(leaf_dir))
   _write(str(bad), _shard({'u9': (_pixels(1, 0), [62])}))
-  with pytest.raises(ValueError, match=r"writer 'u9' has labels outside "):
+  with pytest.raises(ValueError, match=r"writer 'u9': 1 labels outside the classes 0-61"):
     femnist_leaf.load(str(leaf_dir))
   _write(str(bad), _shard({'u0': (_pixels(1, 0), [1])}))
   with pytest.raises(ValueError, match="c.json: user 'u0' already appeared"):

@@ -184,3 +184,46 @@ def test_cli_trains_on_mnist_and_prints_the_table(tmp_path):
   assert 'mnist_noniid: 40 clients' in result.stdout
   assert '| Algorithm' in result.stdout and 'fedhdp_r1' in result.stdout
   assert os.path.exists(os.path.join(tmp_path, 'results.csv'))
+
+
+def _write_npz(directory, x_train, y_train, x_test=None, y_test=None):
+  np.savez(os.path.join(directory, 'mnist.npz'), x_train=x_train,
+           y_train=y_train,
+           x_test=x_train[:2] if x_test is None else x_test,
+           y_test=y_train[:2] if y_test is None else y_test)
+
+
+@pytest.mark.parametrize('labels,images,message', [
+    ([3, 99], None, r'MNIST train data in .*: 1 labels outside the classes '
+     r'0-9 \(e.g. 99\)'),
+    ([3, -1], None, 'labels outside the classes 0-9'),
+    ([3, 2.5], None, 'labels outside the classes 0-9'),
+    ([3, 4], 300.0, r'pixels range over \[0, 300\]'),
+    ([3, 4], -0.5, r'pixels range over \[-0.5, 0\]'),
+    ([3, 4], 254.5, r'pixels range over \[0, 254.5\]'),  # not bytes
+])
+def test_bad_contents_are_named_before_training(tmp_path, labels, images,
+                                                message):
+  x = np.zeros((2, 28, 28), np.uint8 if images is None else np.float32)
+  if images is not None:
+    x[1] = images
+  _write_npz(tmp_path, x, np.array(labels))
+  with pytest.raises(ValueError, match=message):
+    data_files.read_mnist(str(tmp_path))
+
+
+def test_images_already_in_unit_range_are_not_divided_again(tmp_path):
+  rng = np.random.default_rng(1)
+  x = rng.integers(0, 256, (40, 28, 28)).astype(np.uint8)
+  y = np.arange(40) % 10
+  _write_npz(tmp_path, x, y)
+  from_bytes = mnist.load_iid(str(tmp_path), num_clients=2)
+  scaled = tmp_path / 'scaled'
+  scaled.mkdir()
+  _write_npz(scaled, (x / 255.0).astype(np.float32), y)
+  from_floats = mnist.load_iid(str(scaled), num_clients=2)
+  for c in from_bytes.client_ids:
+    np.testing.assert_allclose(from_floats.client_train[c][0],
+                               from_bytes.client_train[c][0], atol=1e-7)
+  assert from_floats.server_test[0].max() == from_bytes.server_test[0].max()
+  assert 0.9 < from_bytes.server_test[0].max() <= 1.0
