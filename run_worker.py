@@ -7,7 +7,8 @@ ADDRESS only (an IP address of this machine, e.g. its private network's, or
 127.0.0.1 behind an SSH tunnel), until Ctrl-C or SIGTERM. The worker runs any
 TensorFlow computation a connecting driver sends and its protocol has no TLS
 or authentication: never give it an address that untrusted machines reach.
-Every machine needs the same pinned install (`make install`).
+Every machine needs the same pinned install (`make install`, which also
+builds the library that keeps the worker on ADDRESS; no compiler at run time).
 
 Example, two workers on one machine and a driver using both:
   python run_worker.py --listen=127.0.0.1:8001 &
@@ -55,7 +56,7 @@ def main(argv: list[str]) -> None:
   try:
     process = workers.start_worker(
         port, host, max_concurrent_computation_calls=MAX_CALLS.value)
-  except RuntimeError as e:
+  except workers.WorkerStartError as e:
     raise entry.InputError(f'--listen={LISTEN.value}: {e}') from None
   print(f'TFF worker listening on {LISTEN.value} (pid {process.pid}); '
         'Ctrl-C stops it.', flush=True)

@@ -1,5 +1,5 @@
 """The TFF worker of a default (local) run: reachable from this machine only,
-and gone when its driver is killed.
+and gone when its driver is killed; and a worker never shares a port.
 
 TFF 0.87's own local context starts `worker_binary` listening on every
 interface ([::]:PORT) and leaves it running (orphaned, still listening) when
@@ -10,14 +10,17 @@ the driver is killed with SIGKILL; runtime.py starts it through
 import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import portpicker
 import psutil
+import pytest
 
 from tests import repository
+from tff_hdp.simulation import worker_shim
 from tff_hdp.simulation import workers
 
 
@@ -89,3 +92,54 @@ def test_the_listening_check_finds_a_worker_started_as_tff_starts_it():
     assert not workers.exposed_addresses(shimmed.pid, workers.LOOPBACK)
   finally:
     workers.stop_process(shimmed)
+
+
+def _worker_without_checks(port):
+  """worker_binary with the shim, as start_worker runs it, but without the
+  check before it: what a second worker does if it races the first."""
+  env = dict(os.environ, LD_PRELOAD=worker_shim.installed_library(),
+             TFF_HDP_BIND_ADDRESS=workers.LOOPBACK)
+  return subprocess.run([workers.worker_binary(), f'--port={port}'], env=env,
+                        capture_output=True, text=True, timeout=60)
+
+
+def test_a_port_in_use_is_refused_not_shared():
+  # gRPC sets SO_REUSEPORT, with which a second worker would share the
+  # port and take some of the first one's connections.
+  port = portpicker.pick_unused_port()
+  first = workers.start_worker(port, workers.LOOPBACK, die_with_parent=True,
+                               stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+  try:
+    with pytest.raises(workers.WorkerStartError) as raised:
+      workers.start_worker(port, workers.LOOPBACK, die_with_parent=True)
+    assert str(raised.value) == (
+        f'cannot listen on 127.0.0.1:{port}: another process listens there')
+    second = _worker_without_checks(port)
+    assert 'Address already in use' in second.stderr
+    assert 'listening on' not in second.stderr
+    assert [p for _, p in workers.listening_addresses(first.pid)] == [port]
+  finally:
+    workers.stop_process(first)
+
+
+@pytest.mark.parametrize('listen, reason', [
+    ('127.0.0.1:{port}', 'another process listens there'),
+    ('192.0.2.1:{port}', 'Cannot assign requested address'),  # TEST-NET-1
+])
+def test_run_worker_on_an_address_it_cannot_take_is_one_line(listen, reason):
+  port = portpicker.pick_unused_port()
+  listen = listen.format(port=port)
+  holder = socket.socket()
+  holder.bind((workers.LOOPBACK, port))
+  holder.listen()
+  try:
+    result = subprocess.run(
+        [sys.executable, os.path.join(repository.ROOT, 'run_worker.py'),
+         f'--listen={listen}'], capture_output=True, text=True, timeout=120)
+  finally:
+    holder.close()
+  assert result.returncode == 2, result.stderr
+  assert result.stderr.strip().splitlines() == [
+      f'run_worker.py: error: --listen={listen}: cannot listen on {listen}: '
+      f'{reason}']

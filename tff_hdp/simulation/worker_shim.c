@@ -4,7 +4,10 @@
  * flag to choose the address, yet it runs any TensorFlow graph it is sent.
  * With TFF_HDP_BIND_ADDRESS set, a bind() to the wildcard address binds to
  * that address instead (an IPv4 address on a dual-stack IPv6 socket becomes
- * its v4-mapped form), so the worker answers on that address only.
+ * its v4-mapped form), so the worker answers on that address only. gRPC's
+ * SO_REUSEPORT is not set (yet reported as set, which gRPC checks): with it,
+ * a second worker on a port in use would share the port and take some of
+ * the first one's connections; without it, that worker fails to start.
  *
  * With TFF_HDP_PARENT_PID set, the worker is killed when the process that
  * started it ends, however it ends (SIGKILL and the OOM killer included):
@@ -69,4 +72,33 @@ int bind(int fd, const struct sockaddr *addr, socklen_t len) {
     return real_bind(fd, (const struct sockaddr *)&a, sizeof a);
   }
   return real_bind(fd, addr, len);
+}
+
+typedef int (*setsockopt_fn)(int, int, int, const void *, socklen_t);
+typedef int (*getsockopt_fn)(int, int, int, void *, socklen_t *);
+
+static int is_reuseport(int level, int name) {
+  return level == SOL_SOCKET && name == SO_REUSEPORT &&
+         getenv("TFF_HDP_BIND_ADDRESS") != NULL;
+}
+
+int setsockopt(int fd, int level, int name, const void *value, socklen_t len) {
+  static setsockopt_fn real_setsockopt = NULL;
+  if (real_setsockopt == NULL)
+    real_setsockopt = (setsockopt_fn)dlsym(RTLD_NEXT, "setsockopt");
+  if (is_reuseport(level, name)) return 0;
+  return real_setsockopt(fd, level, name, value, len);
+}
+
+int getsockopt(int fd, int level, int name, void *value, socklen_t *len) {
+  static getsockopt_fn real_getsockopt = NULL;
+  if (real_getsockopt == NULL)
+    real_getsockopt = (getsockopt_fn)dlsym(RTLD_NEXT, "getsockopt");
+  if (is_reuseport(level, name) && value != NULL && len != NULL &&
+      *len >= sizeof(int)) {
+    *(int *)value = 1;
+    *len = sizeof(int);
+    return 0;
+  }
+  return real_getsockopt(fd, level, name, value, len);
 }

@@ -5,16 +5,19 @@ it, without TLS or authentication, and listens on every interface; TFF's
 own local context starts one for every run and leaves it running when its
 driver is killed. Workers started here load the shim built from
 `worker_shim.c` at install time (worker_shim.py), which binds them to the
-given address only and, for the driver's own local worker, ends them with
-the driver however it ends. `start_worker` then checks what the process
-actually listens on and refuses a worker that is reachable elsewhere.
+given address only, keeps gRPC from sharing a port that is in use, and, for
+the driver's own local worker, ends them with the driver however it ends.
+`start_worker` then checks what the process actually listens on and refuses
+a worker that is reachable elsewhere.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import ipaddress
+import errno
 import os
+import socket
 import subprocess
 import time
 
@@ -82,13 +85,29 @@ def exposed_addresses(pid: int, bind_address: str) -> list[str]:
           if _unmapped(ip) != wanted]
 
 
+def _check_can_listen(bind_address: str, port: int) -> None:
+  """`WorkerStartError` if `bind_address`:`port` is taken or not an address
+  of this machine: one line now, not the worker's gRPC log and exit."""
+  family = socket.AF_INET6 if ':' in bind_address else socket.AF_INET
+  with socket.socket(family, socket.SOCK_STREAM) as probe:
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC
+    try:
+      probe.bind((bind_address, port))
+    except OSError as e:
+      why = ('another process listens there' if e.errno == errno.EADDRINUSE
+             else e.strerror)
+      raise WorkerStartError(
+          f'cannot listen on {bind_address}:{port}: {why}') from None
+
+
 def start_worker(port: int, bind_address: str = LOOPBACK, *,
                  die_with_parent: bool = False,
                  max_concurrent_computation_calls: int = -1,
                  stdout=None, stderr=None) -> subprocess.Popen:
   """Starts `worker_binary` answering on `bind_address`:`port` only.
 
-  Waits until it listens (at most a minute) and checks that it listens on
+  Refuses at once an address that is taken or not this machine's. Waits
+  until it listens (at most a minute) and checks that it listens on
   `bind_address` and nowhere else; otherwise kills it and raises
   `WorkerStartError`.
   """
@@ -96,6 +115,7 @@ def start_worker(port: int, bind_address: str = LOOPBACK, *,
     shim = worker_shim.installed_library()
   except worker_shim.ShimError as e:
     raise WorkerStartError(str(e)) from None
+  _check_can_listen(bind_address, port)
   env = dict(os.environ, LD_PRELOAD=shim,
              TFF_HDP_BIND_ADDRESS=bind_address)
   if die_with_parent:
@@ -116,11 +136,12 @@ def start_worker(port: int, bind_address: str = LOOPBACK, *,
   if not listening or elsewhere:
     stop_process(process)
     if elsewhere:
-      raise WorkerStartError(f'TFF worker listened on {", ".join(elsewhere)}, not '
-                         f'only on {bind_address}:{port}; stopped it.')
-    raise WorkerStartError(f'TFF worker did not start listening on '
-                       f'{bind_address}:{port} (exit status '
-                       f'{process.returncode}; is the port in use?)')
+      raise WorkerStartError(
+          f'TFF worker listened on {", ".join(elsewhere)}, not only on '
+          f'{bind_address}:{port}; stopped it.')
+    raise WorkerStartError(
+        f'TFF worker did not start listening on {bind_address}:{port} (exit '
+        f'status {process.returncode}; is the port in use?)')
   return process
 
 
