@@ -19,6 +19,7 @@ import time
 import pytest
 
 from tests import repository
+from tff_hdp.reporting import tables
 
 RUN = [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
        '--task=digits', '--algorithms=fedhdp', '--r=1',
@@ -139,3 +140,44 @@ def test_the_flag_check_names_an_unwritable_output_folder(tmp_path,
     if out.is_dir():
       os.chmod(out, 0o700)
   assert line.startswith(f'run_experiment.py: error: --output_dir={out}: ')
+
+
+_RAISING_MAIN = '''
+import sys
+sys.path.insert(0, {root!r})
+from cli import entry
+
+def main(argv):
+  import tensorflow as tf
+  {raise_it}
+
+entry.run(main, 'usage')
+'''
+
+
+@pytest.mark.parametrize('raise_it, line', [
+    # What TF's checkpoint writer raises for a folder it cannot write.
+    ('raise tf.errors.PermissionDeniedError(None, None, "out/checkpoints/'
+     'ckpt_temp; Permission denied\\n\\t [[{{node SaveV2}}]]")',
+     'out/checkpoints/ckpt_temp; Permission denied'),
+    ('raise OSError(28, "No space left on device", "out/rounds.csv")',
+     'out/rounds.csv: No space left on device'),
+    ('raise OSError(18, "Invalid cross-device link", "a.tmp", None, "out/a")',
+     'a.tmp -> out/a: Invalid cross-device link'),
+])
+def test_file_errors_anywhere_in_a_run_are_one_line(tmp_path, raise_it, line):
+  program = tmp_path / 'program.py'
+  program.write_text(_RAISING_MAIN.format(root=repository.ROOT,
+                                          raise_it=raise_it))
+  result = subprocess.run([sys.executable, str(program)], capture_output=True,
+                          text=True, timeout=120)
+  assert _one_error(result) == f'program.py: error: {line}'
+
+
+def test_a_table_file_that_cannot_be_written_does_not_stop_the_other(
+    tmp_path):
+  (tmp_path / 'results.md').mkdir()  # in the way of the file
+  with pytest.raises(IsADirectoryError) as raised:
+    tables.write_table(str(tmp_path), ['a'], [[1]])
+  assert raised.value.filename == str(tmp_path / 'results.md')
+  assert (tmp_path / 'results.csv').read_text() == 'a\n1\n'

@@ -33,7 +33,8 @@ def venv(tmp_path):
                  check=True)
   python = path / 'bin' / 'python'
   packages = subprocess.run(
-      [str(python), '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))'],
+      [str(python), '-c',
+       'import sysconfig; print(sysconfig.get_path("purelib"))'],
       check=True, capture_output=True, text=True).stdout.strip()
   with open(os.path.join(packages, 'installed.pth'), 'w') as f:
     f.write('\n'.join(site.getsitepackages()) + '\n')
@@ -117,6 +118,9 @@ def test_a_run_without_the_shim_says_make_install(venv, tmp_path):
 
 def test_make_install_builds_it_once_and_workers_need_no_compiler(
     venv, tmp_path):
+  stale = venv / 'lib' / 'tff_hdp' / 'worker_shim-0123456789abcdef.so'
+  stale.parent.mkdir(parents=True)
+  stale.write_bytes(b'built from an earlier worker_shim.c')
   result = _make_shim(venv, tmp_path, path=os.environ['PATH'])
   assert result.returncode == 0 and not result.stderr, result.stderr
   [library] = _libraries(venv)

@@ -74,11 +74,12 @@ def write_table(output_dir: str, header, rows, stem: str = 'results',
   os.makedirs(output_dir, exist_ok=True)
   errors = []
   for suffix, write in (('md', write_markdown), ('csv', write_csv)):
+    path = os.path.join(output_dir, f'{stem}.{suffix}')
     try:
-      with open(os.path.join(output_dir, f'{stem}.{suffix}'), 'w',
-                newline='') as f:
+      with open(path, 'w', newline='') as f:
         write(f)
     except OSError as e:
+      e.filename = e.filename or path  # a failed write (disk full) names none
       errors.append(e)
   if errors:
     raise errors[0]

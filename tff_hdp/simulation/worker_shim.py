@@ -10,6 +10,7 @@ holds the source's hash, so an edited `worker_shim.c` is never served stale.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import shlex
@@ -68,8 +69,9 @@ def build() -> str:
   if os.path.isfile(path):
     return path
   compiler = _compiler()
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fd, tmp = tempfile.mkstemp(suffix='.so', dir=os.path.dirname(path))
+  folder = os.path.dirname(path)
+  os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(suffix='.so', dir=folder)
   os.close(fd)
   try:
     result = subprocess.run(
@@ -89,6 +91,9 @@ def build() -> str:
                     f'{INSTALL_HINT}')
   os.chmod(tmp, 0o755)  # every user's workers preload it
   os.replace(tmp, path)
+  for stale in glob.glob(os.path.join(folder, 'worker_shim-*.so')):
+    if stale != path:  # built from an earlier worker_shim.c
+      os.remove(stale)
   return path
 
 
