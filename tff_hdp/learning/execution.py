@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Hashable, Sequence
 
+import numpy as np
 import tensorflow_federated as tff
 
 from tff_hdp.privacy import plans
@@ -118,7 +119,10 @@ class Execution:
   def round_data(self, task: FederatedTask, sampled: Sequence[Hashable],
                  seeds: Sequence[int], assignment: GroupAssignment) -> list:
     """The sampled clients' data, each read in its seed's order, as the
-    process built by `build_fedhdp` takes it."""
+    process built by `build_fedhdp` takes it (`empty_round_data` when
+    nobody was sampled)."""
+    if not sampled:
+      return self.empty_round_data(task, assignment)
     if self.cohorts:
       return cohort.pack_round(
           [task.shuffled_train(c, s) for c, s in zip(sampled, seeds)],
@@ -127,6 +131,25 @@ class Execution:
     return [client_work.make_client_data(task.train_dataset(c, s),
                                          assignment.one_hot(c))
             for c, s in zip(sampled, seeds)]
+
+  def empty_round_data(self, task: FederatedTask,
+                       assignment: GroupAssignment) -> list:
+    """A round's data when Poisson sampling picked nobody: one client with no
+    examples and a zero group vector, which adds nothing to any sum or count.
+
+    The server still draws and releases the round's noise, the mechanism the
+    ledger accounts; skipping the round would release an unchanged model and
+    so tell everyone that it was empty, an event that depends on who took
+    part.
+    """
+    nobody = np.zeros(assignment.num_groups, np.float32)
+    first = task.client_ids[0]
+    if self.cohorts:
+      no_examples = tuple(x[:0] for x in task.shuffled_train(first, 0))
+      return cohort.pack_round([no_examples], [nobody], assignment.num_groups,
+                               self.cohort_size)
+    return [client_work.make_client_data(
+        task.train_dataset(first, 0).take(0), nobody)]
 
   def personalize(self, step, models: ditto.PersonalModels, global_weights,
                   sampled: Sequence[Hashable], data: list) -> None:

@@ -7,6 +7,7 @@ plan and output folder.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -29,6 +30,7 @@ from tff_hdp.privacy.privacy_groups import PrivacyGroup
 from tff_hdp.privacy.privacy_groups import assign_opt_out
 from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import evaluation
+from tff_hdp.simulation import folder_lock
 from tff_hdp.simulation import round_loop
 from tff_hdp.simulation import run_files
 from tff_hdp.simulation import runtime
@@ -38,7 +40,8 @@ from tff_hdp.simulation import selection
 # What a configuration's run raises for bad settings or data: entry points
 # report these as one line.
 RUN_ERRORS = (ValueError, accounting.InfeasiblePrivacyTargetError,
-              checkpointing.CheckpointError, round_loop.BudgetExhaustedError)
+              checkpointing.CheckpointError, round_loop.BudgetExhaustedError,
+              folder_lock.FolderInUseError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +66,7 @@ class Settings:
   denominator: str = 'expected'
   seed: int = 0
   eval_every: int = 10
-  checkpoint_every: int = 10  # 0: no checkpoints
+  checkpoint_every: int = 10  # 0: no saved rounds (the run key still is)
   ditto: DittoSettings | None = None  # None: no personalization
   # > 1: simulate up to this many clients per TFF client (tff_hdp.learning.cohort),
   # the same rounds for a fraction of TFF's per-client overhead.
@@ -232,34 +235,40 @@ class TrustedRounds(round_loop.RoundProgram):
                                        self._sampling_seed, round_num)
     row = dict.fromkeys(_columns(groups), None)
     row['num_clients'] = len(sampled)
-    if sampled:
-      seeds = [selection.sampled_client_order_seed(self._seed, round_num, i)
-               for i in range(len(sampled))]
-      data = self._execution.round_data(self._task, sampled, seeds,
-                                        plan.assignment)
-      if self._personalization is not None:
-        self._execution.personalize(self._personalization.step,
-                                    self._personalization.models,
-                                    self.weights(), sampled, data)
-      output = self._process.next(self.state, data)
-      self.state = output.state
-      agg = output.metrics['aggregator']
-      work = output.metrics['client_work']
-      row['clip_norm'] = float(agg['clip_norm'])
-      row['fraction_clipped_estimate'] = float(
-          agg['fraction_clipped_estimate'])
+    seeds = [selection.sampled_client_order_seed(self._seed, round_num, i)
+             for i in range(len(sampled))]
+    # A round that sampled nobody still runs the noisy server computation
+    # (`Execution.empty_round_data`): it releases what the ledger accounts.
+    data = self._execution.round_data(self._task, sampled, seeds,
+                                      plan.assignment)
+    if self._personalization is not None and sampled:
+      self._execution.personalize(self._personalization.step,
+                                  self._personalization.models,
+                                  self.weights(), sampled, data)
+    output = self._process.next(self.state, data)
+    self.state = output.state
+    agg = output.metrics['aggregator']
+    work = output.metrics['client_work']
+    row['clip_norm'] = float(agg['clip_norm'])
+    row['fraction_clipped_estimate'] = float(agg['fraction_clipped_estimate'])
+    if sampled:  # A mean over no client is no statistic.
       row['train_loss'] = float(work['train']['loss'])
       acc = work['train'].get('sparse_categorical_accuracy')
       row['train_accuracy'] = None if acc is None else 100.0 * float(acc)
-      row['num_non_finite_updates'] = int(work['num_non_finite_updates'])
-      for j, g in enumerate(groups):
-        row[f'count_{g.name}'] = int(agg['group_client_counts'][j])
-        row[f'weight_{g.name}'] = float(agg['group_weights'][j])
-        row[f'noise_std_{g.name}'] = float(agg['group_noise_stddev'][j])
+    row['num_non_finite_updates'] = int(work['num_non_finite_updates'])
+    for j, g in enumerate(groups):
+      row[f'count_{g.name}'] = int(agg['group_client_counts'][j])
+      row[f'weight_{g.name}'] = float(agg['group_weights'][j])
+      row[f'noise_std_{g.name}'] = float(agg['group_noise_stddev'][j])
     if plan.accounted:
       for j, g in enumerate(groups):
         row[f'epsilon_{g.name}'] = plan.ledger.epsilon(j, round_num)
     return row
+
+  def postfix(self, metrics: dict) -> dict[str, str]:
+    if self._task.metric.endswith('accuracy'):
+      return super().postfix(metrics)
+    return {f'{self._task.metric}_g': f"{metrics['acc_g']:.4g}"}
 
   def evaluate(self, round_num: int) -> dict:
     del round_num
@@ -280,17 +289,32 @@ def run_configuration(task: FederatedTask, config: Configuration,
                       release_managers=()
                       ) -> tuple[dict, tff.learning.models.ModelWeights]:
   """Trains one configuration; returns (and writes) its summary, and returns
-  the final global model weights. `release_managers` get each round's row."""
+  the final global model weights. `release_managers` get each round's row.
+
+  With an `output_dir`, the configuration's folder is held for this process
+  (`folder_lock`) and its run key and secret seed are written before the
+  first round, with or without checkpoints: a re-run into the folder is
+  either the same run (repeating its rounds exactly) or refused.
+  """
+  run_dir = os.path.join(output_dir, config.name) if output_dir else None
+  with (folder_lock.exclusive(run_dir) if run_dir else
+        contextlib.nullcontext()):
+    return _run_configuration(task, config, choices, settings, run_dir,
+                              progress, on_round, release_managers)
+
+
+def _run_configuration(task, config, choices, settings, run_dir, progress,
+                       on_round, release_managers):
   assignment = _training_groups(config, choices)
   plan = plans.plan_privacy(assignment, settings.sampling, settings.rounds,
                              settings.clip, settings.denominator,
                              allow_large_delta=settings.allow_large_delta)
-  run_dir = os.path.join(output_dir, config.name) if output_dir else None
   checkpoint = None
-  if run_dir and settings.checkpoint_every > 0:
+  if run_dir:
     checkpoint = checkpointing.RunCheckpoint(
         os.path.join(run_dir, 'checkpoints'),
         run_key(task, config, choices, settings))
+    checkpoint.claim()
   secret = dp_randomness.run_seed(
       settings.seed, settings.unsafe_seeded_dp_randomness, checkpoint)
   execution = Execution(settings.cohort_size)
@@ -382,7 +406,7 @@ def completed_summary(task: FederatedTask, config: Configuration,
           summary.get('rounds') == settings.rounds and
           (summary.get('metrics') or {}).get('acc_g') is not None):
     return None
-  same_run = settings.checkpoint_every > 0 and checkpointing.RunCheckpoint(
+  same_run = checkpointing.RunCheckpoint(
       os.path.join(run_dir, 'checkpoints'),
       run_key(task, config, choices, settings)).check_key()
   # Without a run key beside it, nothing says the summary is of this run.
