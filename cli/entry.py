@@ -14,6 +14,7 @@ imported inside `app.run`'s main.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import textwrap
@@ -68,6 +69,17 @@ def check_writable(folder: str) -> None:
 
 def _raise(error: OSError) -> None:
   raise InputError(f'--output_dir: {file_error(error)}')
+
+
+def _hold_output_dir(folder_lock):
+  """The run's hold on its --output_dir (`folder_lock`): a second command
+  into the same folder stops at once, before it loads data or writes."""
+  flags = absl_flags.FLAGS
+  folder = flags.output_dir if 'output_dir' in flags else None
+  dry_run = 'dry_run' in flags and flags.dry_run
+  if not folder or dry_run or not os.path.isdir(folder):
+    return contextlib.nullcontext()
+  return folder_lock.exclusive(folder)
 
 
 def _describe(flag: absl_flags.Flag) -> str:
@@ -138,12 +150,14 @@ def run(main: Callable[[list[str]], None], usage: str,
   def guarded_main(argv: list[str]) -> None:
     # pylint: disable=g-import-not-at-top
     import tensorflow as tf
+    from tff_hdp.simulation import folder_lock
     from tff_hdp.simulation.workers import WorkerStartError
     from tff_hdp.simulation.workers import WorkerUnavailableError
     # pylint: enable=g-import-not-at-top
     try:
-      main(argv)
-    except (InputError, WorkerStartError) as e:
+      with _hold_output_dir(folder_lock):
+        main(argv)
+    except (InputError, WorkerStartError, folder_lock.FolderInUseError) as e:
       fail(str(e))
     except OSError as e:
       fail(file_error(e))

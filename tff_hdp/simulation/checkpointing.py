@@ -6,8 +6,13 @@ public seed (data order) or the run's secret seed (DP noise and sampling,
 group's privacy spend is a function of the round number. Saving the process
 state with the round as the version, and the secret seed once, is therefore
 enough for a resumed run to equal an uninterrupted one. The secret seed is
-written readable by its owner only: the checkpoint folder is the run's
-private state, never a release. A checkpoint belongs to one configuration:
+written (with the run's key) before the run releases anything, so a run
+killed before its first checkpoint repeats its rounds exactly when re-run
+instead of releasing them again with fresh noise. The checkpoint folder is
+the run's private state, never a release: it holds the secret (also inside
+the aggregator's saved state) and, with Ditto, noise-free personal models, so
+it and everything in it are readable by their owner only (0700 / 0600).
+A checkpoint belongs to one configuration:
 the run's key (its settings, the task's data and batch size) is stored beside
 it and a mismatch is an error, as is a checkpoint whose structure differs
 from the process's state. An unreadable checkpoint gives way to the newest
@@ -58,6 +63,33 @@ def write_json_atomically(path: str, value) -> None:
   os.replace(f'{path}.tmp', path)
 
 
+def make_private(directory: str) -> None:
+  """Creates `directory` if need be and takes group and other access away
+  from it and everything under it (folders 0700, files 0600).
+
+  Files written inside by other libraries (TFF's program state manager)
+  get the process's umask; the folder's own 0700 already shuts others out
+  while they are written, and this call then tightens the files too.
+  """
+  os.makedirs(directory, mode=0o700, exist_ok=True)
+  os.chmod(directory, 0o700)
+  for root, dirs, files in os.walk(directory):
+    for name in dirs:
+      os.chmod(os.path.join(root, name), 0o700)
+    for name in files:
+      path = os.path.join(root, name)
+      if not os.path.islink(path):
+        os.chmod(path, 0o600)
+
+
+def _write_private(path: str, text: str) -> None:
+  """Writes `text` to `path` (owner-only), replacing it atomically."""
+  fd = os.open(f'{path}.tmp', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+  with os.fdopen(fd, 'w') as f:
+    f.write(text)
+  os.replace(f'{path}.tmp', path)
+
+
 def _leaves_signature(structure) -> list[tuple[tuple[int, ...], str]]:
   return [(tuple(np.shape(x)), np.asarray(x).dtype.str)
           for x in tf.nest.flatten(structure)]
@@ -97,9 +129,18 @@ class RunCheckpoint:
           'delete that folder to start over.')
     return True
 
+  def claim(self) -> None:
+    """Writes this run's key into the folder before the run releases
+    anything, with or without saved rounds, so that a later run of other
+    settings into the folder is refused (`check_key`) instead of mixing its
+    files with this run's."""
+    if not self.check_key():
+      self._write_key()
+
   def dp_secret(self, draw: Callable[[], int]) -> int:
-    """The run's secret seed: the saved one when a checkpoint exists, else
-    `draw()`, which the first `save` writes (owner-only) beside the state."""
+    """The run's secret seed: the saved one, else `draw()`, written at once
+    (owner-only, with the run's key) so that every round released from now
+    on can be repeated exactly by a re-run, whenever it is killed."""
     self.check_key()
     path = os.path.join(self._directory, _SECRET_FILE)
     if os.path.exists(path):
@@ -114,7 +155,16 @@ class RunCheckpoint:
           'its DP noise cannot be continued; delete the folder to start over.')
     else:
       self._secret = draw()
+      self._write_key()
+      fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+      with os.fdopen(fd, 'w') as f:
+        f.write(str(self._secret))
     return self._secret
+
+  def _write_key(self) -> None:
+    make_private(self._directory)
+    _write_private(os.path.join(self._directory, _KEY_FILE),
+                   json.dumps(self._run_key, indent=2, sort_keys=True))
 
   def restore(self, template, client_ids=None):
     """(state, round, personal models) of the newest intact checkpoint, or
@@ -190,7 +240,7 @@ class RunCheckpoint:
     path = os.path.join(self._directory, _SECONDS_FILE)
     table = {k: v for k, v in read_json_dict(path).items() if k in kept}
     table[str(round_num)] = seconds
-    write_json_atomically(path, table)
+    _write_private(path, json.dumps(table, indent=0, sort_keys=True))
 
   def personal_path(self, round_num: int) -> str:
     """Where the clients' personal models of round `round_num` are kept."""
@@ -203,14 +253,7 @@ class RunCheckpoint:
     leaves the previous round's pair intact, and files of rounds without a
     saved state are pruned afterwards.
     """
-    os.makedirs(self._directory, exist_ok=True)
-    with open(os.path.join(self._directory, _KEY_FILE), 'w') as f:
-      json.dump(self._run_key, f, indent=2, sort_keys=True)
-    secret_path = os.path.join(self._directory, _SECRET_FILE)
-    if self._secret is not None and not os.path.exists(secret_path):
-      fd = os.open(secret_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-      with os.fdopen(fd, 'w') as f:
-        f.write(str(self._secret))
+    self._write_key()
     if personal is not None:
       personal.save(self.personal_path(round_num))
     asyncio.run(self._manager.save(state, round_num))
@@ -220,3 +263,4 @@ class RunCheckpoint:
         version = name[len('personal_round_'):-len('.npz')]
         if version.isdigit() and int(version) not in kept:
           os.remove(os.path.join(self._directory, name))
+    make_private(self._directory)

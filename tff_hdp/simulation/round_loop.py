@@ -95,9 +95,11 @@ def run_rounds(program: RoundProgram,
     progress: show a progress bar.
     checkpoint: resume from it and save to it every `checkpoint_every` rounds
       and after the last (None: no checkpoints).
-    checkpoint_every: see `checkpoint`.
+    checkpoint_every: see `checkpoint`; 0 saves no round (the checkpoint
+      still keeps the run's key and secret).
     release_managers: each gets every round's released numbers, keyed by the
-      round.
+      round (a `run_files.TensorBoardRounds` first drops what it holds of
+      rounds after the checkpoint).
     on_round: sees every released global model (round, weights), e.g. for
       audits.
 
@@ -110,6 +112,12 @@ def run_rounds(program: RoundProgram,
     checkpointing.CheckpointError: a checkpoint or CSV of another run.
   """
   done = program.restore(checkpoint) if checkpoint is not None else 0
+  if done:
+    tqdm.tqdm.write(f'{program.label}: resuming from round {done} '
+                    f'({checkpoint.directory})')
+  for manager in release_managers:
+    if isinstance(manager, run_files.TensorBoardRounds):
+      manager.keep_through(done)
   csv_file = writer = None
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)
@@ -148,8 +156,8 @@ def run_rounds(program: RoundProgram,
             run_files.releasable(row, program.columns), key=round_num))
       if on_round is not None:
         on_round(round_num, program.weights())
-      if checkpoint is not None and (round_num % checkpoint_every == 0 or
-                                     round_num == program.rounds):
+      if checkpoint_every > 0 and checkpoint is not None and (
+          round_num % checkpoint_every == 0 or round_num == program.rounds):
         program.save(checkpoint, round_num)
         checkpoint.record_seconds(round_num, earlier + time.time() - start)
   finally:

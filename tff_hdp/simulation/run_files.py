@@ -1,19 +1,24 @@
-"""The files a run leaves: `rounds.csv`, `summary.json`, `final_model.npz`.
+"""The files a run leaves: `rounds.csv`, `summary.json`, `final_model.npz`,
+TensorBoard events.
 
 `rounds.csv` is appended one flushed row per round, so the file a person reads
 is complete up to the last finished round; a resumed run first drops the rows
-written after its checkpoint, so every round appears exactly once.
+(and TensorBoard events, `TensorBoardRounds`) written after its checkpoint,
+so every round appears exactly once.
 """
 
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import math
 import os
+import time
 from typing import Sequence
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp.simulation import checkpointing
@@ -60,6 +65,43 @@ def releasable(row: dict, columns: Sequence[str]) -> dict[str, float]:
   return {k: float(row[k]) for k in columns
           if k != 'round' and row.get(k) is not None and
           math.isfinite(row[k])}
+
+
+class TensorBoardRounds(tff.program.ReleaseManager):
+  """TFF's `TensorBoardReleaseManager` for a run that may resume.
+
+  A run killed after its last checkpoint has released rounds that its
+  resumption releases again (the same values: same secret seed). TensorBoard
+  would show both copies, so `keep_through(k)`, called by the round loop
+  before the first release, drops the events of rounds after k from the
+  folder, as `open_csv` drops rows.
+  """
+
+  def __init__(self, directory: str):
+    self._directory = directory
+    self._inner = None
+
+  def keep_through(self, round_num: int) -> None:
+    """Drops the events of rounds after `round_num` already in the folder."""
+    paths = sorted(glob.glob(os.path.join(self._directory, '*tfevents*')))
+    kept = []
+    for path in paths:
+      for record in tf.data.TFRecordDataset(path):
+        event = tf.compat.v1.Event.FromString(record.numpy())
+        if event.step <= round_num and event.HasField('summary'):
+          kept.append(record.numpy())
+    if kept:
+      name = f'events.out.tfevents.{time.time():.0f}.kept_through_{round_num}'
+      with tf.io.TFRecordWriter(os.path.join(self._directory, name)) as f:
+        for record in kept:
+          f.write(record)
+    for path in paths:
+      os.remove(path)
+
+  async def release(self, value, key: int) -> None:
+    if self._inner is None:
+      self._inner = tff.program.TensorBoardReleaseManager(self._directory)
+    await self._inner.release(value, key=key)
 
 
 def save_model(path: str, weights: tff.learning.models.ModelWeights) -> None:

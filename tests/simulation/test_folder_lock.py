@@ -1,0 +1,80 @@
+"""One run per output folder at a time (`simulation.folder_lock`).
+
+A second command into a folder that a live run holds stops at once with one
+line naming the folder and leaves the first run's files alone; a run that
+died (even by SIGKILL) holds nothing.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import repository
+from tff_hdp.simulation import folder_lock
+
+ROOT = repository.ROOT
+ROUNDS = 100  # long enough to outlast the second command's start-up
+_HOLD = ('import sys, time\n'
+         'from tff_hdp.simulation import folder_lock\n'
+         'with folder_lock.exclusive(sys.argv[1]):\n'
+         '  print("held", flush=True)\n'
+         '  time.sleep(600)\n')
+
+
+def _holder(folder):
+  proc = subprocess.Popen([sys.executable, '-c', _HOLD, folder], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True)
+  assert proc.stdout.readline().strip() == 'held'
+  return proc
+
+
+def test_a_held_folder_is_refused_and_freed_when_its_holder_dies(tmp_path):
+  folder = str(tmp_path / 'out')
+  holder = _holder(folder)
+  try:
+    with pytest.raises(folder_lock.FolderInUseError,
+                       match=f'{folder} is in use by another run \\(process '
+                       f'{holder.pid}\\)'):
+      with folder_lock.exclusive(folder):
+        pass
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+  with folder_lock.exclusive(folder):  # the kernel dropped the dead one's
+    pass
+
+
+def _rows(output_dir):
+  return repository.rounds_rows(output_dir, 'fedhdp_r1')
+
+
+def test_a_second_run_into_the_same_folder_stops_at_once(tmp_path):
+  out = str(tmp_path / 'conc')
+  command = [sys.executable, os.path.join(ROOT, 'run_experiment.py'),
+             f'--rounds={ROUNDS}', '--checkpoint_every=2', '--eval_every=25',
+             f'--output_dir={out}']
+  first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 300
+    while not _rows(out) and first.poll() is None:
+      assert time.time() < deadline, 'the first run made no progress'
+      time.sleep(0.05)
+    second = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert first.poll() is None, 'the first run must still be running'
+  finally:
+    first_code = first.wait(timeout=600)
+  assert second.returncode == 2
+  lines = second.stderr.strip().splitlines()
+  assert lines == [f'run_experiment.py: error: {out} is in use by another run '
+                   f'(process {first.pid}); wait for it to finish or pass '
+                   'another --output_dir.'], second.stderr[-2000:]
+  assert first_code == 0
+  rows = _rows(out)
+  assert [int(r['round']) for r in rows] == list(range(1, ROUNDS + 1))
+  assert all(r['acc_g'] for r in rows if int(r['round']) % 25 == 0)

@@ -1,0 +1,169 @@
+"""A run's private state stays private and is fixed before anything is
+released.
+
+The checkpoint folder holds the DP secret (also inside the aggregator's saved
+state) and Ditto's noise-free personal models: every folder and file in it
+must be its owner's alone, and no released file may hold the secret. The
+secret is written before round 1, so a run killed before its first
+checkpoint, re-run, releases rounds 1..k again with the same values (not a
+second, independent noisy copy), and TensorBoard keeps one event per round.
+Without checkpoints (`--checkpoint_every=0`) the run key is kept all the
+same, so a different run into the folder is refused.
+"""
+
+import glob
+import os
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import tensorflow as tf
+
+from tests import repository
+
+ROOT = repository.ROOT
+CONFIG = 'fedhdp_r0.5'
+
+
+def _run_experiment(output_dir, *flags, timeout=600):
+  return subprocess.run(
+      [sys.executable, os.path.join(ROOT, 'run_experiment.py'),
+       '--algorithms=fedhdp', '--r=0.5', '--clients_per_round=20',
+       '--clip_count_stddev=3', '--seed=3', f'--output_dir={output_dir}',
+       *flags], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _secret(output_dir):
+  with open(os.path.join(output_dir, CONFIG, 'checkpoints',
+                         'dp_secret_seed')) as f:
+    return int(f.read())
+
+
+def test_checkpoint_files_are_owner_only_and_no_release_holds_the_secret(
+    tmp_path):
+  out = str(tmp_path)
+  result = _run_experiment(out, '--rounds=3', '--checkpoint_every=1',
+                           '--eval_every=3', '--ditto_lambda_p=0.1',
+                           '--ditto_lambda_np=0.1')
+  assert result.returncode == 0, result.stderr[-2000:]
+  checkpoints = os.path.join(out, CONFIG, 'checkpoints')
+  listed = []
+  for root, dirs, files in os.walk(checkpoints):
+    for name in [root] + [os.path.join(root, f) for f in files]:
+      mode = stat.S_IMODE(os.stat(name).st_mode)
+      assert mode & 0o077 == 0, f'{name} has mode {oct(mode)}'
+      listed.append(name)
+  names = {os.path.basename(p) for p in listed}
+  assert {'dp_secret_seed', 'run_key.json', 'personal_round_3.npz'} <= names
+  assert any(p.endswith('.pb') or 'variables' in p for p in listed), listed
+
+  secret = _secret(out)
+  patterns = [str(secret).encode(), struct.pack('<q', secret),
+              struct.pack('>q', secret)]
+  released = [p for p in glob.glob(os.path.join(out, '**'), recursive=True)
+              if os.path.isfile(p) and not p.startswith(checkpoints)]
+  assert any(p.endswith('rounds.csv') for p in released)
+  assert any(p.endswith('final_model.npz') for p in released)
+  for path in released:
+    with open(path, 'rb') as f:
+      content = f.read()
+    for pattern in patterns:
+      assert pattern not in content, f'{path} holds the secret'
+
+
+_TRAIN_WITH_TENSORBOARD = textwrap.dedent('''
+    import sys
+    from tasks import digits
+    from tff_hdp.privacy import accounting, plans
+    from tff_hdp.privacy import privacy_groups as pg
+    from tff_hdp.simulation import run_files, runtime, trusted_setting
+    runtime.init()  # a local worker that ends with this process
+    out = sys.argv[1]
+    task = digits.load(clients_per_digit=3, seed=0)
+    choices = trusted_setting.client_choices(
+        task, [pg.PrivacyGroup('p', 4.0, 1e-4)], 0.2, seed=0)
+    settings = trusted_setting.Settings(
+        rounds=8, sampling=accounting.PoissonSampling(0.3),
+        clip=plans.ClipSettings(initial_norm=0.5, count_stddev=3.0),
+        eval_every=1, checkpoint_every=100)
+    trusted_setting.run_configuration(
+        task, trusted_setting.Configuration('fedhdp', 0.5), choices, settings,
+        out, progress=False,
+        release_managers=[run_files.TensorBoardRounds(out + '/tensorboard')])
+''')
+
+
+def _train(out, **popen):
+  log = open(os.path.join(os.path.dirname(out), 'train.log'), 'ab')
+  return subprocess.Popen([sys.executable, '-c', _TRAIN_WITH_TENSORBOARD, out],
+                          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                          **popen)
+
+
+def _events(directory):
+  """{(tag, step): [values]} of every scalar event in `directory`."""
+  found = {}
+  for path in glob.glob(os.path.join(directory, '*tfevents*')):
+    for record in tf.data.TFRecordDataset(path):
+      event = tf.compat.v1.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        number = float(tf.make_ndarray(value.tensor)) if value.HasField(
+            'tensor') else value.simple_value
+        found.setdefault((value.tag, event.step), []).append(number)
+  return found
+
+
+def test_a_run_killed_before_its_first_checkpoint_repeats_its_rounds(
+    tmp_path):
+  out = str(tmp_path / 'out')
+  proc = _train(out, start_new_session=True)
+  deadline = time.time() + 300
+  while len(repository.rounds_rows(out, CONFIG)) < 3 and proc.poll() is None:
+    assert time.time() < deadline, 'run made no progress'
+    time.sleep(0.05)
+  os.killpg(proc.pid, signal.SIGKILL)
+  proc.wait()
+  killed = repository.rounds_rows(out, CONFIG)
+  assert 3 <= len(killed) < 8, 'the kill must land mid-run'
+  assert not glob.glob(os.path.join(out, CONFIG, 'checkpoints', 'round_*'))
+  secret = _secret(out)  # written before round 1
+  before = _events(os.path.join(out, 'tensorboard'))
+  assert before
+
+  assert _train(out).wait(timeout=600) == 0
+  assert _secret(out) == secret
+  rows = repository.rounds_rows(out, CONFIG)
+  assert [int(r['round']) for r in rows] == list(range(1, 9))
+  assert rows[:len(killed)] == killed  # the same release, not a second one
+  after = _events(os.path.join(out, 'tensorboard'))
+  for (tag, step), values in after.items():
+    assert len(values) == 1, f'{tag} at round {step} released twice'
+  assert {step for _, step in after} == set(range(1, 9))
+  for key, values in before.items():
+    assert after[key] == values[:1], key
+  # What TensorBoard shows is what rounds.csv says.
+  assert float(rows[2]['clip_norm']) == float(
+      f"{after[('clip_norm', 3)][0]:.6g}")
+
+
+def test_without_checkpoints_the_run_key_still_guards_the_folder(tmp_path):
+  out = str(tmp_path)
+  first = _run_experiment(out, '--rounds=2', '--checkpoint_every=0')
+  assert first.returncode == 0, first.stderr[-2000:]
+  rows = repository.rounds_rows(out, CONFIG)
+  with open(os.path.join(out, CONFIG, 'summary.json')) as f:
+    summary = f.read()
+  second = _run_experiment(out, '--rounds=2', '--checkpoint_every=0',
+                           '--batch_size=32')
+  assert second.returncode == 2, second.stderr[-2000:]
+  last = second.stderr.strip().splitlines()[-1]
+  assert 'holds a checkpoint of a different run (differs in: batch_size)' in (
+      last)
+  assert repository.rounds_rows(out, CONFIG) == rows
+  with open(os.path.join(out, CONFIG, 'summary.json')) as f:
+    assert f.read() == summary
+  assert not glob.glob(os.path.join(out, CONFIG, 'checkpoints', 'round_*'))

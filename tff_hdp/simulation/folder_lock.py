@@ -1,0 +1,52 @@
+"""One run per output folder at a time.
+
+Two runs writing one folder corrupt each other: both append to `rounds.csv`,
+both save checkpoints of the same rounds, and a resumed run may read a
+half-written file of the other. A run holds an exclusive `flock` on a file in
+its folder for as long as it writes there. The kernel drops the lock when the
+process ends, however it ends (`kill -9` included), so a dead run never
+leaves a stale lock behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from typing import Iterator
+
+LOCK_FILE = '.run.lock'
+
+
+class FolderInUseError(RuntimeError):
+  """Another live process is running into the same folder."""
+
+
+@contextlib.contextmanager
+def exclusive(folder: str) -> Iterator[None]:
+  """Holds `folder` for this process; creates it if need be.
+
+  Raises:
+    FolderInUseError: another process holds it (the message names the folder
+      and that process).
+  """
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(folder, LOCK_FILE)
+  fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+      if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+        raise
+      holder = os.pread(fd, 32, 0).decode(errors='replace').strip()
+      raise FolderInUseError(
+          f'{folder} is in use by another run'
+          f'{f" (process {holder})" if holder.isdigit() else ""}; wait for it '
+          'to finish or pass another --output_dir.') from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    yield
+  finally:
+    os.close(fd)
