@@ -4,6 +4,7 @@ line; reproduce.py builds its configurations with `learning_setup` too."""
 from __future__ import annotations
 
 import functools
+import math
 
 from cli import flags
 
@@ -36,8 +37,8 @@ def learning_setup(task):
                                      flags.DITTO_LR.value or flags.CLIENT_LR.value)
   fractions = (flags.floats(flags.LEVEL_FRACTIONS) if flags.LEVEL_FRACTIONS.value else None)
   count_stddev = flags.CLIP_COUNT_STDDEV.value
-  if count_stddev is None and flags.CLIP_LR.value > 0:
-    count_stddev = _derived_clip_count_stddev(levels, sampling, n)
+  if flags.CLIP_LR.value > 0:
+    count_stddev = _clip_count_stddev(levels, sampling, n)
   settings = trusted_setting.Settings(
       rounds=flags.ROUNDS.value,
       sampling=sampling,
@@ -61,23 +62,45 @@ def learning_setup(task):
   try:
     choices = trusted_setting.client_choices(task, levels, flags.OPT_OUT.value,
                                         flags.SEED.value, fractions)
-    configs = trusted_setting.configurations(flags.ALGORITHMS.value, flags.floats(flags.R),
-                                        choices)
   except ValueError as e:
-    raise flags.InputError(str(e)) from None
+    raise flags.InputError(f'--opt_out_fraction/--level_fractions: {e}') from None
+  configs = trusted_setting.configurations(flags.ALGORITHMS.value, flags.floats(flags.R),
+                                      choices)
+  if 'fedhdp' in flags.ALGORITHMS.value:
+    _check_levels_have_clients(choices, n)
   return settings, choices, configs
 
 
-def _derived_clip_count_stddev(levels, sampling, n) -> float | None:
-  """`plans.default_clip_count_stddev` where it departs from TFF's 5% (None,
-  the plan's own default, otherwise: a run's key stays as it was)."""
+def _check_levels_have_clients(choices, n: int) -> None:
+  """Every private level FedHDP trains holds a client once the fractions
+  are rounded to whole clients on this task."""
+  sizes = choices.group_sizes()
+  for group, size in zip(choices.groups, sizes):
+    flags.check(size > 0 or not group.is_private,
+                f'--opt_out_fraction={flags.OPT_OUT.value:g} and '
+                '--level_fractions leave privacy level '
+                f'{group.name!r} without clients (of {n}); lower the '
+                'opt-out fraction or raise that level\'s fraction.')
+
+
+def _clip_count_stddev(levels, sampling, n) -> float | None:
+  """z_b for the settings: --clip_count_stddev, or
+  `plans.default_clip_count_stddev` (None where that is TFF's 5%, the
+  plan's own default). A value given equal to the default is the default,
+  so the run's key, and its checkpoints, are the same either way."""
   from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top
+  given = flags.CLIP_COUNT_STDDEV.value
   try:
     value, derived = plans.default_clip_count_stddev(
         levels, sampling, flags.ROUNDS.value, n)
   except accounting.InfeasiblePrivacyTargetError as e:
+    if given is not None:
+      return given  # the plan says why the target fails at the value given
     raise flags.InputError(f'--epsilons/--deltas: {e}') from None
+  default = value if derived else None
+  if given is not None:
+    return default if math.isclose(given, value, rel_tol=1e-9) else given
   if not derived:
     return None
   _say_once(f'--clip_count_stddev not given: using {value:.4g}, the noise '
@@ -137,7 +160,7 @@ def run() -> None:
             f', {task.dropped_clients} clients without examples dropped'
             if task.dropped_clients else '') + '\n')
   caption = '\n'.join(warnings + tables.table_notes(
-      settings.release_unprotected_stats))
+      settings.release_unprotected_stats, task.metric))
   print(caption + '\n')
   print(tables.markdown_table(header, rows))
   tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption,

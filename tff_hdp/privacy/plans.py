@@ -11,6 +11,7 @@ whole untrusted-server population). A plan is pure arithmetic through
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import functools
 from typing import Sequence
 
@@ -289,7 +290,9 @@ def default_clip_count_stddev(groups: Sequence[PrivacyGroup],
   leave the updates far more noise than the target needs. Where the 5% is
   below the effective noise multiplier z* that the strictest level needs,
   z_b = z* instead: the count then takes a quarter of the budget (in 1/z^2)
-  and the updates get z* / sqrt(3/4), 15% more noise than z* alone.
+  and the updates get z* / sqrt(3/4), 15% more noise than z* alone. z* is
+  rounded up to 4 significant digits (more noise on the count, never less),
+  so the value a run prints is the value it uses and can be given back.
 
   Args:
     groups: the run's privacy levels (non-private ones are ignored).
@@ -312,4 +315,11 @@ def default_clip_count_stddev(groups: Sequence[PrivacyGroup],
                                             rounds, None) for g in private)
   if tff_default >= needed:
     return tff_default, False
-  return needed, True
+  return _round_up(needed, 4), True
+
+
+def _round_up(x: float, digits: int) -> float:
+  """`x` rounded up to `digits` significant digits, as its decimal reads."""
+  value = decimal.Decimal(x)
+  step = decimal.Decimal(1).scaleb(value.adjusted() - digits + 1)
+  return float(value.quantize(step, rounding=decimal.ROUND_CEILING))

@@ -38,9 +38,14 @@ EPSILON_NOTE = ('eps spent (target) per group: epsilon spent at the group\'s '
                 'delta over the run, its target in parentheses.')
 
 
-def table_notes(release_unprotected: bool) -> list[str]:
-  """What the results table's cells mean, printed above it."""
-  return [VARIANCE_NOTE, EPSILON_NOTE] + (
+def table_notes(release_unprotected: bool,
+                metric: str = 'accuracy') -> list[str]:
+  """What the results table's cells mean, printed above it; `metric` is the
+  task's (an MSE's variance is shown as it is, `metric_cell`)."""
+  variance = (VARIANCE_NOTE if metric in _PERCENT_METRICS else
+              'In parentheses: variance across clients of their '
+              f'{metric}, in its units squared.')
+  return [variance, EPSILON_NOTE] + (
       [] if release_unprotected else [WITHHELD_NOTE])
 
 
