@@ -5,6 +5,7 @@ Examples:
   python reproduce.py --presets=femnist --data_dir=DIR --rounds=100
       --num_clients=500 --ditto_lambdas=0.05 --output_dir=results/small
   python reproduce.py --presets=digits   # minutes: checks the whole pipeline
+  python reproduce.py --presets=paper --dry_run   # what would run, and where
 
 A preset holds a published table's settings (SPEC.md §1, FeO2 Tables 3-7):
 task, fraction of clients per round, rounds, (eps, delta), 5% opt-out, the
@@ -13,11 +14,15 @@ run_experiment.py's flags, and the configurations are built and trained by
 the same code as there (`cli.trusted.learning_setup`,
 `trusted_setting.run_configuration`): same seed, same opt-out clients for every
 configuration. Any of those flags given on the command line wins over the
-preset (e.g. --rounds, --num_clients, --clients_per_round, --r, --client_lr);
-clients per round follow --num_clients at the preset's fraction. Smaller runs
-shrink the default clip-count noise (5% of the clients per round); where
-that is too little for the target, the noise the target needs is used and
-printed. Give them their own --output_dir (a folder holds one run per configuration).
+preset (e.g. --rounds, --num_clients, --clients_per_round, --r, --client_lr,
+--data_dir); clients per round follow --num_clients at the preset's fraction.
+The task is the preset's and the algorithms are the trusted server's
+(another task or setting: run_experiment.py). Smaller runs shrink the
+default clip-count noise (5% of the clients per round); where that is too
+little for the target, the noise the target needs is used and printed.
+Without --output_dir the files go to results/reproduce-<hash of the flags>,
+printed at the start: another command never shares the folder, the same
+command resumes in it.
 
 Files, under <output_dir>/<preset>/:
   lambda<l>/<configuration>/  rounds.csv, summary.json, checkpoints/ and
@@ -30,8 +35,10 @@ complete and resumes an interrupted one from its last checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
 
 from absl import flags
 
@@ -60,7 +67,8 @@ _DITTO_LAMBDAS = flags.DEFINE_list(
     'personalization.')
 _TENSORBOARD = flags.DEFINE_bool(
     'tensorboard', True, 'Release every round\'s metrics to TensorBoard '
-    'event files (tff.program.TensorBoardReleaseManager).')
+    'event files (tff.program.TensorBoardReleaseManager; a resumed run '
+    'keeps one event per round).')
 _PLOTS = flags.DEFINE_bool('plots', True, 'Draw the figures of each block.')
 
 
@@ -76,6 +84,7 @@ def _preset_names() -> list[str]:
       raise cli_flags.InputError(
           f'--presets: unknown preset {name!r}; choose from '
           f'{", ".join(PRESETS)} or "paper".')
+  cli_flags.check_distinct('--presets', names, _PRESETS.value)
   return names
 
 
@@ -93,7 +102,49 @@ def _lambdas_flag() -> list[float] | None:
     if not lam >= 0:
       raise cli_flags.InputError(
           f'--ditto_lambdas must be >= 0, got {lam}.')
+  cli_flags.check_distinct('--ditto_lambdas', lambdas, _DITTO_LAMBDAS.value)
   return lambdas
+
+
+def _check_command(names: list[str]) -> None:
+  """What a preset fixes: its task, and the trusted server's algorithms."""
+  if FLAGS['task'].present:
+    raise cli_flags.InputError(
+        '--task: reproduce.py runs each preset on its own task (' +
+        ', '.join(f'{n}: {PRESETS[n].task}' for n in names) +
+        '); drop --task, or run another task with run_experiment.py.')
+  trusted = cli_flags.algorithms.names(cli_flags.TRUSTED)
+  for algorithm in FLAGS.algorithms or []:
+    if algorithm not in trusted:
+      raise cli_flags.InputError(
+          f'--algorithms: reproduce.py runs the papers\' trusted-server '
+          f'algorithms ({", ".join(trusted)}), not {algorithm!r}; run other '
+          'settings with run_experiment.py.')
+
+
+@contextlib.contextmanager
+def _flags_of_each_preset(names: list[str]):
+  """Yields each preset's name with the flags set for it, checked: the
+  command line's values, the preset's where the command line gives none.
+  Restores the command line's values after."""
+  start = {name: FLAGS[name].value for name in _MANAGED_FLAGS}
+
+  def each():
+    for name in names:
+      for flag, value in start.items():
+        FLAGS[flag].value = value
+      _apply(PRESETS[name].flag_values())
+      try:
+        cli_flags.validate_flags()
+      except cli_flags.InputError as e:
+        raise cli_flags.InputError(f'{e} (preset {name})') from None
+      yield name
+
+  try:
+    yield each()
+  finally:
+    for flag, value in start.items():
+      FLAGS[flag].value = value
 
 
 def _apply(values: dict[str, object]) -> None:
@@ -114,8 +165,8 @@ def _block_name(ditto) -> str:
 
 def _run_or_skip(label, task, config, choices, settings, block_dir):
   """A finished configuration's summary, training it first if need be."""
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   import tqdm  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import run_files  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
   try:
     summary = trusted_setting.completed_summary(task, config, choices, settings,
@@ -125,7 +176,7 @@ def _run_or_skip(label, task, config, choices, settings, block_dir):
       return summary
     managers = []
     if _TENSORBOARD.value:
-      managers.append(tff.program.TensorBoardReleaseManager(
+      managers.append(run_files.TensorBoardRounds(
           os.path.join(block_dir, config.name, 'tensorboard')))
     summary, _ = trusted_setting.run_configuration(
         task, config, choices, settings, block_dir, release_managers=managers)
@@ -146,8 +197,6 @@ def _run_preset(name: str, output_dir: str,
   from tff_hdp.reporting import published  # pylint: disable=g-import-not-at-top
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
   preset = PRESETS[name]
-  _apply(preset.flag_values())
-  cli_flags.validate_flags()
   task = cli_flags.load_task()
   n = len(task.client_ids)
   _apply({'clients_per_round': max(1, round(preset.fraction_per_round * n))})
@@ -198,25 +247,36 @@ def _run_preset(name: str, output_dir: str,
 
 
 def _validate() -> None:
-  """The checks that need no data, before TensorFlow is imported."""
-  _preset_names()
-  _lambdas_flag()
-  cli_flags.validate_flags()
+  """The checks that need no data, every preset's flags included, before
+  TensorFlow is imported; a --dry_run ends here."""
+  names = _preset_names()
+  lambdas = _lambdas_flag()
+  _check_command(names)
+  if FLAGS.output_dir is None:
+    FLAGS['output_dir'].value = cli_flags.default_output_dir(
+        'reproduce', ('presets', 'ditto_lambdas'))
+  with _flags_of_each_preset(names) as presets:
+    for name in presets:
+      if FLAGS.dry_run:
+        blocks = PRESETS[name].ditto_lambdas if lambdas is None else lambdas
+        print(f'--dry_run: preset {name}: {cli_flags.run_summary()}, Ditto '
+              f'lambda {",".join(f"{lam:g}" for lam in blocks) or "none"} '
+              f'(under {name}/).')
+  if FLAGS.dry_run:
+    sys.exit(0)
 
 
 def main(argv: list[str]) -> None:
   del argv  # cli.entry refuses stray arguments
   names = _preset_names()
   lambdas = _lambdas_flag()
-  output_dir = (FLAGS.output_dir if FLAGS['output_dir'].present else
-                os.path.join('results', 'reproduce'))
+  if not FLAGS['output_dir'].present:
+    print(f'Files go to {FLAGS.output_dir}/ (no --output_dir: a folder named '
+          'by the flags; the same command resumes there).')
   cli_flags.init_runtime()
-  # Each preset starts from the command line's flags, not the last preset's.
-  start = {name: FLAGS[name].value for name in _MANAGED_FLAGS}
-  for name in names:
-    for flag, value in start.items():
-      FLAGS[flag].value = value
-    _run_preset(name, output_dir, lambdas)
+  with _flags_of_each_preset(names) as presets:
+    for name in presets:
+      _run_preset(name, FLAGS.output_dir, lambdas)
 
 
 if __name__ == '__main__':

@@ -11,6 +11,8 @@ before it is loaded.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 
@@ -76,7 +78,8 @@ DP_SGD_CLIP = absl_flags.DEFINE_float(
     'per-example clip norm c.')
 R = absl_flags.DEFINE_list(
     'r', ['1.0'], 'FedHDP ratio(s) r of the private groups\' weight (the '
-    'opt-out group has r=1); each value is one configuration.')
+    'opt-out group has r=1); each value is one configuration. Read by '
+    'fedhdp (and point estimation) only.')
 EPSILONS = absl_flags.DEFINE_list(
     'epsilons', ['3.6'], 'Target epsilon of each private level (cross-silo: '
     'one value for every silo, or one per silo).')
@@ -164,8 +167,18 @@ WORKER_TIMEOUT = absl_flags.DEFINE_float(
     'worker_timeout', 60, 'With --workers: seconds a worker may go without '
     'answering before the run stops, naming it (then restart it and re-run '
     'to resume).')
-OUTPUT_DIR = absl_flags.DEFINE_string('output_dir', 'results/latest',
-                                  'Where files are written.')
+OUTPUT_DIR = absl_flags.DEFINE_string(
+    'output_dir', None, 'Where files are written. Default: '
+    'results/<task>-<8 hex digits> (reproduce.py: results/reproduce-<8 hex '
+    'digits>), named by a hash of every flag that changes the run, so two '
+    'different runs never share a folder and re-running the same command '
+    'resumes in it; the folder is printed at the start.')
+DRY_RUN = absl_flags.DEFINE_bool(
+    'dry_run', False, 'Only check the flags (reproduce.py: with each preset '
+    'applied), print what the command would run and where it would write, '
+    'and exit: no data is loaded, nothing is trained or written. Checks that '
+    'need the data (clients per round against the clients, delta against '
+    '1/N) run when the command does.')
 TRIALS = absl_flags.DEFINE_integer(
     'trials', 20000, 'point_estimation: Monte Carlo trials.')
 PE_CLIENTS = absl_flags.DEFINE_integer('pe_clients', 20,
@@ -181,6 +194,16 @@ PE_GAMMA2 = absl_flags.DEFINE_float('pe_gamma2', 0.05,
 
 
 
+# Largest count flag (rounds, clients, trials, ...): beyond it the accountant's
+# arithmetic leaves float64 and TensorFlow's int32 counters overflow.
+MAX_COUNT = 2**31 - 1
+# Largest target epsilon: far past any guarantee (use nonprivate), and above
+# ~1e5 dp_accounting cannot calibrate the noise at all.
+MAX_EPSILON = 1000.0
+# Flags that do not change what a run computes, so not part of the default
+# output folder's name: where it goes and how it is executed.
+_NOT_IN_FOLDER_NAME = ('output_dir', 'dry_run', 'workers', 'worker_timeout')
+
 TRUSTED, UNTRUSTED, CROSS_SILO = (algorithms.TRUSTED, algorithms.UNTRUSTED,
                                   algorithms.CROSS_SILO)
 POINT_ESTIMATION = 'point_estimation'
@@ -190,7 +213,7 @@ _EVERY = _TRAINING + (POINT_ESTIMATION,)
 # The settings that read each flag. Giving a flag that the run's setting does
 # not read is an error, not a silent no-op; --help groups the flags by it.
 APPLIES: dict[str, tuple[str, ...]] = {
-    'task': _EVERY, 'output_dir': _EVERY, 'seed': _EVERY,
+    'task': _EVERY, 'output_dir': _EVERY, 'dry_run': _EVERY, 'seed': _EVERY,
     'unsafe_seeded_dp_randomness': _EVERY, 'checkpoint_every': _EVERY,
     'algorithms': _TRAINING, 'data_dir': _TRAINING, 'num_clients': _TRAINING,
     'rounds': _TRAINING, 'batch_size': _TRAINING, 'client_lr': _TRAINING,
@@ -268,10 +291,13 @@ def check(condition: bool, message: str) -> None:
 
 def _in(flag, low: float, high: float = math.inf, low_open: bool = False,
         high_open: bool = False) -> None:
-  """The scalar flag's value (when set) lies in the interval, finite."""
+  """The scalar flag's value (when set) lies in the interval, finite; a
+  count at most `MAX_COUNT`."""
   v = flag.value
   if v is None:
     return
+  if isinstance(v, int):
+    high = min(high, MAX_COUNT)
   ok = (math.isfinite(v) and (v > low if low_open else v >= low) and
         (v < high if high_open else v <= high))
   if not ok:
@@ -298,8 +324,7 @@ def _check_algorithms() -> None:
   for a in ALGORITHMS.value:
     check(a in known, f'--algorithms: unknown algorithm {a!r}; choose from '
           f'{", ".join(known)}.')
-  check(len(set(ALGORITHMS.value)) == len(ALGORITHMS.value),
-        f'--algorithms lists an algorithm twice: {",".join(ALGORITHMS.value)}.')
+  check_distinct('--algorithms', ALGORITHMS.value, ALGORITHMS.value)
   kinds = {setting(a) for a in ALGORITHMS.value}
   check(len(kinds) == 1, '--algorithms: trusted-server (fedhdp, dp_fedavg, '
         'nonprivate), untrusted-server and cross-silo algorithms cannot be '
@@ -318,7 +343,26 @@ def _check_applies(current: str) -> None:
           'makes its own data; drop it.')
 
 
+def default_output_dir(name: str, extra_flags: tuple[str, ...] = ()) -> str:
+  """`results/<name>-<hash>`, the folder of a run given no --output_dir.
+
+  The hash covers every flag the run's setting reads (and `extra_flags`)
+  except where and how it executes, so two different runs never share a
+  folder (one would refuse the other's checkpoints, and overwrite its
+  table) while the same command finds its own checkpoints again.
+  """
+  current = run_setting()
+  names = sorted(n for n, s in APPLIES.items()
+                 if current in s and n not in _NOT_IN_FOLDER_NAME)
+  text = json.dumps([(n, absl_flags.FLAGS[n].value)
+                     for n in names + list(extra_flags)], default=str)
+  digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+  return os.path.join('results', f'{name}-{digest}')
+
+
 def _check_output_dir() -> None:
+  if OUTPUT_DIR.value is None:
+    absl_flags.FLAGS['output_dir'].value = default_output_dir(TASK.value)
   path = os.path.abspath(OUTPUT_DIR.value)
   check(bool(OUTPUT_DIR.value), '--output_dir must not be empty.')
   existing = path
@@ -328,6 +372,8 @@ def _check_output_dir() -> None:
         f'{existing} is a file, not a folder.')
   check(os.access(existing, os.W_OK | os.X_OK),
         f'--output_dir={OUTPUT_DIR.value}: {existing} is not writable.')
+  if DRY_RUN.value:
+    return  # a dry run writes nothing
   try:
     os.makedirs(path, exist_ok=True)
   except OSError as e:
@@ -336,12 +382,21 @@ def _check_output_dir() -> None:
 
 
 def validate_flags() -> None:
-  """Every check that needs no data; an `InputError` names the flag."""
+  """Every check that needs no data; an `InputError` names the flag.
+
+  An absent --output_dir gets its default folder here
+  (`default_output_dir`), as checking the folder needs it.
+  """
   if TASK.value != POINT_ESTIMATION:
     _check_algorithms()
   current = run_setting()
   _check_applies(current)
-  _check_output_dir()
+  _check_values(current)
+  _check_output_dir()  # last: it creates the folder, for a valid command only
+
+
+def _check_values(current: str) -> None:
+  """The values of the flags that the `current` setting reads."""
   _in(SEED, 0, 2**31 - 1)
   _in(CHECKPOINT_EVERY, 0)
   if current == POINT_ESTIMATION:
@@ -364,6 +419,9 @@ def validate_flags() -> None:
   if current in (TRUSTED, CROSS_SILO):
     for e in floats(EPSILONS):
       check(e > 0, f'--epsilons must be > 0, got {e}.')
+      check(e <= MAX_EPSILON, f'--epsilons must be in (0, {MAX_EPSILON:g}], '
+            f'got {e:g}: an epsilon this large promises nothing '
+            '(--algorithms=nonprivate trains without noise).')
   if current == TRUSTED:
     _level_targets()
   if current in (UNTRUSTED, CROSS_SILO):
@@ -380,8 +438,14 @@ def validate_flags() -> None:
           f'--algorithms={",".join(ALGORITHMS.value)} does not run; drop it.')
   if current == TRUSTED:
     _check_ratios()
+    check(not R.present or 'fedhdp' in ALGORITHMS.value,
+          '--r is read by fedhdp only, which '
+          f'--algorithms={",".join(ALGORITHMS.value)} does not run; drop it.')
     _in(CLIENTS_PER_ROUND, 1)
     _in(OPT_OUT, 0, 1)
+    check(not (OPT_OUT.value == 1 and 'fedhdp' in ALGORITHMS.value),
+          '--opt_out_fraction=1 leaves fedhdp no private clients; give a '
+          'fraction below 1.')
     _in(LOCAL_EPOCHS, 1)
     _in(COHORT_SIZE, 0)
     _in(SERVER_LR, 0, low_open=True)
@@ -397,15 +461,21 @@ def validate_flags() -> None:
       check(len(fractions) == len(EPSILONS.value),
             f'--level_fractions has {len(fractions)} values for '
             f'{len(EPSILONS.value)} --epsilons.')
-      check(all(0 <= f <= 1 for f in fractions) and
+      check(all(0 < f <= 1 for f in fractions) and
             math.isclose(sum(fractions), 1.0, abs_tol=1e-6),
-            '--level_fractions must be in [0, 1] and sum to 1, got '
+            '--level_fractions must be in (0, 1] (a level without clients is '
+            'no level) and sum to 1, got '
             f'{",".join(LEVEL_FRACTIONS.value)}.')
   if current == CROSS_SILO:
-    for lam in floats(LAMBDAS):
+    lambdas = floats(LAMBDAS)
+    for lam in lambdas:
       check(lam >= 0, f'--lambdas must be >= 0, got {lam}.')
-    for lr in floats(CLIENT_LRS) if CLIENT_LRS.value is not None else []:
-      check(lr > 0, f'--client_lrs must be > 0, got {lr}.')
+    check_distinct('--lambdas', lambdas, LAMBDAS.value)
+    if CLIENT_LRS.value is not None:
+      rates = floats(CLIENT_LRS)
+      for lr in rates:
+        check(lr > 0, f'--client_lrs must be > 0, got {lr}.')
+      check_distinct('--client_lrs', rates, CLIENT_LRS.value)
     _in(NUM_CLUSTERS, 1)
     _in(SELECTION_FRACTION, 0, 1)
     _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
@@ -418,8 +488,7 @@ def _check_workers() -> None:
       workers.parse_address(address)
     except ValueError as e:
       check(False, f'--workers: {e}; write host:port,host:port,...')
-  check(len(set(addresses)) == len(addresses),
-        f'--workers lists a worker twice: {",".join(addresses)}.')
+  check_distinct('--workers', addresses, addresses)
   _in(WORKER_TIMEOUT, 0, low_open=True)
   check(not (WORKER_TIMEOUT.present and not addresses),
         '--worker_timeout applies only with --workers; drop it.')
@@ -435,8 +504,14 @@ def _check_ratios() -> None:
   ratios = floats(R)
   for r in ratios:
     check(r >= 0, f'--r must be >= 0, got {r}.')
-  check(len(set(ratios)) == len(ratios),
-        f'--r lists a ratio twice: {",".join(R.value)}.')
+  check_distinct('--r', ratios, R.value)
+
+
+def check_distinct(name: str, values, written: list[str]) -> None:
+  """A list flag whose values are one run each names no value twice (it
+  would train or count the same run twice)."""
+  check(len(set(values)) == len(values),
+        f'{name} lists a value twice: {",".join(written)}.')
 
 
 def setting(algorithm: str) -> str:
@@ -481,10 +556,27 @@ def load_task():
                           batch_size=BATCH_SIZE.value, seed=SEED.value,
                           num_clients=NUM_CLIENTS.value))
   except ValueError as e:
-    where = '' if DATA_DIR.value else (
+    where = '' if DATA_DIR.value or data_dir is None else (
         f' (the default --data_dir, under ${tasks.DATA_ROOT_ENV} or '
         '../shared/data; pass --data_dir=DIR)')
     raise InputError(f'--task={TASK.value}: {e}{where}') from None
+
+
+def run_summary() -> str:
+  """One line: what the flags ask for and where it goes (--dry_run)."""
+  current = run_setting()
+  if current == POINT_ESTIMATION:
+    what = f'point estimation at r={",".join(R.value)}, {TRIALS.value} trials'
+  else:
+    what = (f'{_SETTING_NAMES[current]} runs of {",".join(ALGORITHMS.value)} '
+            f'on --task={TASK.value}, {ROUNDS.value} rounds')
+    if 'fedhdp' in ALGORITHMS.value:
+      what += f', r={",".join(R.value)}'
+    data = DATA_DIR.value or tasks.REGISTRY[TASK.value].default_data_dir()
+    if data:
+      what += (f', data in {data} '
+               f'({"found" if os.path.isdir(data) else "not found"})')
+  return f'{what}; files in {OUTPUT_DIR.value}/'
 
 
 def print_privacy_warnings() -> None:

@@ -40,3 +40,4 @@ def run() -> None:
        'empirical_mse': res.empirical_mse,
        'theory_variance': res.theoretical_variance,
        'relative_error': res.relative_error} for res in results])
+  print(f'\nTable: {flags.OUTPUT_DIR.value}/')

@@ -45,3 +45,4 @@ def run() -> None:
         f'{flags.ROUNDS.value} rounds, eps ~ {flags.EPSILON_DISTRIBUTION.value}\n')
   print(tables.markdown_table(header, rows))
   tables.write_table(flags.OUTPUT_DIR.value, header, rows, records=records)
+  print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')

@@ -34,6 +34,10 @@ CASES = [
     (['--r='], '--r', 'at least one number'),
     (['--r=-0.5'], '--r', '>= 0'),
     (['--r=1,1.0'], '--r', 'twice'),
+    (['--algorithms=dp_fedavg,nonprivate', '--r=0.5'], '--r',
+     'read by fedhdp only'),
+    (['--epsilons=1e300', '--rounds=3'], '--epsilons', '(0, 1000]'),
+    (['--algorithms=mrmtl', '--epsilons=1e6'], '--epsilons', '(0, 1000]'),
     (['--client_lr=nan'], '--client_lr', '(0, inf)'),
     (['--client_lr=0'], '--client_lr', '(0, inf)'),
     (['--server_lr=0'], '--server_lr', '(0, inf)'),
@@ -42,20 +46,26 @@ CASES = [
     (['--clip_lr=-0.1'], '--clip_lr', '[0, inf)'),
     (['--clip_count_stddev=-1'], '--clip_count_stddev', '(0, inf)'),
     (['--opt_out_fraction=1.5'], '--opt_out_fraction', '[0, 1]'),
+    (['--opt_out_fraction=1'], '--opt_out_fraction=1',
+     'leaves fedhdp no private clients'),
+    (['--epsilons=1,2', '--level_fractions=1,0'], '--level_fractions',
+     'must be in (0, 1]'),
     (['--ditto_lambda_p=-1'], '--ditto_lambda_p', '[0, inf)'),
     (['--ditto_lr=0'], '--ditto_lr', '(0, inf)'),
     (['--level_fractions=0.5,0.5'], '--level_fractions', '1 --epsilons'),
     (['--epsilons=1,2', '--level_fractions=0.5,0.6'], '--level_fractions',
      'sum to 1'),
     # Counts.
-    (['--num_clients=0'], '--num_clients', '[1, inf)'),
-    (['--rounds=0'], '--rounds', '[1, inf)'),
-    (['--clients_per_round=0'], '--clients_per_round', '[1, inf)'),
-    (['--batch_size=0'], '--batch_size', '[1, inf)'),
-    (['--local_epochs=0'], '--local_epochs', '[1, inf)'),
-    (['--eval_every=0'], '--eval_every', '[1, inf)'),
-    (['--checkpoint_every=-1'], '--checkpoint_every', '[0, inf)'),
-    (['--cohort_size=-2'], '--cohort_size', '[0, inf)'),
+    (['--num_clients=0'], '--num_clients', '[1, 2147483647]'),
+    (['--rounds=0'], '--rounds', '[1, 2147483647]'),
+    (['--rounds=99999999999999999999'], '--rounds', '[1, 2147483647]'),
+    (['--num_clients=3000000000'], '--num_clients', '[1, 2147483647]'),
+    (['--clients_per_round=0'], '--clients_per_round', '[1, 2147483647]'),
+    (['--batch_size=0'], '--batch_size', '[1, 2147483647]'),
+    (['--local_epochs=0'], '--local_epochs', '[1, 2147483647]'),
+    (['--eval_every=0'], '--eval_every', '[1, 2147483647]'),
+    (['--checkpoint_every=-1'], '--checkpoint_every', '[0, 2147483647]'),
+    (['--cohort_size=-2'], '--cohort_size', '[0, 2147483647]'),
     (['--seed=-1'], '--seed', '[0, 2147483647]'),
     (['--rounds=x'], '--rounds', "'x'"),
     # Algorithms and settings.
@@ -89,12 +99,15 @@ CASES = [
     # Setting-specific values.
     (['--algorithms=mrmtl', '--lambdas=-1'], '--lambdas', '>= 0'),
     (['--algorithms=mrmtl', '--client_lrs=0'], '--client_lrs', '> 0'),
-    (['--algorithms=ifca', '--num_clusters=0'], '--num_clusters', '[1, inf)'),
+    (['--algorithms=mrmtl', '--lambdas=0.1,0.1'], '--lambdas', 'twice'),
+    (['--algorithms=mrmtl', '--client_lrs=0.1,0.10'], '--client_lrs',
+     'twice'),
+    (['--algorithms=ifca', '--num_clusters=0'], '--num_clusters', '[1, 2147483647]'),
     (['--algorithms=ifca', '--selection_share=1'], '--selection_share',
      '(0, 1)'),
     (['--algorithms=weiavg', '--dp_sgd_clip=0'], '--dp_sgd_clip', '(0, inf)'),
     (['--algorithms=robust_hdp', '--rpca_freeze_after_round=0'],
-     '--rpca_freeze_after_round', '[1, inf)'),
+     '--rpca_freeze_after_round', '[1, 2147483647]'),
     (['--algorithms=weiavg,pfa', '--rpca_freeze_after_round=1'],
      '--rpca_freeze_after_round', 'read by robust_hdp only'),
     (['--rpca_freeze_after_round=1'], '--rpca_freeze_after_round',
@@ -103,8 +116,8 @@ CASES = [
      'one delta for every client'),
     (['--algorithms=mrmtl', '--deltas=1e-5,1e-6'], '--deltas',
      'one delta for every silo'),
-    (['--task=point_estimation', '--trials=-5'], '--trials', '[1, inf)'),
-    (['--task=point_estimation', '--trials=0'], '--trials', '[1, inf)'),
+    (['--task=point_estimation', '--trials=-5'], '--trials', '[1, 2147483647]'),
+    (['--task=point_estimation', '--trials=0'], '--trials', '[1, 2147483647]'),
     (['--task=point_estimation', '--pe_private=30'], '--pe_private',
      '[0, 20]'),
     # Output folder and stray words.
@@ -117,7 +130,7 @@ CASES = [
     (['--workers=localhost'], '--workers', "'localhost' is not host:port"),
     (['--workers=127.0.0.1:0'], '--workers', 'is not host:port'),
     (['--workers=127.0.0.1:8001,127.0.0.1:8001'], '--workers',
-     'lists a worker twice'),
+     'lists a value twice'),
     (['--worker_timeout=5'], '--worker_timeout', 'only with --workers'),
     (['--workers=127.0.0.1:8001', '--worker_timeout=0'], '--worker_timeout',
      '(0, inf)'),
@@ -150,6 +163,10 @@ def test_bad_value_is_one_line_naming_the_flag_with_status_2(
   assert len(lines) == 1, result.stderr
   assert lines[0].startswith('run_experiment.py: error: ')
   assert flag in lines[0] and fragment in lines[0], lines[0]
+  out = tmp_path / 'out'  # a refused command writes nothing there (a lock
+  # file aside, for checks that need the data)
+  assert not os.path.exists(out) or all(
+      name.startswith('.') for name in os.listdir(out))
 
 
 def test_the_table_has_forty_cases_or_more():
@@ -162,16 +179,43 @@ def test_the_table_has_forty_cases_or_more():
      'does not apply to trusted-server runs'),
     (['--presets=digits', '--r=inf'], '--r', 'finite'),
     (['--presets=digits', '--output_dir={file}'], '--output_dir', 'is a file'),
+    (['--presets=digits', '--task=point_estimation'], '--task',
+     'runs each preset on its own task (digits: digits)'),
+    (['--presets=digits', '--task=school', '--rounds=2', '--ditto_lambdas='],
+     '--task', 'runs each preset on its own task'),
+    (['--presets=digits', '--algorithms=mrmtl', '--r=1'], '--algorithms',
+     "trusted-server algorithms (fedhdp, dp_fedavg, nonprivate), not 'mrmtl'"),
+    (['--presets=digits', '--algorithms=dp_fedavg', '--r=0.5'], '--r',
+     'read by fedhdp only'),
+    (['--presets=digits,digits'], '--presets', 'twice'),
+    (['--presets=paper,femnist'], '--presets', 'twice'),
+    (['--presets=digits', '--ditto_lambdas=0.1,0.10'], '--ditto_lambdas',
+     'twice'),
+    (['--presets=digits', '--epsilons=1e300'], '--epsilons', '(0, 1000]'),
+    # A flag the preset's setting does not read is checked with the preset.
+    (['--presets=digits', '--data_dir=/tmp'], '--data_dir',
+     'makes its own data'),
 ])
 def test_reproduce_checks_the_same_way(flags, flag, fragment, tmp_path):
   a_file = tmp_path / 'a_file'
   a_file.write_text('')
   flags = [f.replace('{file}', str(a_file)) for f in flags]
+  if not any(f.startswith('--output_dir') for f in flags):
+    flags.append(f'--output_dir={tmp_path}/out')
   result = _run('reproduce.py', *flags)
   assert result.returncode == 2, result.stderr[-2000:]
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith('reproduce.py: error: ')
   assert flag in lines[0] and fragment in lines[0], lines[0]
+  assert not os.path.exists(tmp_path / 'out')  # checked before any folder
+
+
+def test_reproduce_help_states_its_output_folder():
+  result = _run('reproduce.py', '--help')
+  assert result.returncode == 0
+  assert 'results/latest' not in result.stdout
+  assert 'results/reproduce-<8 hex digits>' in result.stdout
+  assert '--dry_run' in result.stdout
 
 
 @pytest.mark.parametrize('flags,fragment', [

@@ -3,10 +3,12 @@
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from tests import repository
 
@@ -39,11 +41,28 @@ def _run(*flags, cwd=ROOT):
      "'private_eps3.6' (95 clients)"),
     (['--algorithms=weiavg', '--num_clients=10', '--deltas=0.01',
       '--rounds=1'], '--deltas=0.01 must be below 1/n = '),
+    # Bad contents of a well-formed file.
+    (['--task=mnist_noniid', '--data_dir={tmp}/labels99'],
+     'labels99: 1 labels outside the classes 0-9 (e.g. 99)'),
+    (['--task=mnist_iid', '--data_dir={tmp}/labels99'],
+     'labels99: 1 labels outside the classes 0-9 (e.g. 99)'),
+    # Fractions that leave a private level without clients on this task.
+    (['--epsilons=1,2', '--level_fractions=0.995,0.005', '--rounds=1'],
+     "--level_fractions leave privacy level 'private_eps2' without clients"),
+    (['--opt_out_fraction=0.999', '--rounds=1'],
+     "--opt_out_fraction=0.999 and --level_fractions leave privacy level"),
+    # No advice to pass --data_dir to a task that makes its own data.
+    (['--num_clients=15'], '--num_clients must be a multiple of 10, got 15.'),
 ])
 def test_bad_input_found_with_the_data_is_one_clear_line(flags, message,
                                                          tmp_path):
   os.makedirs(tmp_path / 'bad')
   (tmp_path / 'bad' / 'mnist.npz').write_text('not an archive')
+  os.makedirs(tmp_path / 'labels99')
+  images = np.zeros((20, 28, 28), np.uint8)
+  np.savez(tmp_path / 'labels99' / 'mnist.npz', x_train=images,
+           y_train=np.array([99] + [1] * 19), x_test=images[:2],
+           y_test=np.array([1, 2]))
   for task in ('vehicle', 'school'):
     if any(f'{{{task}}}' in f for f in flags):
       flags = [f.replace(f'{{{task}}}', repository.task_data(task))
@@ -53,8 +72,11 @@ def test_bad_input_found_with_the_data_is_one_clear_line(flags, message,
   assert result.returncode == 2
   last = result.stderr.strip().splitlines()[-1]
   assert last.startswith('run_experiment.py: error: ')
-  assert message in last
+  assert message in last, last
+  if '--num_clients=15' in flags:  # digits reads no data: no --data_dir advice
+    assert last.endswith(message), last
   assert 'Traceback' not in result.stderr
+  assert not os.path.exists(tmp_path / 'out' / 'results.md')
 
 
 def test_no_flags_trains_the_embedded_task_and_prints_the_table(tmp_path):
@@ -64,7 +86,44 @@ def test_no_flags_trains_the_embedded_task_and_prints_the_table(tmp_path):
   assert result.returncode == 0, result.stderr[-2000:]
   assert '--clip_count_stddev not given: using ' in result.stdout
   assert '| fedhdp_r1 ' in result.stdout
-  assert os.path.exists(tmp_path / 'results' / 'latest' / 'results.csv')
+  # Without --output_dir: a folder named by the task and the flags, printed.
+  folder = re.search(r'Files go to (results/digits-[0-9a-f]{8})/',
+                     result.stdout).group(1)
+  results_md = tmp_path / folder / 'results.md'
+  written = results_md.read_text()
+  # Another command without --output_dir gets its own folder: point
+  # estimation does not overwrite the training run's table.
+  other = _run('--task=point_estimation', '--trials=500', cwd=str(tmp_path))
+  assert other.returncode == 0, other.stderr[-2000:]
+  assert f'Files go to {folder}/' not in other.stdout
+  assert re.search(r'Table: results/point_estimation-[0-9a-f]{8}/',
+                   other.stdout)
+  assert results_md.read_text() == written
+  # The same command again finds its folder: every round is checkpointed,
+  # so it resumes at the end and trains nothing.
+  again = _run(cwd=str(tmp_path))
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert f'Files go to {folder}/' in again.stdout
+
+
+def test_a_given_clip_count_noise_equal_to_the_default_is_the_same_run(
+    tmp_path):
+  flags = ['--rounds=2', '--checkpoint_every=1', '--eval_every=2',
+           f'--output_dir={tmp_path}']
+  first = _run(*flags)
+  assert first.returncode == 0, first.stderr[-2000:]
+  printed = re.search(r'--clip_count_stddev not given: using ([0-9.e+-]+),',
+                      first.stdout).group(1)
+  key = (tmp_path / 'fedhdp_r1' / 'checkpoints' / 'run_key.json').read_text()
+  # The printed value, given back, resumes the finished run (same key); any
+  # other value is another run and is refused.
+  same = _run(*flags, f'--clip_count_stddev={printed}')
+  assert same.returncode == 0, same.stderr[-2000:]
+  assert (tmp_path / 'fedhdp_r1' / 'checkpoints' /
+          'run_key.json').read_text() == key
+  other = _run(*flags, f'--clip_count_stddev={float(printed) * 2}')
+  assert other.returncode == 2 and 'different run' in other.stderr, (
+      other.stderr[-2000:])
 
 
 def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path):
