@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import shutil
+import stat
 from typing import Callable
 
 import numpy as np
@@ -65,21 +66,21 @@ def write_json_atomically(path: str, value) -> None:
 
 def make_private(directory: str) -> None:
   """Creates `directory` if need be and takes group and other access away
-  from it and everything under it (folders 0700, files 0600).
+  from it and everything under it (the owner's own bits are kept, so a
+  folder its owner made read-only stays so).
 
   Files written inside by other libraries (TFF's program state manager)
   get the process's umask; the folder's own 0700 already shuts others out
   while they are written, and this call then tightens the files too.
   """
   os.makedirs(directory, mode=0o700, exist_ok=True)
-  os.chmod(directory, 0o700)
+  paths = [directory]
   for root, dirs, files in os.walk(directory):
-    for name in dirs:
-      os.chmod(os.path.join(root, name), 0o700)
-    for name in files:
-      path = os.path.join(root, name)
-      if not os.path.islink(path):
-        os.chmod(path, 0o600)
+    paths += [os.path.join(root, name) for name in dirs + files]
+  for path in paths:
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISLNK(mode) and stat.S_IMODE(mode) & 0o077:
+      os.chmod(path, stat.S_IMODE(mode) & 0o700)
 
 
 def _write_private(path: str, text: str) -> None:
