@@ -81,6 +81,7 @@ NOT_IN_KEY = {
                '(tests/simulation/test_remote_workers.py::'
                'test_another_worker_count_is_another_run)',
     'worker_timeout': 'how long a silent worker is waited for',
+    'dry_run': 'checks the flags and trains nothing',
     'sweep': 'chooses the grid; each point is its own folder, named by its '
              'lambda and learning rate (the --lambdas, --client_lrs cases)',
 }
