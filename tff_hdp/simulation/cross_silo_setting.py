@@ -99,7 +99,7 @@ def _check(task: FederatedTask, algorithm: algorithms.Algorithm,
   if len(settings.epsilons) not in (1, k):
     raise ValueError(f'--epsilons needs one value or one per silo ({k}), got '
                      f'{len(settings.epsilons)}.')
-  small = min(len(x) for x, _ in task.client_train.values())
+  small = min(task.num_train_examples(c) for c in task.client_ids)
   if not (settings.delta < small**-1.1 or settings.allow_large_delta):
     raise ValueError(
         f'--deltas={settings.delta:g} must be below n_k^-1.1 for every silo; '
@@ -146,7 +146,7 @@ def plan_silos(task: FederatedTask, algorithm: algorithms.Algorithm,
   for c, eps in tqdm.tqdm(list(zip(task.client_ids, epsilons)),
                           desc='calibrating silos\' noise', unit='silo',
                           disable=not progress, leave=False):
-    n = len(task.client_train[c][0])
+    n = task.num_train_examples(c)
     args = (float(eps), float(settings.delta), n, min(task.batch_size, n),
             settings.rounds, 2 if algorithm.personal_epoch else 1,
             float(settings.selection_share * eps), selections,
@@ -206,11 +206,11 @@ def test_weighted_metric(task: FederatedTask,
                          ) -> float:
   """Silos' test metrics averaged with their test counts as weights; every
   silo scored with the model it deploys, all in one batched evaluation."""
-  silos = [c for c in weights_of if len(task.client_test[c][0])]
+  silos = [c for c in weights_of if len(task.test_arrays(c)[0])]
   scores = evaluation.own_model_scores(task, task.keras_model_fn(), {
       c: list(weights_of[c].trainable) + list(weights_of[c].non_trainable)
       for c in silos})
-  counts = np.array([len(task.client_test[c][0]) for c in silos], float)
+  counts = np.array([len(task.test_arrays(c)[0]) for c in silos], float)
   return float(np.sum(np.array([scores[c] for c in silos]) * counts) /
                np.sum(counts))
 
@@ -353,10 +353,11 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
   name = configuration_name(algorithm, settings)
   run_dir = os.path.join(output_dir, name) if output_dir else None
   checkpoint = None
-  if run_dir and settings.checkpoint_every > 0:
+  if run_dir:  # the key guards the folder even when no round is saved
     checkpoint = checkpointing.RunCheckpoint(
         os.path.join(run_dir, 'checkpoints'),
         run_key(task, algorithm, settings))
+    checkpoint.claim()
   # Each silo's DP-SGD noise, example sampling and private selections follow
   # its own seed, derived from the run's secret (kept in the checkpoint).
   silo_seeds = dp_randomness.client_seeds(
