@@ -170,7 +170,8 @@ WORKER_TIMEOUT = absl_flags.DEFINE_float(
 OUTPUT_DIR = absl_flags.DEFINE_string(
     'output_dir', None, 'Where files are written. Default: '
     'results/<task>-<8 hex digits> (reproduce.py: results/reproduce-<8 hex '
-    'digits>), named by a hash of every flag that changes the run, so two '
+    'digits>), named by a hash of the values of the flags the run reads '
+    '(all but --output_dir, --dry_run, --workers, --worker_timeout), so two '
     'different runs never share a folder and re-running the same command '
     'resumes in it; the folder is printed at the start.')
 DRY_RUN = absl_flags.DEFINE_bool(
