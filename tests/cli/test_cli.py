@@ -162,6 +162,16 @@ def test_short_comparison_prints_the_table_and_writes_files(tmp_path):
   assert summary['groups'][-1]['epsilon_spent'] is None  # no guarantee
 
 
+def test_regression_table_notes_speak_of_its_metric(tmp_path):
+  result = _run('--task=linear_regression', '--epsilons=1,4',
+                '--opt_out_fraction=0', '--rounds=1', '--eval_every=1',
+                f'--output_dir={tmp_path}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'variance across clients of their mse, in its units squared' in (
+      result.stdout)
+  assert 'accuracy' not in (tmp_path / 'results.md').read_text()
+
+
 def test_point_estimation_table(tmp_path):
   result = _run('--task=point_estimation', '--trials=4000', '--r=1',
                 f'--output_dir={tmp_path}')
@@ -175,6 +185,7 @@ def test_untrusted_server_rules_run_and_report_client_spend(tmp_path):
                 f'--output_dir={tmp_path}')
   assert result.returncode == 0, result.stderr[-2000:]
   assert '| robust_hdp' in result.stdout and '| dpfedavg' in result.stdout
+  assert f'Per-round metrics and summaries: {tmp_path}/' in result.stdout
   with open(os.path.join(tmp_path, 'robust_hdp', 'summary.json')) as f:
     summary = json.load(f)
   assert len(summary['target_epsilons']) == 10
