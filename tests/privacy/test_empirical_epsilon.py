@@ -107,6 +107,12 @@ def test_lower_bound_by_hand_with_the_closed_form_null():
   assert empirical_epsilon.lower_bound(inserted, None, DELTA, 0.9,
                                        dim=3) == pytest.approx(expected,
                                                                rel=1e-9)
+  # Clopper-Pearson's upper bound for 0 of 4 is 1 - alpha^(1/4).
+  cp = 1 - (0.1 / 4)**(1 / 4)
+  assert empirical_epsilon.lower_bound(
+      inserted, None, DELTA, 0.9, dim=3,
+      interval='clopper_pearson') == pytest.approx(
+          math.log((1 - DELTA - cp) / 0.25), rel=1e-9)
   with pytest.raises(ValueError, match='exactly one'):
     empirical_epsilon.lower_bound(inserted, None, DELTA, 0.9)
 
