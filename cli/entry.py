@@ -140,7 +140,7 @@ def run(main: Callable[[list[str]], None], usage: str,
     try:
       if validate is not None:
         validate()
-      if absl_flags.FLAGS.get_flag_value('output_dir', None):
+      if 'output_dir' in absl_flags.FLAGS and absl_flags.FLAGS.output_dir:
         check_writable(absl_flags.FLAGS.output_dir)
     except InputError as e:
       fail(str(e))

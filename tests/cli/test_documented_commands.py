@@ -7,8 +7,9 @@ and run_worker.py. Each is checked the way its program checks flags:
 * run_experiment.py and reproduce.py with `--dry_run`, which runs every flag
   check (for reproduce.py with each preset applied) and exits before loading
   data or TensorFlow;
-* run_worker.py and the benchmarks with their own flag parsing and their own
-  pre-TensorFlow check (`cli.entry.run`'s `validate`), stopped just after it.
+* run_worker.py and the benchmarks through their own start
+  (`cli.entry.run`: flag parsing and the program's checks) with a main that
+  does nothing.
 
 A documented command that is refused (exit status not 0) fails the test.
 Placeholders the documents use for values a reader picks (EMNIST_DIR, RULE,
@@ -60,18 +61,15 @@ SMOKE = (
     '--r=0.01,0.1,1 --ditto_lambdas= --cohort_size=64',
     'run_experiment.py --task=mnist_iid',
 )
-# Stops a program right after its own flag checks, before its main runs.
+# Runs a program's start (`cli.entry.run`: its flag parsing and checks) with
+# a main that does nothing.
 _CHECK_ONLY = '''
 import runpy, sys
 sys.path.insert(0, {root!r})
 from cli import entry
 real_run = entry.run
 def check_only(main, usage, groups=None, validate=None):
-  def validate_and_stop():
-    if validate is not None:
-      validate()
-    sys.exit(0)
-  real_run(main, usage, groups, validate_and_stop)
+  real_run(lambda argv: None, usage, groups, validate)
 entry.run = check_only
 sys.argv = {argv!r}
 runpy.run_path(sys.argv[0], run_name='__main__')
