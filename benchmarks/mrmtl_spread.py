@@ -51,7 +51,7 @@ def main(argv) -> None:
   if not _RUN_DIRS.value:
     raise entry.InputError('--run_dirs: give at least one MR-MTL run folder.')
   task, _ = silo_task.load()
-  sizes = np.array([len(task.client_train[c][1]) for c in task.client_ids],
+  sizes = np.array([task.num_train_examples(c) for c in task.client_ids],
                    float)
   rows = []
   for run_dir in _RUN_DIRS.value:

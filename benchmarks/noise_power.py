@@ -125,8 +125,8 @@ def main(argv):
       data_dir=_DATA_DIR.value or tasks.REGISTRY[_TASK.value].default_data_dir(),
       seed=seed))
   clients = task.client_ids
-  data = [tuple(tf.constant(a) for a in task.client_train[c]) for c in clients]
-  sizes = [len(task.client_train[c][1]) for c in clients]
+  data = [tuple(tf.constant(a) for a in task.train_arrays(c)) for c in clients]
+  sizes = [task.num_train_examples(c) for c in clients]
   tf.keras.utils.set_random_seed(seed)
   model = task.tff_model_fn()()
   loss = task.loss_fn()

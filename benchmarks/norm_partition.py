@@ -77,7 +77,7 @@ def main(argv):
   initial = tf.nest.map_structure(
       lambda v: tf.constant(v.numpy()),
       tff.learning.models.ModelWeights.from_model(model))
-  sizes = [len(task.client_train[c][0]) for c in task.client_ids]
+  sizes = [task.num_train_examples(c) for c in task.client_ids]
   print('| dist | seed | batch sizes | true eps (sorted by norm) | '
         'TF = sklearn | truth: top component | truth: eps >= 1 | '
         'EM converged (iterations) |')

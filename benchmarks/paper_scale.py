@@ -138,7 +138,7 @@ def main(argv):
             's/round (incl. eval)', 'packing', 'TFF round + accounting',
             'Ditto step', 'evaluation', f'{_TARGET.value} rounds, min',
             'Acc_g after the rounds run', 'Acc_l,np (released)']
-  examples = len(task.client_train[task.client_ids[0]][0])
+  examples = task.num_train_examples(task.client_ids[0])
   print(f'\nnon-IID MNIST: {n} clients, {_PER_ROUND.value} per round '
         f'(Poisson), {examples} '
         'training examples per client, batch 10, 1 epoch\n')

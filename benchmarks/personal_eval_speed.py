@@ -55,7 +55,7 @@ def _one_at_a_time(task, model, weights_of):
   for c, weights in weights_of.items():
     for v, w in zip(variables, weights):
       v.assign(w)
-    x, y = task.client_test[c]
+    x, y = task.test_arrays(c)
     out[c] = float(task.metric_record.score(
         model(x, training=False).numpy(), y).mean())
   return out

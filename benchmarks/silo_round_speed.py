@@ -42,7 +42,7 @@ def _plans(task, algorithm, rounds):
   epochs = 2 if algorithm.personal_epoch else 1
   out = []
   for c in task.client_ids:
-    n = len(task.client_train[c][0])
+    n = task.num_train_examples(c)
     b = min(task.batch_size, n)
     out.append(plans.ClientPrivacy(
         epsilon=math.nan, delta=1e-3, num_examples=n, batch_size=b,

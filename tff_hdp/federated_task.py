@@ -1,13 +1,16 @@
 """The one interface every task in `tasks/` implements, so any algorithm runs on any task.
 
-A task owns its clients' data as numpy arrays (small enough to hold in memory
-on one machine), the server test set, and a Keras model builder; this module
+A task has clients, a server test set and a Keras model builder; this module
 turns them into the `tf.data` pipelines and `tff.learning` models the library
-consumes.
+consumes. What stands behind the clients is a `ClientSource`: numpy arrays
+held for the run (`ArraySource`), or a source that reads a client's examples
+only when asked (a TFF `ClientData`, tasks/client_data.py), so a population
+of a million clients costs the memory of the clients a round reads.
 """
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import hashlib
@@ -45,11 +48,106 @@ def _check_finite(arrays: Arrays, where: str) -> None:
                        f'non-finite (NaN or inf) {kind}; clean the data.')
 
 
+def check_client(task_name: str, client_id: Hashable, split: str,
+                 arrays: Arrays) -> Arrays:
+  """`arrays` if finite, else a ValueError naming the task and client.
+
+  A NaN or inf feature would make every update of its client non-finite,
+  dropped by the aggregator: the run would train on nothing and still print
+  an accuracy.
+  """
+  _check_finite(arrays, f'task {task_name!r}: client {client_id!r}\'s '
+                f'{split} data')
+  return arrays
+
+
+class ClientSource(abc.ABC):
+  """Where a task's clients' examples come from.
+
+  `client_ids` is the population in its fixed order (sampling and group
+  assignment depend on it). `evaluation_clients` bounds how many clients'
+  test sets a per-client metric reads (None: all, for sources held in
+  memory); `description` says what the source is, for the run's output.
+  """
+
+  client_ids: Sequence[Hashable]
+  evaluation_clients: int | None = None
+  description: str = 'arrays in memory'
+
+  @abc.abstractmethod
+  def check(self, task_name: str) -> None:
+    """Refuses data a run could not train on, naming the client; a source
+    that reads clients lazily checks each one when it reads it instead."""
+
+  @abc.abstractmethod
+  def train(self, client_id: Hashable) -> Arrays:
+    """The client's training `(x, y)`, in its stored order."""
+
+  @abc.abstractmethod
+  def test(self, client_id: Hashable) -> Arrays:
+    """The client's test `(x, y)`, possibly empty."""
+
+  @abc.abstractmethod
+  def update_digest(self, digest) -> None:
+    """Adds what identifies the clients' data to a hashlib object."""
+
+
+class ArraySource(ClientSource):
+  """Clients' arrays held in memory: `train[c]` and `test[c]` are `(x, y)`."""
+
+  def __init__(self, train: Mapping[Hashable, Arrays],
+               test: Mapping[Hashable, Arrays]):
+    self.train_arrays, self.test_arrays = train, test
+    self.client_ids = list(train)
+
+  def check(self, task_name: str) -> None:
+    empty = [c for c, (x, _) in self.train_arrays.items() if len(x) == 0]
+    if empty:
+      raise ValueError(
+          f'task {task_name!r}: {len(empty)} clients have no training '
+          f'examples, e.g. {empty[:3]}; drop them when building the task.')
+    for split, data in (('training', self.train_arrays),
+                        ('test', self.test_arrays)):
+      for c, arrays in data.items():
+        check_client(task_name, c, split, arrays)
+
+  def train(self, client_id: Hashable) -> Arrays:
+    return self.train_arrays[client_id]
+
+  def test(self, client_id: Hashable) -> Arrays:
+    return self.test_arrays[client_id]
+
+  def update_digest(self, digest) -> None:
+    for c in self.train_arrays:
+      digest.update(repr(c).encode())
+      add_arrays(digest, self.train_arrays[c])
+      add_arrays(digest, self.test_arrays.get(c, ()))
+
+
+def seeded_subset(client_ids: Sequence[Hashable], k: int) -> list[Hashable]:
+  """At most `k` of `client_ids`, in their order, the same at every call."""
+  if len(client_ids) <= k:
+    return list(client_ids)
+  chosen = np.sort(np.random.default_rng(0).choice(len(client_ids), k,
+                                                   replace=False))
+  return [client_ids[i] for i in chosen]
+
+
+def add_arrays(digest, arrays) -> None:
+  """Adds each array's dtype, shape and bytes to a hashlib object."""
+  for a in arrays:
+    a = np.ascontiguousarray(a)
+    digest.update(f'{a.dtype.str}{a.shape}'.encode())
+    digest.update(a.data)
+
+
 @dataclasses.dataclass
 class FederatedTask:
-  """Clients' train/test arrays, a server test set and a model.
+  """Clients' train/test data, a server test set and a model.
 
-  `client_train[c]` and `client_test[c]` are `(x, y)`; `keras_model_fn`
+  The clients are `client_train[c]` and `client_test[c]`, `(x, y)` arrays,
+  or, with both None, a `clients` source that reads them on demand; the
+  algorithms read them only through the accessors below. `keras_model_fn`
   builds a fresh, uncompiled Keras model; `metric` names what the tables
   report: 'accuracy' (argmax of the outputs against integer labels),
   'sign_accuracy' (sign of one output against labels in {-1, 1}) or 'mse'
@@ -59,8 +157,8 @@ class FederatedTask:
   """
 
   name: str
-  client_train: Mapping[Hashable, Arrays]
-  client_test: Mapping[Hashable, Arrays]
+  client_train: Mapping[Hashable, Arrays] | None
+  client_test: Mapping[Hashable, Arrays] | None
   server_test: Arrays
   keras_model_fn: Callable[[], tf.keras.Model]
   loss_fn: Callable[[], tf.keras.losses.Loss]
@@ -70,45 +168,29 @@ class FederatedTask:
   # holders); None means any client.
   opt_out_pool: Sequence[Hashable] | None = None
   dropped_clients: int = 0
+  clients: ClientSource | None = None
 
   def __post_init__(self):
     if self.metric not in metrics_lib.METRICS:
       raise ValueError(f'task {self.name!r}: unknown metric {self.metric!r}; '
                        f'choose from {tuple(metrics_lib.METRICS)}.')
-    empty = [c for c, (x, _) in self.client_train.items() if len(x) == 0]
-    if empty:
-      raise ValueError(
-          f'task {self.name!r}: {len(empty)} clients have no training '
-          f'examples, e.g. {empty[:3]}; drop them when building the task.')
+    if (self.clients is None) == (self.client_train is None):
+      raise ValueError(f'task {self.name!r}: give either client arrays or a '
+                       'client source, not both.')
+    if self.clients is None:
+      self.clients = ArraySource(self.client_train, self.client_test)
     if self.batch_size < 1:
       raise ValueError(f'batch size must be >= 1, got {self.batch_size}.')
-    # A NaN or inf feature would make every update of its client non-finite,
-    # dropped by the aggregator: the run would train on nothing and still
-    # print an accuracy.
-    for split, data in (('training', self.client_train),
-                        ('test', self.client_test)):
-      for c, arrays in data.items():
-        _check_finite(arrays, f'task {self.name!r}: client {c!r}\'s {split} '
-                      'data')
+    self.clients.check(self.name)
     _check_finite(self.server_test, f'task {self.name!r}: the server test set')
 
   @functools.cached_property
   def data_digest(self) -> str:
-    """SHA-256 of the clients (in order), their arrays, the server test set
+    """SHA-256 of the clients (in order), their data, the server test set
     and the opt-out pool: a resumed run must read the data it started on."""
     digest = hashlib.sha256()
-
-    def add(arrays):
-      for a in arrays:
-        a = np.ascontiguousarray(a)
-        digest.update(f'{a.dtype.str}{a.shape}'.encode())
-        digest.update(a.data)
-
-    for c in self.client_train:
-      digest.update(repr(c).encode())
-      add(self.client_train[c])
-      add(self.client_test.get(c, ()))
-    add(self.server_test)
+    self.clients.update_digest(digest)
+    add_arrays(digest, self.server_test)
     digest.update(repr(self.opt_out_pool).encode())
     return digest.hexdigest()
 
@@ -118,22 +200,40 @@ class FederatedTask:
 
   @property
   def client_ids(self) -> list[Hashable]:
-    return list(self.client_train)
+    return list(self.clients.client_ids)
+
+  def train_arrays(self, client_id: Hashable) -> Arrays:
+    """A client's training `(x, y)` in stored order."""
+    return self.clients.train(client_id)
+
+  def test_arrays(self, client_id: Hashable) -> Arrays:
+    """A client's test `(x, y)`."""
+    return self.clients.test(client_id)
+
+  def num_train_examples(self, client_id: Hashable) -> int:
+    return len(self.train_arrays(client_id)[0])
+
+  def evaluation_clients(self, client_ids: Sequence[Hashable]
+                         ) -> list[Hashable]:
+    """Whose test sets per-client metrics score: all of `client_ids`, or for
+    a source that bounds it, the same seeded subset at every evaluation."""
+    k = self.clients.evaluation_clients
+    return list(client_ids) if k is None else seeded_subset(client_ids, k)
 
   @property
   def input_spec(self):
-    x, y = next(iter(self.client_train.values()))
+    x, y = self.train_arrays(self.clients.client_ids[0])
     return (tf.TensorSpec([None] + list(x.shape[1:]), tf.float32),
             tf.TensorSpec([None] + list(y.shape[1:]), tf.as_dtype(y.dtype)))
 
   def train_order(self, client_id: Hashable, seed: int) -> np.ndarray:
     """The permutation of a client's training examples that `seed` gives."""
     return np.random.default_rng(seed).permutation(
-        len(self.client_train[client_id][0]))
+        self.num_train_examples(client_id))
 
   def shuffled_train(self, client_id: Hashable, seed: int) -> Arrays:
     """A client's training examples in the order `seed` gives them."""
-    x, y = self.client_train[client_id]
+    x, y = self.train_arrays(client_id)
     order = self.train_order(client_id, seed)
     return x[order], y[order]
 

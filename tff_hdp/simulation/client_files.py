@@ -44,7 +44,7 @@ class ClientFiles:
     """The client's (file, dtype, shape) per array, written on first use."""
     if client_id not in self._files:
       entries = []
-      for i, array in enumerate(self._task.client_train[client_id]):
+      for i, array in enumerate(self._task.train_arrays(client_id)):
         array = np.ascontiguousarray(array)
         path = os.path.join(self._directory, f'{len(self._files)}_{i}.raw')
         array.tofile(path)

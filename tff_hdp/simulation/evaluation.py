@@ -3,7 +3,10 @@
 Evaluation is read-only post-processing of the released model, so it runs in
 plain Keras outside TFF: one forward pass over all clients' test sets at once.
 Accuracies are in percent; "variance" is the variance across clients of their
-local accuracies, as the papers print it in parentheses.
+local accuracies, as the papers print it in parentheses. A task whose clients
+are read on demand scores the per-client metrics on a fixed seeded subset of
+clients (`FederatedTask.evaluation_clients`), so an evaluation of a million
+clients reads a bounded number of them.
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ def _predict(model: tf.keras.Model, x: np.ndarray) -> np.ndarray:
 def client_scores(task: FederatedTask, model: tf.keras.Model,
                   client_ids: Sequence[Hashable]) -> dict[Hashable, float]:
   """Each client's mean score on its own test set."""
-  xs = [task.client_test[c][0] for c in client_ids]
-  ys = [task.client_test[c][1] for c in client_ids]
-  if not xs:
+  tests = [task.test_arrays(c) for c in client_ids]
+  if not tests:
     return {}
+  xs, ys = zip(*tests)
   scores = task.metric_record.score(_predict(model, np.concatenate(xs)),
                                     np.concatenate(ys))
   bounds = np.cumsum([0] + [len(y) for y in ys])
@@ -76,7 +79,7 @@ def own_model_scores(task: FederatedTask, model: tf.keras.Model,
   clients = list(weights_of)
   if not clients:
     return {}
-  x = task.client_test[clients[0]][0]
+  x = task.test_arrays(clients[0])[0]
   predict = _build_own_model_predictor(
       model, tf.TensorSpec([None] + list(x.shape[1:]), x.dtype))
   model_bytes = sum(np.asarray(w).nbytes for w in weights_of[clients[0]])
@@ -84,8 +87,7 @@ def own_model_scores(task: FederatedTask, model: tf.keras.Model,
   out = {}
   for start in range(0, len(clients), chunk):
     part = clients[start:start + chunk]
-    xs = [task.client_test[c][0] for c in part]
-    ys = [task.client_test[c][1] for c in part]
+    xs, ys = zip(*(task.test_arrays(c) for c in part))
     bounds = np.cumsum([0] + [len(y) for y in ys], dtype=np.int64)
     stacked = [np.stack(w) for w in zip(*(weights_of[c] for c in part))]
     outputs = predict(stacked, np.concatenate(xs), bounds).numpy()
@@ -102,6 +104,13 @@ def keras_model_with(task: FederatedTask,
   model = task.keras_model_fn()
   weights.assign_weights_to(model)
   return model
+
+
+def _scored(task: FederatedTask, private_clients: Mapping[Hashable, bool]
+            ) -> dict[Hashable, bool]:
+  """`private_clients` restricted to the clients the task has scored."""
+  return {c: private_clients[c]
+          for c in task.evaluation_clients(list(private_clients))}
 
 
 def _group_means(per_client: Mapping[Hashable, float],
@@ -132,6 +141,7 @@ def personalized_metrics(task: FederatedTask,
   part has none yet and is scored with the global model, where Ditto would
   start it.
   """
+  private_clients = _scored(task, private_clients)
   clients = list(private_clients)
   without = [c for c in clients if c not in personal_models]
   model = keras_model_with(task, weights)
@@ -157,6 +167,7 @@ def global_model_metrics(task: FederatedTask,
   x, y = task.server_test
   metrics = collections.OrderedDict()
   metrics['acc_g'] = float(task.metric_record.score(_predict(model, x), y).mean())
+  private_clients = _scored(task, private_clients)
   per_client = client_scores(task, model, list(private_clients))
   metrics.update(_group_means(per_client, private_clients, 'g'))
   return metrics

@@ -114,7 +114,7 @@ def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettin
   """Trains with algorithm `algorithm`; returns (and writes) a summary."""
   clients = task.client_ids
   n = len(clients)
-  sizes = [len(task.client_train[c][0]) for c in clients]
+  sizes = [task.num_train_examples(c) for c in clients]
   epsilons, batch_sizes = heterogeneity.client_budgets(
       settings.epsilon_distribution, n, settings.seed)
   batch_sizes = np.minimum(batch_sizes, sizes)
