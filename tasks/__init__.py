@@ -59,6 +59,7 @@ REGISTRY: dict[str, Task] = {
     'mnist_iid': Task('tasks.mnist', 'load_iid_task', 'mnist'),
     'mnist_noniid': Task('tasks.mnist', 'load_task', 'mnist'),
     'mnist_noniid_skewed': Task('tasks.mnist', 'load_skewed_task', 'mnist'),
+    'population': Task('tasks.population', 'load_task'),
     'rotated_masked_mnist': Task('tasks.cross_silo',
                                  'load_rotated_masked_mnist_task', 'mnist'),
     'school': Task('tasks.cross_silo', 'load_school_task', 'cross_silo/school'),

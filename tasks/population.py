@@ -1,0 +1,206 @@
+"""A synthetic cross-device population, as a TFF `SqlClientData` file.
+
+N clients, non-IID: each holds 5-20 training and 1-4 test examples of
+`NUM_FEATURES` features drawn around its labels' class means, shifted by a
+client offset, with labels from the client's own Dirichlet(0.5) mix of
+`NUM_CLASSES` classes. Everything follows from (N, seed): clients are drawn
+in fixed chunks, each from its own `(seed, chunk)` generator, and a file is
+reproducible byte for byte.
+
+The file has TFF's schema (`tff.simulation.datasets.save_to_sql_client_data`)
+plus an index on client ids, without which each client read scans the whole
+table. TFF's writer serializes one example at a time through eager
+TensorFlow (hours for 10^6 clients); every example here has the same
+`tf.train.Example` layout, so rows are that layout's bytes with the floats
+and the label filled in (tests/tasks/test_population.py checks them against
+the proto and TFF's reader). Files are cached by (N, seed).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from tasks import client_data, models
+from tff_hdp.federated_task import Arrays, FederatedTask, TaskOptions
+
+NUM_FEATURES = 20
+NUM_CLASSES = 10
+DEFAULT_CLIENTS = 1000
+_CHUNK = 10_000  # clients per generator; fixed, or the data would change
+_SERVER_CLIENTS = 200
+_VERSION = 1  # bump when the generated data change: it keys the cache
+
+
+def _draw(rng: np.random.Generator, means: np.ndarray, m: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+  """m clients' examples: x, y, each example's client, train sizes."""
+  n_train = rng.integers(5, 21, m)
+  n_test = rng.integers(1, 5, m)
+  shifts = rng.normal(0.0, 0.5, (m, NUM_FEATURES))
+  mixes = rng.dirichlet(np.full(NUM_CLASSES, 0.5), m)
+  owner = np.repeat(np.arange(m), n_train + n_test)
+  u = rng.random(len(owner))
+  y = np.minimum((np.cumsum(mixes, 1)[owner] < u[:, None]).sum(1),
+                 NUM_CLASSES - 1)
+  x = means[y] + shifts[owner] + rng.normal(size=(len(owner), NUM_FEATURES))
+  return x.astype(np.float32), y.astype(np.int32), owner, n_train
+
+
+def _means(seed: int) -> np.ndarray:
+  return np.random.default_rng([seed, 0]).normal(size=(NUM_CLASSES,
+                                                       NUM_FEATURES))
+
+
+def client_id(i: int) -> str:
+  return f'{i:07d}'  # zero-padded: TFF sorts ids as strings
+
+
+def _chunks(num_clients: int, seed: int):
+  """(first client, x, y, owner, n_train) per chunk of clients."""
+  means = _means(seed)
+  for k, start in enumerate(range(0, num_clients, _CHUNK)):
+    m = min(_CHUNK, num_clients - start)
+    yield (start, *_draw(np.random.default_rng([seed, 1, k]), means, m))
+
+
+def _split(x, y, owner, n_train, start):
+  """{client id: (train, test)} of one chunk."""
+  bounds = np.searchsorted(owner, np.arange(len(n_train) + 1))
+  out = {}
+  for i, n in enumerate(n_train):
+    lo, hi = bounds[i], bounds[i + 1]
+    out[client_id(start + i)] = ((x[lo:lo + n], y[lo:lo + n]),
+                                 (x[lo + n:hi], y[lo + n:hi]))
+  return out
+
+
+def generate_arrays(num_clients: int, seed: int
+                    ) -> tuple[dict, dict, Arrays]:
+  """The population as arrays: train and test by client id, server test."""
+  train, test = {}, {}
+  for chunk in _chunks(num_clients, seed):
+    for c, (tr, te) in _split(*chunk[1:], chunk[0]).items():
+      train[c], test[c] = tr, te
+  return train, test, server_test(seed)
+
+
+def server_test(seed: int) -> Arrays:
+  """All examples of fresh clients of the same population."""
+  x, y, _, _ = _draw(np.random.default_rng([seed, 2]), _means(seed),
+                     _SERVER_CLIENTS)
+  return x, y
+
+
+def _field(number: int, payload: bytes) -> bytes:
+  """A length-delimited protobuf field (every length here is < 2^14)."""
+  n = len(payload)
+  length = bytes([n]) if n < 128 else bytes([n & 127 | 128, n >> 7])
+  return bytes([number << 3 | 2]) + length + payload
+
+
+def _entry(key: str, feature: bytes) -> bytes:
+  return _field(1, _field(1, key.encode()) + _field(2, feature))
+
+
+def example_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+  """Serialized `tf.train.Example`s {'x': float_list x, 'y': int64_list [y]}
+  as rows of a uint8 matrix: the fixed layout with the values filled in."""
+  floats = x.shape[1] * 4
+  whole = _field(1, _entry('x', _field(2, _field(1, bytes(floats)))) +
+                 _entry('y', _field(3, _field(1, b'\0'))))
+  tail = len(_entry('y', _field(3, _field(1, b'\0'))))
+  head = len(whole) - tail - floats
+  rows = np.tile(np.frombuffer(whole, np.uint8), (len(x), 1))
+  rows[:, head:head + floats] = np.ascontiguousarray(
+      x, '<f4').view(np.uint8).reshape(len(x), floats)
+  rows[:, -1] = y  # labels < 128: one varint byte
+  return rows
+
+
+def write_sql(path: str, chunks) -> None:
+  """Writes an SqlClientData file of 'x'/'y' examples at `path` (atomically).
+
+  `chunks` yields `(ids, x, y, owner, n_train)`: client `ids[k]` owns the
+  rows where `owner == k` (grouped, in order), its first `n_train[k]` in the
+  'train' split and the rest in 'test'.
+  """
+  tmp = f'{path}.{os.getpid()}.tmp'
+  with sqlite3.connect(tmp) as con:
+    con.execute('CREATE TABLE examples (split_name TEXT NOT NULL, client_id '
+                'TEXT NOT NULL, serialized_example_proto BLOB NOT NULL)')
+    con.execute('CREATE TABLE client_metadata (client_id TEXT NOT NULL, '
+                'split_name TEXT NOT NULL, num_examples INTEGER NOT NULL)')
+    for ids, x, y, owner, n_train in chunks:
+      bounds = np.searchsorted(owner, np.arange(len(ids) + 1))
+      is_train = np.arange(len(owner)) - bounds[owner] < n_train[owner]
+      con.executemany(
+          'INSERT INTO examples VALUES (?, ?, ?)',
+          (('train' if t else 'test', ids[o], r.tobytes())
+           for t, o, r in zip(is_train, owner, example_rows(x, y))))
+      con.executemany('INSERT INTO client_metadata VALUES (?, ?, ?)', [
+          (c, s, int(n)) for c, tr, al in zip(ids, n_train, np.diff(bounds))
+          for s, n in (('train', tr), ('test', al - tr))])
+    con.execute('CREATE INDEX examples_by_client ON examples '
+                '(client_id, split_name)')
+  os.replace(tmp, path)
+
+
+def write(path: str, num_clients: int, seed: int) -> None:
+  """Writes the population of `num_clients` clients drawn from `seed`."""
+  write_sql(path, (([client_id(start + i) for i in range(len(n_train))], x,
+                    y, owner, n_train)
+                   for start, x, y, owner, n_train in _chunks(num_clients,
+                                                              seed)))
+
+
+def cache_dir() -> str:
+  return os.environ.get('TFF_HDP_CACHE') or os.path.join(
+      tempfile.gettempdir(), 'tff_hdp_cache')
+
+
+def cached_file(num_clients: int, seed: int, folder: str | None = None
+                ) -> str:
+  """The population's file under `folder` (default `cache_dir()`), written
+  on first use."""
+  folder = folder or cache_dir()
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(folder,
+                      f'population-v{_VERSION}-n{num_clients}-s{seed}.sqlite')
+  if not os.path.exists(path):
+    write(path, num_clients, seed)
+  return path
+
+
+def _model() -> tf.keras.Model:
+  return models.softmax_regression(NUM_FEATURES, NUM_CLASSES)
+
+
+def load(num_clients: int = DEFAULT_CLIENTS, seed: int = 0,
+         batch_size: int = 10, folder: str | None = None) -> FederatedTask:
+  """The population read from its (cached) SqlClientData file."""
+  return client_data.load_sql_task(
+      cached_file(num_clients, seed, folder), 'population', batch_size,
+      NUM_CLASSES, server_test(seed))
+
+
+def load_arrays(num_clients: int = DEFAULT_CLIENTS, seed: int = 0,
+                batch_size: int = 10) -> FederatedTask:
+  """The same population held as arrays (small N: tests, comparisons)."""
+  train, test, server = generate_arrays(num_clients, seed)
+  return FederatedTask(
+      name='population', client_train=train, client_test=test,
+      server_test=server, keras_model_fn=_model,
+      loss_fn=client_data.logits_loss,
+      batch_size=batch_size)
+
+
+def load_task(options: TaskOptions) -> FederatedTask:
+  """CLI entry: `num_clients` sets N (default 1,000); `data_dir` is where
+  the generated file is cached."""
+  return load(options.num_clients or DEFAULT_CLIENTS, options.seed,
+              options.batch_size, options.data_dir)

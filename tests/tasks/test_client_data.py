@@ -1,0 +1,158 @@
+"""A task backed by a TFF ClientData runs exactly as the same data held as
+arrays, reads clients only when asked, and refuses a bad file in one line."""
+
+import os
+import sqlite3
+
+import numpy as np
+import pytest
+
+from tasks import client_data, population
+from tff_hdp.privacy import accounting, plans
+from tff_hdp.privacy import privacy_groups as pg
+from tff_hdp.simulation import evaluation, trusted_setting
+
+N = 200
+
+
+def _run(task, out):
+  choices = trusted_setting.client_choices(
+      task, [pg.PrivacyGroup('p', 4.0, 1e-4)], 0.2, seed=0)
+  settings = trusted_setting.Settings(
+      rounds=3, sampling=accounting.PoissonSampling(0.1),
+      clip=plans.ClipSettings(initial_norm=0.5, count_stddev=3.0),
+      eval_every=1, checkpoint_every=0, unsafe_seeded_dp_randomness=True)
+  config = trusted_setting.Configuration('fedhdp', 0.5)
+  trusted_setting.run_configuration(task, config, choices, settings, out,
+                                    progress=False)
+  run_dir = os.path.join(out, config.name)
+  with open(os.path.join(run_dir, 'rounds.csv')) as f:
+    rounds = f.read()
+  with np.load(os.path.join(run_dir, 'final_model.npz')) as f:
+    model = {k: f[k] for k in f.files}
+  return rounds, model
+
+
+def test_client_data_and_arrays_give_the_same_run(tmp_path):
+  arrays = population.load_arrays(N, seed=0)
+  sql = population.load(N, seed=0, folder=str(tmp_path / 'cache'))
+  assert sql.client_ids == arrays.client_ids
+  rounds, model = _run(arrays, str(tmp_path / 'arrays'))
+  sql_rounds, sql_model = _run(sql, str(tmp_path / 'sql'))
+  assert sql_rounds == rounds
+  assert rounds.count('\n') == 4  # a header and three rounds
+  assert sorted(sql_model) == sorted(model)
+  for k in model:
+    np.testing.assert_array_equal(sql_model[k], model[k])
+
+
+def test_digest_is_the_files_hash_not_a_pass_over_clients(tmp_path):
+  path = population.cached_file(N, 0, str(tmp_path))
+  task = population.load(N, seed=0, folder=str(tmp_path))
+  other = population.load(N, seed=1, folder=str(tmp_path))
+  assert task.data_digest != other.data_digest
+  assert not task.clients._cache  # pylint: disable=protected-access
+  assert client_data.file_fingerprint(path)  # the digest's input
+
+
+def test_evaluation_scores_a_fixed_bounded_subset(tmp_path):
+  task = client_data.load_sql_task(population.cached_file(N, 0, str(tmp_path)),
+                                   'population', 10, evaluation_clients=20)
+  chosen = task.evaluation_clients(task.client_ids)
+  assert len(chosen) == 20 and chosen == task.evaluation_clients(
+      task.client_ids)
+  flags = {c: i % 2 == 0 for i, c in enumerate(task.client_ids)}
+  weights = trusted_setting.tff.learning.models.ModelWeights.from_model(
+      task.tff_model_fn()())
+  metrics = evaluation.global_model_metrics(task, weights, flags)
+  assert metrics['acc_g_p'] is not None and metrics['acc_g_np'] is not None
+
+
+def _file(path, clients):
+  """An 'x'/'y' SqlClientData file of {id: ((x, y) train, (x, y) test)}."""
+  ids = list(clients)
+  parts = [a for c in ids for a in clients[c]]
+  x = np.concatenate([p[0] for p in parts]).astype(np.float32)
+  y = np.concatenate([p[1] for p in parts])
+  owner = np.repeat(np.arange(len(ids)), [len(tr[1]) + len(te[1])
+                                          for tr, te in clients.values()])
+  n_train = np.array([len(tr[1]) for tr, _ in clients.values()])
+  population.write_sql(str(path), [(ids, x, y, owner, n_train)])
+  return str(path)
+
+
+def _client(n, label=0, value=0.5):
+  """n training examples (x all `value`, label `label`) and one test example
+  (x 0.5, label 0, or `label` for a finite client)."""
+  return ((np.full((n, 3), value), np.full(n, label)),
+          (np.full((1, 3), 0.5), np.full(1, label if value == 0.5 else 0)))
+
+
+def _load(path):
+  return client_data.load_sql_task(path, 'mine', batch_size=2)
+
+
+def test_a_file_that_is_not_client_data_is_refused(tmp_path):
+  text = tmp_path / 'notes.txt'
+  text.write_text('not a database\n' * 100)
+  with pytest.raises(ValueError, match=r'notes.txt is not a TFF SqlClientData'):
+    _load(str(text))
+  other = tmp_path / 'other.sqlite'
+  with sqlite3.connect(other) as con:
+    con.execute('CREATE TABLE t (a)')
+  with pytest.raises(ValueError, match=r"other.sqlite is not a TFF "
+                     r"SqlClientData file \(no 'examples'"):
+    _load(str(other))
+  with pytest.raises(ValueError, match=r'missing.sqlite: no such file'):
+    _load(str(tmp_path / 'missing.sqlite'))
+
+
+def test_a_file_without_clients_is_refused(tmp_path):
+  path = str(tmp_path / 'empty.sqlite')
+  population.write_sql(path, [])
+  with pytest.raises(ValueError, match=r"empty.sqlite has no clients with "
+                     r"'train' examples"):
+    _load(path)
+
+
+def test_examples_of_another_layout_are_refused(tmp_path):
+  path = str(tmp_path / 'images.sqlite')
+  population.write_sql(path, [])
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  example = tf.train.Example(features=tf.train.Features(feature={
+      'pixels': tf.train.Feature(float_list=tf.train.FloatList(value=[1.0])),
+      'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
+  with sqlite3.connect(path) as con:
+    con.execute('INSERT INTO examples VALUES (?, ?, ?)',
+                ('train', 'a', example.SerializeToString()))
+    con.execute("INSERT INTO client_metadata VALUES ('a', 'train', 1)")
+  with pytest.raises(ValueError, match=r"images.sqlite: examples must have a "
+                     r"float feature 'x' and one int64 label 'y', found "
+                     r"\['label', 'pixels'\]"):
+    _load(path)
+
+
+def test_bad_clients_are_named_when_read(tmp_path):
+  path = _file(tmp_path / 'bad.sqlite', {
+      'good': _client(4, label=2), 'nan': _client(3, value=np.nan),
+      'big_label': _client(2, label=7, value=1.0)})
+  task = _load(path)
+  assert task.num_train_examples('good') == 4
+  assert task.keras_model_fn().output_shape == (None, 3)  # labels 0..2
+  with pytest.raises(ValueError, match=r"client 'nan'\'s training data has 9 "
+                     r'non-finite \(NaN or inf\) features'):
+    task.train_arrays('nan')
+  with pytest.raises(ValueError, match=r"client 'big_label'\'s training data "
+                     r'in .*bad.sqlite \(3 clients\) has labels outside '
+                     r'\[0, 3\), e.g. 7'):
+    task.train_arrays('big_label')
+
+
+def test_a_client_without_training_examples_is_named_when_read(tmp_path):
+  path = _file(tmp_path / 'thin.sqlite', {
+      'good': _client(4), 'none': ((np.zeros((0, 3)), np.zeros(0, int)),
+                                   (np.ones((1, 3)), np.zeros(1, int)))})
+  task = _load(path)
+  with pytest.raises(ValueError, match=r"client 'none' has no training "
+                     r'examples in .*thin.sqlite'):
+    task.train_arrays('none')
