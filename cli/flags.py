@@ -34,6 +34,10 @@ DATA_DIR = absl_flags.DEFINE_string(
     '../shared/data beside the repository.')
 NUM_CLIENTS = absl_flags.DEFINE_integer(
     'num_clients', None, 'Number of clients, for tasks that allow choosing it.')
+CLIENT_DATA = absl_flags.DEFINE_string(
+    'client_data', None, 'A TFF SqlClientData file of your own clients, '
+    'trained on instead of --task (its layout and model: README, "Bringing '
+    'your own ClientData").')
 ALGORITHMS = absl_flags.DEFINE_list(
     'algorithms', ['fedhdp'],
     'Comma-separated algorithms. Trusted server (client-level DP): '
@@ -217,6 +221,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'task': _EVERY, 'output_dir': _EVERY, 'dry_run': _EVERY, 'seed': _EVERY,
     'unsafe_seeded_dp_randomness': _EVERY, 'checkpoint_every': _EVERY,
     'algorithms': _TRAINING, 'data_dir': _TRAINING, 'num_clients': _TRAINING,
+    'client_data': _TRAINING,
     'rounds': _TRAINING, 'batch_size': _TRAINING, 'client_lr': _TRAINING,
     'eval_every': _TRAINING, 'deltas': _TRAINING,
     'workers': _TRAINING, 'worker_timeout': _TRAINING,
@@ -342,6 +347,12 @@ def _check_applies(current: str) -> None:
   if DATA_DIR.value and task is not None and task.data is None:
     check(False, f'--data_dir does not apply to --task={TASK.value}, which '
           'makes its own data; drop it.')
+  if CLIENT_DATA.value:
+    for name in ('task', 'data_dir', 'num_clients'):
+      check(not absl_flags.FLAGS[name].present,
+            f'--client_data replaces --task and its data; drop --{name}.')
+    check(os.path.isfile(CLIENT_DATA.value),
+          f'--client_data={CLIENT_DATA.value}: no such file.')
 
 
 def default_output_dir(name: str, extra_flags: tuple[str, ...] = ()) -> str:
@@ -548,6 +559,14 @@ def private_levels():
 
 
 def load_task():
+  if CLIENT_DATA.value:
+    from tasks import client_data  # pylint: disable=g-import-not-at-top
+    try:
+      return client_data.load_sql_task(
+          CLIENT_DATA.value, os.path.basename(CLIENT_DATA.value),
+          BATCH_SIZE.value)
+    except ValueError as e:
+      raise InputError(f'--client_data: {e}') from None
   from tff_hdp.federated_task import TaskOptions  # pylint: disable=g-import-not-at-top
   data_dir = DATA_DIR.value or tasks.REGISTRY[TASK.value].default_data_dir()
   try:
@@ -563,6 +582,11 @@ def load_task():
     raise InputError(f'--task={TASK.value}: {e}{where}') from None
 
 
+def _data_flag() -> str:
+  return (f'--client_data={CLIENT_DATA.value}' if CLIENT_DATA.value else
+          f'--task={TASK.value}')
+
+
 def run_summary() -> str:
   """One line: what the flags ask for and where it goes (--dry_run)."""
   current = run_setting()
@@ -570,10 +594,11 @@ def run_summary() -> str:
     what = f'point estimation at r={",".join(R.value)}, {TRIALS.value} trials'
   else:
     what = (f'{_SETTING_NAMES[current]} runs of {",".join(ALGORITHMS.value)} '
-            f'on --task={TASK.value}, {ROUNDS.value} rounds')
+            f'on {_data_flag()}, {ROUNDS.value} rounds')
     if 'fedhdp' in ALGORITHMS.value:
       what += f', r={",".join(R.value)}'
-    data = DATA_DIR.value or tasks.REGISTRY[TASK.value].default_data_dir()
+    data = None if CLIENT_DATA.value else (
+        DATA_DIR.value or tasks.REGISTRY[TASK.value].default_data_dir())
     if data:
       what += (f', data in {data} '
                f'({"found" if os.path.isdir(data) else "not found"})')

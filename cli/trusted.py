@@ -154,11 +154,14 @@ def run() -> None:
   except trusted_setting.RUN_ERRORS as e:
     raise flags.InputError(str(e)) from None
   header, rows = tables.results_table(summaries)
+  scored = len(task.evaluation_clients(task.client_ids))
   print(f'\n{task.name}: {n} clients, {flags.ROUNDS.value} rounds, '
         f'{flags.CLIENTS_PER_ROUND.value} clients per round ({flags.SAMPLING.value}), '
         f'{flags.OPT_OUT.value:.0%} opt out' + (
             f', {task.dropped_clients} clients without examples dropped'
-            if task.dropped_clients else '') + '\n')
+            if task.dropped_clients else '') + (
+            f', per-client metrics on a seeded subset of {scored} clients'
+            if scored < n else '') + '\n')
   caption = '\n'.join(warnings + tables.table_notes(
       settings.release_unprotected_stats, task.metric))
   print(caption + '\n')

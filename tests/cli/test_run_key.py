@@ -77,6 +77,8 @@ NOT_IN_KEY = {
                         'an uninterrupted one (tests/simulation/test_resume.py)',
     'data_dir': 'what it points to is in the key: the data '
                 '(test_the_data_changes_the_key)',
+    'client_data': 'what it names is in the key: the SHA-256 of the file '
+                   '(tests/tasks/test_client_data.py)',
     'workers': 'where the rounds run; the worker count is in the key '
                '(tests/simulation/test_remote_workers.py::'
                'test_another_worker_count_is_another_run)',
