@@ -35,7 +35,8 @@ DATA_DIR = absl_flags.DEFINE_string(
 NUM_CLIENTS = absl_flags.DEFINE_integer(
     'num_clients', None, 'Number of clients, for tasks that allow choosing it.')
 CLIENT_DATA = absl_flags.DEFINE_string(
-    'client_data', None, 'A TFF SqlClientData file of your own clients, '
+    'client_data', None, 'A TFF SqlClientData file (or FilePerUserClientData '
+    'folder) of your own clients, '
     'trained on instead of --task (its layout and model: README, "Bringing '
     'your own ClientData").')
 ALGORITHMS = absl_flags.DEFINE_list(
@@ -351,8 +352,8 @@ def _check_applies(current: str) -> None:
     for name in ('task', 'data_dir', 'num_clients'):
       check(not absl_flags.FLAGS[name].present,
             f'--client_data replaces --task and its data; drop --{name}.')
-    check(os.path.isfile(CLIENT_DATA.value),
-          f'--client_data={CLIENT_DATA.value}: no such file.')
+    check(os.path.exists(CLIENT_DATA.value),
+          f'--client_data={CLIENT_DATA.value}: no such file or folder.')
 
 
 def default_output_dir(name: str, extra_flags: tuple[str, ...] = ()) -> str:
@@ -562,9 +563,9 @@ def load_task():
   if CLIENT_DATA.value:
     from tasks import client_data  # pylint: disable=g-import-not-at-top
     try:
-      return client_data.load_sql_task(
-          CLIENT_DATA.value, os.path.basename(CLIENT_DATA.value),
-          BATCH_SIZE.value)
+      path = os.path.normpath(CLIENT_DATA.value)
+      return client_data.load_task(path, os.path.basename(path),
+                                   BATCH_SIZE.value)
     except ValueError as e:
       raise InputError(f'--client_data: {e}') from None
   from tff_hdp.federated_task import TaskOptions  # pylint: disable=g-import-not-at-top

@@ -8,10 +8,11 @@ a run must check of every client (examples present, values finite) is
 checked when the client is read, naming it. The data's digest is the file's
 hash, not a pass over every client.
 
-`load_sql_task` reads an `SqlClientData` file in TFF's schema whose examples
-are `tf.train.Example`s with a float feature 'x' (d values) and an int64
-label 'y' in [0, K), split into 'train' and 'test' (README, "Bringing your
-own ClientData").
+`load_task` reads an `SqlClientData` file in TFF's schema, or a
+`FilePerUserClientData` folder (train/<client id> and test/<client id>
+TFRecord files), whose examples are `tf.train.Example`s with a float feature
+'x' (d values) and an int64 label 'y' in [0, K), split into 'train' and
+'test' (README, "Bringing your own ClientData").
 """
 
 from __future__ import annotations
@@ -141,9 +142,9 @@ def file_fingerprint(path: str) -> str:
   return digest.hexdigest()
 
 
-def _example_layout(path: str) -> int:
-  """The number of features of the file's examples; a one-line ValueError
-  naming the file when it is no SqlClientData of 'x'/'y' examples."""
+def _first_sql_example(path: str) -> bytes:
+  """A serialized example of the file's 'train' split; a one-line
+  ValueError naming the file when it is no SqlClientData with clients."""
   try:
     with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as connection:
       tables = {r[0] for r in connection.execute(
@@ -158,19 +159,77 @@ def _example_layout(path: str) -> int:
     raise ValueError(f'{path} is not a TFF SqlClientData file ({e}).') from None
   if row is None:
     raise ValueError(f"{path} has no clients with 'train' examples.")
+  return row[0]
+
+
+def _client_files(path: str, split: str) -> dict[str, str]:
+  folder = os.path.join(path, split)
+  if not os.path.isdir(folder):
+    return {}
+  return {name: os.path.join(folder, name) for name in sorted(
+      os.listdir(folder)) if os.path.isfile(os.path.join(folder, name))}
+
+
+def _first_folder_example(path: str) -> bytes:
+  """A serialized example of the folder's first 'train' client; a one-line
+  ValueError naming the folder or file when there is none."""
+  files = _client_files(path, 'train')
+  if not files:
+    raise ValueError(f"{path} has no client files in {path}/train/ (a "
+                     'FilePerUserClientData folder: train/<client id> and '
+                     'test/<client id> TFRecord files).')
+  first = next(iter(files.values()))
   try:
-    features = tf.train.Example.FromString(row[0]).features.feature
+    return next(iter(tf.data.TFRecordDataset(first).take(1))).numpy()
+  except (tf.errors.OpError, StopIteration):
+    raise ValueError(f'{first} is not a TFRecord file of examples.') from None
+
+
+def _num_features(where: str, serialized: bytes) -> int:
+  """d of examples {'x': d floats, 'y': one int64}; else a one-line
+  ValueError naming `where`."""
+  try:
+    features = tf.train.Example.FromString(serialized).features.feature
   except Exception:  # pylint: disable=broad-except  # protobuf's DecodeError
-    raise ValueError(f'{path}: its examples are not serialized '
+    raise ValueError(f'{where}: its examples are not serialized '
                      'tf.train.Example protos.') from None
   x, y = features.get('x'), features.get('y')
   if (x is None or y is None or x.WhichOneof('kind') != 'float_list' or
       y.WhichOneof('kind') != 'int64_list' or len(y.int64_list.value) != 1 or
       not x.float_list.value):
     raise ValueError(
-        f"{path}: examples must have a float feature 'x' and one int64 label "
+        f"{where}: examples must have a float feature 'x' and one int64 label "
         f"'y', found {sorted(features)}.")
   return len(x.float_list.value)
+
+
+def folder_fingerprint(path: str) -> str:
+  """SHA-256 of a folder's train/ and test/ files: names and bytes."""
+  digest = hashlib.sha256()
+  for split in ('train', 'test'):
+    for name, file in _client_files(path, split).items():
+      digest.update(f'{split}/{name}\0'.encode())
+      digest.update(file_fingerprint(file).encode())
+  return digest.hexdigest()
+
+
+def _open(path: str):
+  """(train, test, d, fingerprint) of an SqlClientData file or a
+  FilePerUserClientData folder of TFRecords."""
+  datasets = tff.simulation.datasets
+  if os.path.isdir(path):
+    d = _num_features(path, _first_folder_example(path))
+    test_files = _client_files(path, 'test')
+    return (datasets.FilePerUserClientData(_client_files(path, 'train'),
+                                           tf.data.TFRecordDataset),
+            datasets.FilePerUserClientData(test_files, tf.data.TFRecordDataset)
+            if test_files else None, d, folder_fingerprint(path))
+  if not os.path.isfile(path):
+    raise ValueError(f'{path}: no such file or folder.')
+  d = _num_features(path, _first_sql_example(path))
+  return (datasets.SqlClientData(path, split_name='train'),
+          datasets.SqlClientData(path, split_name='test'), d,
+          file_fingerprint(path))
 
 
 def _labels_outside(num_classes: int, arrays: Arrays) -> str | None:
@@ -200,27 +259,24 @@ def logits_loss() -> tf.keras.losses.Loss:
   return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def load_sql_task(path: str, name: str, batch_size: int,
+def load_task(path: str, name: str, batch_size: int,
                   num_classes: int | None = None,
                   server_test: Arrays | None = None,
                   evaluation_clients: int = EVALUATION_CLIENTS
                   ) -> FederatedTask:
-  """A softmax-regression task on an SqlClientData file of 'x'/'y' examples.
+  """A softmax-regression task on the 'x'/'y' examples of an SqlClientData
+  file or a FilePerUserClientData folder (train/ and test/ TFRecord files).
 
   Without `server_test`, the server test set is the 'test' examples of the
   evaluation clients (a seeded subset); without `num_classes`, K is one more
   than the largest label the server test set holds. A label a client holds
   outside [0, K) is an error naming the client when it is read.
   """
-  if not os.path.isfile(path):
-    raise ValueError(f'{path}: no such file.')
-  num_features = _example_layout(path)
-  train = tff.simulation.datasets.SqlClientData(path, split_name='train')
-  test = tff.simulation.datasets.SqlClientData(path, split_name='test')
-  if not test.client_ids and server_test is None:
+  train, test, num_features, fingerprint = _open(path)
+  if (test is None or not test.client_ids) and server_test is None:
     raise ValueError(f"{path} has no 'test' examples to evaluate on.")
   parse = parse_examples(num_features)
-  source = ClientDataSource(train, test, parse, file_fingerprint(path),
+  source = ClientDataSource(train, test, parse, fingerprint,
                             f'{path} ({len(train.client_ids)} clients)',
                             evaluation_clients)
   if server_test is None:

@@ -183,7 +183,7 @@ def _model() -> tf.keras.Model:
 def load(num_clients: int = DEFAULT_CLIENTS, seed: int = 0,
          batch_size: int = 10, folder: str | None = None) -> FederatedTask:
   """The population read from its (cached) SqlClientData file."""
-  return client_data.load_sql_task(
+  return client_data.load_task(
       cached_file(num_clients, seed, folder), 'population', batch_size,
       NUM_CLASSES, server_test(seed))
 

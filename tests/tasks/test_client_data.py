@@ -56,7 +56,7 @@ def test_digest_is_the_files_hash_not_a_pass_over_clients(tmp_path):
 
 
 def test_evaluation_scores_a_fixed_bounded_subset(tmp_path):
-  task = client_data.load_sql_task(population.cached_file(N, 0, str(tmp_path)),
+  task = client_data.load_task(population.cached_file(N, 0, str(tmp_path)),
                                    'population', 10, evaluation_clients=20)
   chosen = task.evaluation_clients(task.client_ids)
   assert len(chosen) == 20 and chosen == task.evaluation_clients(
@@ -89,7 +89,7 @@ def _client(n, label=0, value=0.5):
 
 
 def _load(path):
-  return client_data.load_sql_task(path, 'mine', batch_size=2)
+  return client_data.load_task(path, 'mine', batch_size=2)
 
 
 def test_a_file_that_is_not_client_data_is_refused(tmp_path):
@@ -156,3 +156,43 @@ def test_a_client_without_training_examples_is_named_when_read(tmp_path):
   with pytest.raises(ValueError, match=r"client 'none' has no training "
                      r'examples in .*thin.sqlite'):
     task.train_arrays('none')
+
+
+def _folder(path, clients):
+  """A FilePerUserClientData folder: train/<id> and test/<id> TFRecords."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for split, k in (('train', 0), ('test', 1)):
+    os.makedirs(os.path.join(path, split))
+    for c, arrays in clients.items():
+      x, y = arrays[k]
+      with tf.io.TFRecordWriter(os.path.join(path, split, c)) as writer:
+        for row in population.example_rows(np.asarray(x, np.float32), y):
+          writer.write(row.tobytes())
+  return str(path)
+
+
+def test_a_file_per_user_folder_reads_as_the_sql_file(tmp_path):
+  clients = {'a': _client(4, label=2), 'b': _client(3, label=1, value=1.0),
+             'c': _client(5, label=0, value=2.0)}
+  sql = _load(_file(tmp_path / 'c.sqlite', clients))
+  folder = _load(_folder(tmp_path / 'folder', clients))
+  assert folder.client_ids == sql.client_ids == ['a', 'b', 'c']
+  for c in clients:
+    for got, want in ((folder.train_arrays(c), sql.train_arrays(c)),
+                      (folder.test_arrays(c), sql.test_arrays(c))):
+      for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+  for g, w in zip(folder.server_test, sql.server_test):
+    np.testing.assert_array_equal(g, w)
+  assert folder.data_digest != sql.data_digest
+
+
+def test_a_folder_without_client_files_is_refused(tmp_path):
+  (tmp_path / 'empty').mkdir()
+  with pytest.raises(ValueError, match=r'empty has no client files in '
+                     r'.*empty/train/'):
+    _load(str(tmp_path / 'empty'))
+  (tmp_path / 'csv' / 'train').mkdir(parents=True)
+  (tmp_path / 'csv' / 'train' / 'a').write_text('x,y\n1,2\n')
+  with pytest.raises(ValueError, match=r'train/a is not a TFRecord file'):
+    _load(str(tmp_path / 'csv'))
