@@ -175,8 +175,8 @@ class FederatedTask:
       raise ValueError(f'task {self.name!r}: unknown metric {self.metric!r}; '
                        f'choose from {tuple(metrics_lib.METRICS)}.')
     if (self.clients is None) == (self.client_train is None):
-      raise ValueError(f'task {self.name!r}: give either client arrays or a '
-                       'client source, not both.')
+      raise ValueError(f'task {self.name!r}: give client arrays or a client '
+                       'source, exactly one of them.')
     if self.clients is None:
       self.clients = ArraySource(self.client_train, self.client_test)
     if self.batch_size < 1:
