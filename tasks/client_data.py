@@ -102,7 +102,13 @@ class ClientDataSource(ClientSource):
     if key in self._cache:
       self._cache.move_to_end(key)
       return self._cache[key]
-    arrays = tuple(a.numpy() for a in self._read_fn[split](client_id))
+    try:
+      arrays = tuple(a.numpy() for a in self._read_fn[split](client_id))
+    except tf.errors.InvalidArgumentError as e:  # e.g. another number of x
+      raise ValueError(
+          f'task {self._task_name!r}: client {client_id!r}\'s {split} data '
+          f'in {self.description} do not fit the task\'s layout: '
+          f'{e.message.splitlines()[0]}') from None
     if split == 'training' and not len(arrays[0]):
       raise ValueError(f'task {self._task_name!r}: client {client_id!r} has no '
                        f'training examples in {self.description}; drop it '

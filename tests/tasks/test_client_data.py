@@ -196,3 +196,17 @@ def test_a_folder_without_client_files_is_refused(tmp_path):
   (tmp_path / 'csv' / 'train' / 'a').write_text('x,y\n1,2\n')
   with pytest.raises(ValueError, match=r'train/a is not a TFRecord file'):
     _load(str(tmp_path / 'csv'))
+
+
+def test_a_client_of_another_feature_count_is_named_when_read(tmp_path):
+  path = _file(tmp_path / 'wide.sqlite', {'good': _client(4)})
+  wide = population.example_rows(np.ones((2, 5), np.float32), np.zeros(2, int))
+  with sqlite3.connect(path) as con:
+    con.executemany('INSERT INTO examples VALUES (?, ?, ?)',
+                    [('train', 'wide', r.tobytes()) for r in wide])
+    con.execute("INSERT INTO client_metadata VALUES ('wide', 'train', 2)")
+  task = _load(path)
+  with pytest.raises(ValueError, match=r"client 'wide'\'s training data in "
+                     r".*wide.sqlite \(2 clients\) do not fit the task's "
+                     r'layout: .*'):
+    task.train_arrays('wide')
