@@ -1,16 +1,18 @@
 """The untrusted-server setting from the command line: one run per
-aggregation rule, and the comparison table."""
+aggregation rule, and the comparison table; and reproduce.py's figure
+presets (`run_figure`), one such run per privacy distribution and rule."""
 
 from __future__ import annotations
+
+import os
 
 from cli import flags
 
 
-def run() -> None:
-  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+def learning_setup():
+  """The `UntrustedSettings` of the command line's flags."""
   from tff_hdp.simulation import untrusted_setting  # pylint: disable=g-import-not-at-top
-  task = flags.load_task()
-  settings = untrusted_setting.UntrustedSettings(
+  return untrusted_setting.UntrustedSettings(
       rounds=flags.ROUNDS.value,
       epsilon_distribution=flags.EPSILON_DISTRIBUTION.value,
       delta=flags.floats(flags.DELTAS)[0],
@@ -18,10 +20,19 @@ def run() -> None:
       clip_norm=flags.DP_SGD_CLIP.value,
       seed=flags.SEED.value,
       eval_every=flags.EVAL_EVERY.value,
+      checkpoint_every=flags.CHECKPOINT_EVERY.value,
       rpca_freeze_after_round=flags.RPCA_FREEZE_AFTER_ROUND.value,
       release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
+
+
+def run() -> None:
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import untrusted_setting  # pylint: disable=g-import-not-at-top
+  task = flags.load_task()
+  settings = learning_setup()
   flags.print_privacy_warnings()
   name = f'{tables.metric_prefix(task.metric)}_g'
   rows, records = [], []
@@ -37,7 +48,7 @@ def run() -> None:
                       'epsilon_spent_min': s['epsilon_spent_min'],
                       'epsilon_spent_max': s['epsilon_spent_max'],
                       'seconds': s['seconds']})
-  except ValueError as e:
+  except trusted_setting.RUN_ERRORS as e:
     raise flags.InputError(str(e)) from None
   header = ['Aggregation', name, 'eps spent per client (min - max)',
             'seconds']
@@ -46,3 +57,72 @@ def run() -> None:
   print(tables.markdown_table(header, rows))
   tables.write_table(flags.OUTPUT_DIR.value, header, rows, records=records)
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')
+
+
+def _finished_or_run(task, algorithm, settings, output_dir):
+  """The run's summary: an earlier invocation's if it finished (skipped),
+  else trained here (resuming from its checkpoint if interrupted)."""
+  import tqdm  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import untrusted_setting  # pylint: disable=g-import-not-at-top
+  label = f'{output_dir}/{algorithm}'
+  try:
+    summary = untrusted_setting.completed_summary(task, algorithm, settings,
+                                                  output_dir)
+    if summary is not None:
+      tqdm.tqdm.write(f'{label}: finished earlier, skipped (summary.json)')
+      return summary
+    return untrusted_setting.run_algorithm(task, algorithm, settings,
+                                           output_dir)
+  except trusted_setting.RUN_ERRORS as e:
+    raise flags.InputError(f'{label}: {e}') from None
+
+
+def run_figure(figure, figure_dir: str) -> None:
+  """Trains (or skips) every run of `figure` (a `presets.FigurePreset`,
+  its flags set): each rule's learning rate chosen on the first
+  distribution, then every distribution with every rule; the table of
+  Acc_g is rewritten after each distribution, so an interrupted figure
+  shows what is done."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+  task = flags.load_task()
+  base = learning_setup()
+  rules = flags.ALGORITHMS.value
+  if flags.CLIENT_LR.present:
+    rates = {rule: base.learning_rate for rule in rules}
+    choice = f'--client_lr={base.learning_rate:g} for every rule'
+  else:
+    short = dataclasses.replace(
+        base, epsilon_distribution=figure.distributions[0],
+        rounds=min(figure.selection_rounds, base.rounds))
+    rates, scores = {}, []
+    for rule in rules:
+      accs = {lr: _finished_or_run(
+          task, rule, dataclasses.replace(short, learning_rate=lr),
+          os.path.join(figure_dir, 'lr_selection', f'lr{lr:g}'))['metrics']
+              ['acc_g'] for lr in figure.learning_rates}
+      rates[rule] = max(accs, key=accs.get)
+      scores.append([rule] + [f'{accs[lr]:.2f}' for lr in accs] +
+                    [f'{rates[rule]:g}'])
+    tables.write_table(
+        figure_dir, ['rule'] + [f'lr {lr:g}' for lr in figure.learning_rates] +
+        ['chosen'], scores, stem='lr_selection',
+        caption=f'Acc_g after {short.rounds} rounds on '
+        f'{short.epsilon_distribution}, per learning rate.')
+    choice = ', '.join(f'{rule} {lr:g}' for rule, lr in rates.items())
+  rows = []
+  for dist in figure.distributions:
+    accs = [_finished_or_run(
+        task, rule, dataclasses.replace(base, epsilon_distribution=dist,
+                                        learning_rate=rates[rule]),
+        os.path.join(figure_dir, dist))['metrics']['acc_g'] for rule in rules]
+    rows.append([dist] + [f'{a:.2f}' for a in accs])
+    caption = (f'{figure.title}: Acc_g (%) after {base.rounds} rounds, '
+               f'{len(task.client_ids)} clients, c = {base.clip_norm:g}, '
+               f'delta = {base.delta:g}, seed {base.seed}; learning rates: '
+               f'{choice}. Published: {figure.published}.')
+    tables.write_table(figure_dir, ['distribution', *rules], rows,
+                       caption=caption)
+  print(f'\n{caption}\n\n{tables.markdown_table(["distribution", *rules], rows)}'
+        f'\n\nTable and runs: {figure_dir}/')

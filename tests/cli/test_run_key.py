@@ -1,16 +1,15 @@
 """A re-run into the same folder with any result-changing flag changed is
 refused or starts fresh: it never reports the old run's numbers.
 
-A resumable run (trusted server, cross-silo) is found again by its folder
-(named by its configuration) and its run key (`run_key` of its setting,
-stored beside its checkpoint; a finished run's summary is reused only when
-the key matches). Every flag of run_experiment.py and reproduce.py that those
-settings read is listed here: either with another value, which must change
-the folder or the key when set through the command line's own code, or with
-the reason it does not change a configuration's results. A new flag fails
-`test_every_flag_is_classified` until it is listed. The untrusted setting and
-point estimation keep no checkpoint: every run of theirs starts fresh
-(`test_untrusted_runs_keep_no_checkpoint`; point estimation has no rounds).
+A resumable run (trusted server, untrusted server, cross-silo) is found
+again by its folder (named by its configuration) and its run key (`run_key`
+of its setting, stored beside its checkpoint; a finished run's summary is
+reused only when the key matches). Every flag of run_experiment.py and
+reproduce.py that those settings read is listed here: either with another
+value, which must change the folder or the key when set through the command
+line's own code, or with the reason it does not change a configuration's
+results. A new flag fails `test_every_flag_is_classified` until it is
+listed. Point estimation has no rounds and keeps no checkpoint.
 """
 
 from absl import flags as absl_flags
@@ -20,6 +19,8 @@ import pytest
 from cli import cross_silo as cli_cross_silo
 from cli import flags
 from cli import trusted as cli_trusted
+from cli import untrusted as cli_untrusted
+from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import cross_silo_setting
 from tff_hdp.simulation import trusted_setting
 from tff_hdp.simulation import untrusted_setting
@@ -38,9 +39,9 @@ SHARED_CHANGES = [
     ('eval_every', [], '5'),
     ('deltas', [], '1e-5'),
     ('unsafe_allow_large_delta', [], 'true'),
-    ('epsilons', [], '2'),
 ]
 TRUSTED_CHANGES = SHARED_CHANGES + [
+    ('epsilons', [], '2'),
     ('algorithms', [], 'dp_fedavg'),
     ('r', [], '0.5'),
     ('level_fractions', ['--epsilons=1,3'], '0.3,0.7'),
@@ -60,7 +61,15 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('ditto_lr', ['--ditto_lambda_p=0.1'], '0.05'),
     ('release_unprotected_stats', [], 'true'),
 ]
+UNTRUSTED_CHANGES = SHARED_CHANGES + [
+    ('algorithms', [], 'dpfedavg'),
+    ('dp_sgd_clip', [], '0.5'),
+    ('epsilon_distribution', [], 'uniform'),
+    ('rpca_freeze_after_round', ['--algorithms=robust_hdp'], '1'),
+    ('release_unprotected_stats', [], 'true'),
+]
 CROSS_SILO_CHANGES = SHARED_CHANGES + [
+    ('epsilons', [], '2'),
     ('algorithms', [], 'ditto'),
     ('dp_sgd_clip', [], '0.5'),
     ('lambdas', [], '0.2'),
@@ -125,6 +134,16 @@ def _cross_silo_identity(args):
             cross_silo_setting.run_key(task, algorithm, settings))
 
 
+def _untrusted_identity(args):
+  with flagsaver.flagsaver():
+    FLAGS(['run_experiment.py', '--algorithms=weiavg', *args])
+    flags.validate_flags()
+    task = flags.load_task()
+    algorithm = flags.ALGORITHMS.value[0]
+    return algorithm, untrusted_setting.run_key(
+        task, algorithm, cli_untrusted.learning_setup())
+
+
 def _reads(setting):
   return {name for name, settings in flags.APPLIES.items()
           if setting in settings}
@@ -132,6 +151,7 @@ def _reads(setting):
 
 def test_every_flag_is_classified():
   for setting, changes in ((flags.TRUSTED, TRUSTED_CHANGES),
+                           (flags.UNTRUSTED, UNTRUSTED_CHANGES),
                            (flags.CROSS_SILO, CROSS_SILO_CHANGES)):
     listed = {name for name, _, _ in changes}
     assert not listed & set(NOT_IN_KEY)
@@ -153,6 +173,14 @@ def test_trusted_flag_changes_the_run(flag, base, value):
   assert before != after, f'--{flag}={value} would resume the old run'
 
 
+@pytest.mark.parametrize('flag,base,value', UNTRUSTED_CHANGES,
+                         ids=[c[0] for c in UNTRUSTED_CHANGES])
+def test_untrusted_flag_changes_the_run(flag, base, value):
+  before = _untrusted_identity(base)
+  after = _untrusted_identity(base + [f'--{flag}={value}'])
+  assert before != after, f'--{flag}={value} would resume the old run'
+
+
 @pytest.mark.parametrize('flag,base,value', CROSS_SILO_CHANGES,
                          ids=[c[0] for c in CROSS_SILO_CHANGES])
 def test_cross_silo_flag_changes_the_run(flag, base, value):
@@ -168,8 +196,11 @@ def test_the_same_flags_give_the_same_run():
   assert _trusted_identity([]) == _trusted_identity([])
   assert (_cross_silo_identity(['--algorithms=mrmtl']) ==
           _cross_silo_identity(['--algorithms=mrmtl']))
+  assert _untrusted_identity([]) == _untrusted_identity([])
   assert (_trusted_identity(['--checkpoint_every=3']) ==
           _trusted_identity([]))
+  assert (_untrusted_identity(['--checkpoint_every=3']) ==
+          _untrusted_identity([]))
 
 
 def test_the_data_changes_the_key():
@@ -192,7 +223,10 @@ class _Stop(Exception):
   pass
 
 
-def test_untrusted_runs_keep_no_checkpoint(monkeypatch):
+def test_untrusted_runs_keep_their_key_without_checkpoints(monkeypatch,
+                                                          tmp_path):
+  # --checkpoint_every=0 saves no round, but the key (and the secret) are
+  # written before round 1, so another run into the folder is refused.
   given = {}
 
   def run_rounds(program, **kwargs):
@@ -203,11 +237,20 @@ def test_untrusted_runs_keep_no_checkpoint(monkeypatch):
   with flagsaver.flagsaver():
     FLAGS(['run_experiment.py', '--num_clients=10'])
     task = flags.load_task()
+  settings = untrusted_setting.UntrustedSettings(rounds=1, checkpoint_every=0)
   with pytest.raises(_Stop):
-    untrusted_setting.run_algorithm(
-        task, 'weiavg', untrusted_setting.UntrustedSettings(rounds=1),
-        output_dir='unused', progress=False)
-  assert given and given.get('checkpoint') is None  # nothing to resume from
+    untrusted_setting.run_algorithm(task, 'weiavg', settings,
+                                    output_dir=str(tmp_path), progress=False)
+  assert given['checkpoint_every'] == 0
+  checkpoint = given['checkpoint']
+  assert checkpoint.directory == str(tmp_path / 'weiavg' / 'checkpoints')
+  assert sorted(p.name for p in tmp_path.joinpath(
+      'weiavg', 'checkpoints').iterdir()) == ['dp_secret_seed', 'run_key.json']
+  assert checkpoint.check_key()
+  other = untrusted_setting.UntrustedSettings(rounds=2)
+  with pytest.raises(checkpointing.CheckpointError, match='differs in: rounds'):
+    untrusted_setting.run_algorithm(task, 'weiavg', other,
+                                    output_dir=str(tmp_path), progress=False)
 
 
 def test_a_cohort_too_large_for_the_model_is_lowered_and_said(monkeypatch,

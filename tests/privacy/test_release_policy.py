@@ -279,9 +279,12 @@ def test_an_untrusted_run_releases_only_what_epsilon_covers(untrusted_run):
   out, stdout = untrusted_run
   files, summaries = _check_walk(out, UNTRUSTED_RELEASED,
                                  UNTRUSTED_NOT_COVERED)
-  assert set(files) == {'results.md', 'results.csv'} | {
+  assert set(files) == {'results.md', 'results.csv', '.run.lock'} | {
       f'{a}/{f}' for a in ('robust_hdp', 'pfa')
-      for f in ('rounds.csv', 'summary.json')}  # no TensorBoard events
+      for f in ('rounds.csv', 'summary.json',  # no TensorBoard events
+                # the folder's lock and its private state (no release)
+                '.run.lock', 'checkpoints/run_key.json',
+                'checkpoints/dp_secret_seed')}
   fields = {f.name for f in dataclasses.fields(
       untrusted_setting.UntrustedSettings)}
   for summary in summaries.values():

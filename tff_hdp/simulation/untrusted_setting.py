@@ -6,10 +6,17 @@ listed by Robust-HDP's Dist1-Dist9 (`heterogeneity.client_budgets`); the
 aggregation rule is picked by name. Each client's spend is its own, so the
 summary reports the largest and smallest epsilon spent, both at most the
 clients' targets.
+
+A run resumes as the other settings' do (`checkpointing.RunCheckpoint`): the
+process state holds the model, the round number every client folds into its
+DP-SGD seed and the aggregator's state (Robust-HDP's frozen weights), and the
+clients' seeds derive from the run's secret, kept beside it, so a killed and
+re-run run equals an uninterrupted one bit for bit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 
@@ -19,8 +26,10 @@ import tensorflow as tf
 from tff_hdp.privacy import plans
 from tff_hdp.privacy import dp_randomness
 from tff_hdp.learning import dp_sgd
+from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import client_files
 from tff_hdp.simulation import evaluation
+from tff_hdp.simulation import folder_lock
 from tff_hdp.privacy import heterogeneity
 from tff_hdp.privacy import release_policy
 from tff_hdp.simulation import round_loop
@@ -39,6 +48,7 @@ class UntrustedSettings:
   clip_norm: float = 1.0
   seed: int = 0
   eval_every: int = 10
+  checkpoint_every: int = 10  # 0: no saved rounds (the run key still is)
   # robust_hdp: RPCA in rounds 1..k only (None: every round, Algorithm 1).
   rpca_freeze_after_round: int | None = None
   # Also report the clients' local-test metrics, which no epsilon covers
@@ -72,6 +82,27 @@ class UntrustedRounds(round_loop.RoundProgram):
     self._task, self._process, self._settings = task, process, settings
     self._plans, self._weights, self._seeds = plans, weights, client_seeds
     self._train_dataset = train_dataset or task.train_dataset
+
+  def _saved_shapes(self):
+    """The state as a round leaves it, the template a checkpoint is checked
+    against: Robust-HDP's frozen weights start empty and, when it freezes,
+    hold one weight per client from round 1 on."""
+    if self._settings.rpca_freeze_after_round is None:
+      return self.state
+    n = len(self._plans)
+    return tf.nest.map_structure(
+        lambda x: np.zeros([n], np.asarray(x).dtype) if np.shape(x) == (0,)
+        else x, self.state)
+
+  def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
+    restored, done, _ = checkpoint.restore(self._saved_shapes())
+    if restored is not None:
+      self.state = restored
+    return done
+
+  def save(self, checkpoint: checkpointing.RunCheckpoint,
+           round_num: int) -> None:
+    checkpoint.save(self.state, round_num)
 
   @property
   def client_plans(self) -> tuple:
@@ -109,9 +140,55 @@ def _aggregator_options(algorithm: str, settings: UntrustedSettings) -> dict:
   return {}
 
 
-def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettings,
-             output_dir: str | None, progress: bool = True) -> dict:
-  """Trains with algorithm `algorithm`; returns (and writes) a summary."""
+def run_key(task: FederatedTask, algorithm: str,
+            settings: UntrustedSettings) -> dict:
+  """What makes two runs the same run (a checkpoint is only reused then):
+  every setting but how often it is saved, the rule, the task's data and
+  batch size, and the worker count."""
+  key = {k: v for k, v in dataclasses.asdict(settings).items()
+         if k != 'checkpoint_every'}
+  return runtime.with_worker_count(dict(
+      key, task=task.name, algorithm=algorithm, batch_size=task.batch_size,
+      data=task.data_digest))
+
+
+def completed_summary(task: FederatedTask, algorithm: str,
+                      settings: UntrustedSettings,
+                      output_dir: str) -> dict | None:
+  """The summary of a finished run of exactly this configuration, or None.
+
+  Lets a sweep skip what an earlier invocation finished: a summary counts
+  only beside this run's key (a summary is written after the last round, and
+  the key holds the rounds); another run's key is a CheckpointError, as
+  resuming it would be.
+  """
+  run_dir = os.path.join(output_dir, algorithm)
+  summary = checkpointing.read_json_dict(os.path.join(run_dir, 'summary.json'))
+  if (summary.get('metrics') or {}).get('acc_g') is None:
+    return None
+  same_run = checkpointing.RunCheckpoint(
+      os.path.join(run_dir, 'checkpoints'),
+      run_key(task, algorithm, settings)).check_key()
+  return summary if same_run else None
+
+
+def run_algorithm(task: FederatedTask, algorithm: str,
+                  settings: UntrustedSettings, output_dir: str | None,
+                  progress: bool = True) -> dict:
+  """Trains with algorithm `algorithm`; returns (and writes) a summary.
+
+  With an `output_dir`, the run's folder `<output_dir>/<algorithm>` is held
+  for this process (`folder_lock`) and its key and secret seed are written
+  before the first round, with or without checkpoints: a re-run into the
+  folder resumes the same run (repeating its rounds exactly) or is refused.
+  """
+  run_dir = os.path.join(output_dir, algorithm) if output_dir else None
+  with (folder_lock.exclusive(run_dir) if run_dir else
+        contextlib.nullcontext()):
+    return _run_algorithm(task, algorithm, settings, run_dir, progress)
+
+
+def _run_algorithm(task, algorithm, settings, run_dir, progress):
   clients = task.client_ids
   n = len(clients)
   sizes = [task.num_train_examples(c) for c in clients]
@@ -122,6 +199,12 @@ def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettin
       noise_aware.client_epsilons(algorithm, epsilons),
       settings.delta, sizes, batch_sizes, settings.rounds,
       allow_large_delta=settings.allow_large_delta)
+  checkpoint = None
+  if run_dir:
+    checkpoint = checkpointing.RunCheckpoint(
+        os.path.join(run_dir, 'checkpoints'),
+        run_key(task, algorithm, settings))
+    checkpoint.claim()
   loss = task.loss_fn()
   loss.reduction = tf.keras.losses.Reduction.NONE
   process = noise_aware.build_noise_aware_fedavg(
@@ -135,10 +218,10 @@ def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettin
                                             settings.clip_norm, num_params)
              for p in client_plans]
   # Each client's DP-SGD noise and example sampling follow its own seed,
-  # secret unless the run is explicitly seeded (in memory only: these runs
-  # are not resumable).
+  # derived from the run's secret (kept in the checkpoint) unless the run is
+  # explicitly seeded.
   client_seeds = dp_randomness.client_seeds(
-      settings.seed, settings.unsafe_seeded_dp_randomness, n)
+      settings.seed, settings.unsafe_seeded_dp_randomness, n, checkpoint)
   # Clients' examples are read from local files, not sent every round,
   # when the workers share this machine's disk.
   files = (client_files.ClientFiles(task) if runtime.workers_share_disk()
@@ -148,11 +231,11 @@ def run_algorithm(task: FederatedTask, algorithm: str, settings: UntrustedSettin
                             train_dataset=files and files.train_dataset,
                             measurements=noise_aware.round_measurements(
                                 algorithm))
-  run_dir = os.path.join(output_dir, algorithm) if output_dir else None
   try:
     result = round_loop.run_rounds(program, output_dir=run_dir,
                                    eval_every=settings.eval_every,
-                                   progress=progress)
+                                   progress=progress, checkpoint=checkpoint,
+                                   checkpoint_every=settings.checkpoint_every)
   finally:
     if files:
       files.close()

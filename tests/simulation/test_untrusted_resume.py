@@ -1,0 +1,100 @@
+"""An untrusted-server run killed with SIGKILL and re-run equals an
+uninterrupted one.
+
+Robust-HDP with its weights frozen after round 2 keeps state of its own
+in the aggregator (the frozen weights, the round), which must survive the
+kill with the model and the clients' DP-SGD round counter. The clients'
+noise and sampling follow a secret seed that only the checkpoint keeps: the
+uninterrupted run gets the same secret by planting the killed run's secret
+file in its checkpoint folder first.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tests import repository
+
+ROOT = repository.ROOT
+ROUNDS = 10
+RULE = 'robust_hdp'
+FLAGS = ['--task=digits', '--num_clients=10', f'--algorithms={RULE}',
+         '--rpca_freeze_after_round=2', f'--rounds={ROUNDS}',
+         '--epsilon_distribution=uniform', '--eval_every=3',
+         '--checkpoint_every=1', '--seed=3']
+
+
+def _command(output_dir, *extra):
+  return [sys.executable, os.path.join(ROOT, 'run_experiment.py'), *FLAGS,
+          f'--output_dir={output_dir}', *extra]
+
+
+def _finish(output_dir, *extra):
+  return subprocess.run(_command(output_dir, *extra), capture_output=True,
+                        text=True, timeout=600)
+
+
+def _rows(output_dir):
+  return repository.rounds_rows(output_dir, RULE)
+
+
+def _final_state(output_dir):
+  """Every array of the last round's saved process state, in order."""
+  path = os.path.join(output_dir, RULE, 'checkpoints', f'round_{ROUNDS}')
+  return [np.asarray(v) for v in tf.nest.flatten(tf.saved_model.load(path)())]
+
+
+def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
+  whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
+
+  # A new session, so the kill takes TFF's worker process down with it.
+  proc = subprocess.Popen(_command(resumed), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, start_new_session=True)
+  deadline = time.time() + 300
+  while len(_rows(resumed)) < 4 and proc.poll() is None:
+    assert time.time() < deadline, 'run made no progress'
+    time.sleep(0.05)
+  os.killpg(proc.pid, signal.SIGKILL)
+  proc.wait()
+  killed_at = len(_rows(resumed))
+  assert 4 <= killed_at < ROUNDS, 'the kill must land mid-run'
+
+  result = _finish(resumed)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert f'{RULE} rounds: resuming from round ' in result.stdout
+  secret = os.path.join(RULE, 'checkpoints', 'dp_secret_seed')
+  assert oct(os.stat(os.path.join(resumed, secret)).st_mode & 0o777) == '0o600'
+  os.makedirs(os.path.dirname(os.path.join(whole, secret)))
+  shutil.copy(os.path.join(resumed, secret), os.path.join(whole, secret))
+  assert _finish(whole).returncode == 0
+  rows = _rows(resumed)
+  assert [int(r['round']) for r in rows] == list(range(1, ROUNDS + 1))
+  assert rows == _rows(whole)
+  assert [r['weights_frozen'] for r in rows] == ['0', '0'] + ['1'] * (
+      ROUNDS - 2)
+  a, b = _final_state(whole), _final_state(resumed)
+  assert len(a) == len(b) > 4  # model, optimizer, clients' and RPCA's state
+  for x, y in zip(a, b):
+    np.testing.assert_array_equal(x, y)
+  # A finished run re-run trains nothing and keeps its rows.
+  result = _finish(resumed)
+  assert f'{RULE} rounds: resuming from round {ROUNDS}' in result.stdout
+  assert _rows(resumed) == rows
+
+
+def test_a_rerun_with_another_setting_is_refused(tmp_path):
+  out = str(tmp_path)
+  assert _finish(out, '--rounds=2', '--checkpoint_every=0').returncode == 0
+  # Without saved rounds the key still holds the folder for its run.
+  assert not any(name.startswith('round_') for name in
+                 os.listdir(os.path.join(out, RULE, 'checkpoints')))
+  result = _finish(out, '--rounds=2', '--dp_sgd_clip=0.5')
+  assert result.returncode == 2
+  last = result.stderr.strip().splitlines()[-1]
+  assert 'holds a checkpoint of a different run (differs in: clip_norm)' in last
