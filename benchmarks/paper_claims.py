@@ -8,6 +8,11 @@ as HOLDS or FAILS with its numbers, and the untrusted-server table. E.g.
       --preset_dirs=results/mnist/mnist_noniid,results/skewed/mnist_noniid_skewed \\
       --cross_silo_dirs=results/school_eps6 --untrusted_dirs=results/untrusted \\
       --noise_power_files=results/table2_fashion_mnist.json
+  .venv/bin/python benchmarks/paper_claims.py \
+      --preset_dirs=results/robust_hdp_fig2/robust_hdp_fig2
+
+A robust_hdp_fig2 folder (Robust-HDP's Figure 2) is checked on whatever
+distributions have finished, with the table of their Acc_g.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from tff_hdp.reporting import paper_claims  # noqa: E402
 from tff_hdp.reporting import plots  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
 from tff_hdp.simulation import cross_silo_setting  # noqa: E402
+from cli.presets import FIGURES  # noqa: E402
 from cli.presets import PRESETS  # noqa: E402
 
 _PRESET_DIRS = flags.DEFINE_list(
@@ -87,13 +93,28 @@ def _print_cross_silo(directory: str) -> None:
     print(f'\nwrote {path}')
 
 
+def _print_figure(figure_dir: str) -> None:
+  """Acc_g per finished distribution and rule."""
+  table = paper_claims.figure_table(figure_dir)
+  rules = paper_claims.FIGURE_RULES
+  print(f'\n{figure_dir}: Acc_g (%) per finished distribution\n')
+  print(tables.markdown_table(
+      ['distribution', *rules],
+      [[f'Dist{k}', *(f'{acc[r]:.2f}' for r in rules)]
+       for k, acc in table.items()]))
+
+
 def _claims() -> list[paper_claims.Claim]:
   claims = []
   for preset_dir in _PRESET_DIRS.value:
     preset = os.path.basename(os.path.normpath(preset_dir))
+    if preset in FIGURES:
+      _print_figure(preset_dir)
+      claims += paper_claims.figure_claims(preset_dir, _TEST_EXAMPLES.value)
+      continue
     if preset not in PRESETS:
       raise ValueError(f'--preset_dirs: {preset_dir} is not named after a '
-                       f'preset ({", ".join(PRESETS)}).')
+                       f'preset ({", ".join([*PRESETS, *FIGURES])}).')
     claims += paper_claims.fedhdp_claims(preset, preset_dir, _MARGIN.value,
                                          _TEST_EXAMPLES.value)
     if preset == 'mnist_noniid_skewed':

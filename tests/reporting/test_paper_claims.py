@@ -212,3 +212,53 @@ def test_table2_claims_hold_and_fail_on_the_measured_powers():
   with pytest.raises(ValueError, match=r"lacks \['measured.oracle'\]"):
     del good['measured']['oracle']
     paper_claims.noise_power_claims(good)
+
+
+def _figure(figure_dir, accs):
+  """Writes Figure 2 runs: `accs[k]` holds the five rules' Acc_g on Dist k."""
+  for k, row in accs.items():
+    for rule, acc in zip(paper_claims.FIGURE_RULES, row):
+      _write(os.path.join(figure_dir, f'dist{k}', rule),
+             {'configuration': rule, 'metrics': {'acc_g': acc}})
+
+
+def test_figure2_claims_on_the_finished_distributions(tmp_path):
+  figure_dir = str(tmp_path / 'robust_hdp_fig2')
+  # robust_hdp, weiavg, pfa, dpfedavg, min_epsilon; the gap grows 1 -> 9.
+  _figure(figure_dir, {1: (80, 78, 77, 76, 70), 9: (70, 60, 59, 55, 40)})
+  _write(os.path.join(figure_dir, 'dist5', 'robust_hdp'),  # unfinished
+         {'metrics': {'acc_g': 10.0}})
+  _write(os.path.join(figure_dir, 'lr_selection', 'lr0.1', 'robust_hdp'),
+         {'metrics': {'acc_g': 10.0}})
+  assert list(paper_claims.figure_table(figure_dir)) == [1, 9]
+  claims = paper_claims.figure_claims(figure_dir)
+  assert [c.holds for c in claims] == [True, True, True]
+  assert 'Dist1 +2.00, Dist9 +10.00' in claims[2].detail
+  # The gap shrinks, PFA beats WeiAvg, a baseline beats Robust-HDP.
+  _figure(figure_dir, {1: (80, 70, 71, 60, 60), 9: (70, 71, 76, 60, 50)})
+  claims = paper_claims.figure_claims(figure_dir)
+  assert [c.holds for c in claims] == [False, False, False]
+  assert 'beaten beyond a tie on Dist9' in claims[0].detail
+  assert 'PFA ahead beyond a tie on Dist9' in claims[1].detail  # 1 a tie
+
+
+def test_figure2_gaps_within_a_tie_break_no_claim_and_one_dist_has_no_trend(
+    tmp_path):
+  figure_dir = str(tmp_path / 'robust_hdp_fig2')
+  _figure(figure_dir, {2: (80.0, 80.5, 80.8, 79, 75)})
+  claims = paper_claims.figure_claims(figure_dir)
+  assert [c.holds for c in claims] == [True, True]  # no trend from one
+  with pytest.raises(ValueError, match='no distribution with all of'):
+    paper_claims.figure_claims(str(tmp_path / 'nothing'))
+
+
+def test_command_checks_a_figure_folder(tmp_path):
+  figure_dir = str(tmp_path / 'robust_hdp_fig2')
+  _figure(figure_dir, {1: (80, 78, 77, 76, 70), 3: (75, 70, 69, 65, 60)})
+  result = subprocess.run(
+      [sys.executable, os.path.join(ROOT, 'benchmarks', 'paper_claims.py'),
+       f'--preset_dirs={figure_dir}'], capture_output=True, text=True,
+      timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert '| Dist3        | 75.00' in result.stdout
+  assert '3 of 3 claims hold.' in result.stdout

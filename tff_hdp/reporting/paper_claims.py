@@ -12,6 +12,12 @@ the numbers that decide it (`benchmarks/paper_claims.py` is the command):
 - Untrusted server (run_experiment.py folders, one per seed and learning
   rate): each rule's accuracy over seeds, at the learning rate best for it,
   and whether Robust-HDP's mean is the highest.
+- Robust-HDP's Figure 2 (the reproduce.py preset folder robust_hdp_fig2,
+  one `dist<k>/<rule>/` run each), on the distributions whose five rules
+  have all finished: Robust-HDP's Acc_g is the highest; its gap over the
+  best baseline grows from Dist1 toward Dist9 (a positive least-squares
+  slope over k, from two finished distributions on); PFA does not beat
+  WeiAvg.
 - Robust-HDP's Table 2 (the JSON benchmarks/noise_power.py writes): on every
   distribution Robust-HDP's measured aggregate noise power is within 1% of
   the oracle's, and Robust-HDP < WeiAvg < DPFedAvg < minimum eps.
@@ -283,6 +289,71 @@ def untrusted_claim(rows: list[dict], min_seeds: int = 3) -> Claim:
     detail += f'; the algorithms were not all run on the same {min_seeds}+ seeds'
   return Claim('untrusted server: Robust-HDP has the highest mean Acc_g',
                same and top['algorithm'] == 'robust_hdp', detail)
+
+
+FIGURE_RULES = ('robust_hdp', 'weiavg', 'pfa', 'dpfedavg', 'min_epsilon')
+
+
+def figure_table(figure_dir: str) -> dict[int, dict[str, float]]:
+  """Acc_g by distribution number k and rule, for each `dist<k>` folder of
+  `figure_dir` where every rule of `FIGURE_RULES` has finished."""
+  table = {}
+  for name in os.listdir(figure_dir) if os.path.isdir(figure_dir) else []:
+    if not (name.startswith('dist') and name[4:].isdigit()):
+      continue
+    acc = {}
+    for rule in FIGURE_RULES:
+      path = os.path.join(figure_dir, name, rule, 'summary.json')
+      if os.path.exists(path):
+        with open(path) as f:
+          acc[rule] = json.load(f)['metrics']['acc_g']
+    if len(acc) == len(FIGURE_RULES):
+      table[int(name[4:])] = acc
+  if not table:
+    raise ValueError(f'{figure_dir}: no distribution with all of '
+                     f'{", ".join(FIGURE_RULES)} finished yet.')
+  return dict(sorted(table.items()))
+
+
+def figure_claims(figure_dir: str,
+                  test_examples: int = 10_000) -> list[Claim]:
+  """Robust-HDP's Figure 2 claims on the finished distributions; a gap
+  under two standard errors is a tie, which breaks no claim."""
+  table = figure_table(figure_dir)
+  gaps, beaten, pfa_ahead = {}, [], []
+  for k, acc in table.items():
+    rival = max(FIGURE_RULES[1:], key=acc.get)
+    gaps[k] = acc['robust_hdp'] - acc[rival]
+    if -gaps[k] > tie_margin(acc['robust_hdp'], acc[rival], test_examples):
+      beaten.append(f'Dist{k}')
+    if (acc['pfa'] - acc['weiavg'] >
+        tie_margin(acc['pfa'], acc['weiavg'], test_examples)):
+      pfa_ahead.append(f'Dist{k}')
+  where = (f'Figure 2 ({len(table)} of 9 distributions: '
+           f'{", ".join(f"Dist{k}" for k in table)})')
+  claims = [
+      Claim(f'{where}: Robust-HDP has the highest Acc_g', not beaten,
+            '; '.join(f"Dist{k} robust_hdp {acc['robust_hdp']:.2f}, best "
+                      f'baseline {acc["robust_hdp"] - gaps[k]:.2f}'
+                      for k, acc in table.items()) +
+            (f"; beaten beyond a tie on {', '.join(beaten)}" if beaten
+             else '')),
+      Claim(f'{where}: PFA does not beat WeiAvg', not pfa_ahead,
+            '; '.join(f"Dist{k} pfa {acc['pfa']:.2f}, weiavg "
+                      f"{acc['weiavg']:.2f}" for k, acc in table.items()) +
+            (f"; PFA ahead beyond a tie on {', '.join(pfa_ahead)}"
+             if pfa_ahead else '')),
+  ]
+  if len(gaps) > 1:
+    ks = list(gaps)
+    mean_k = statistics.mean(ks)
+    slope = (sum((k - mean_k) * gaps[k] for k in ks) /
+             sum((k - mean_k) ** 2 for k in ks))
+    claims.append(Claim(
+        f"{where}: Robust-HDP's gap over the best baseline grows toward Dist9",
+        slope > 0, f'gaps {", ".join(f"Dist{k} {g:+.2f}" for k, g in gaps.items())}'
+        f'; slope {slope:+.3f} points per distribution'))
+  return claims
 
 
 NOISE_POWER_ORDER = ('robust_hdp', 'weiavg', 'dpfedavg', 'min_epsilon')
