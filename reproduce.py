@@ -6,6 +6,7 @@ Examples:
       --num_clients=500 --ditto_lambdas=0.05 --output_dir=results/small
   python reproduce.py --presets=digits   # minutes: checks the whole pipeline
   python reproduce.py --presets=paper --dry_run   # what would run, and where
+  python reproduce.py --presets=robust_hdp_fig2 --output_dir=results
 
 A preset holds a published table's settings (SPEC.md §1, FeO2 Tables 3-7):
 task, fraction of clients per round, rounds, (eps, delta), 5% opt-out, the
@@ -31,6 +32,18 @@ Files, under <output_dir>/<preset>/:
   plots/<block>_*.png         accuracy and epsilon vs rounds, accuracy vs r
 Re-running the same command skips configurations whose summary.json is
 complete and resumes an interrupted one from its last checkpoint.
+
+robust_hdp_fig2 is Robust-HDP's Figure 2 (untrusted server, SPEC.md §3):
+Fashion-MNIST IID, 20 clients, Dist1-Dist9, robust_hdp, weiavg, pfa,
+dpfedavg and min_epsilon, 200 rounds, c = 3, delta = 1e-4. Each rule's
+learning rate is the one of 0.01, 0.03, 0.1, 0.3 whose 20-round run on
+Dist1 ends best (--client_lr fixes one for all). Files, under
+<output_dir>/robust_hdp_fig2/: lr_selection/lr<lr>/<rule>/ and
+lr_selection.md (the grid and the choice), dist<k>/<rule>/ (rounds.csv,
+summary.json, checkpoints/), results.md and results.csv (Acc_g per
+distribution and rule, rewritten after each distribution). Finished runs
+are skipped and interrupted ones resume, so the figure can be completed
+over several sittings.
 """
 
 from __future__ import annotations
@@ -47,6 +60,8 @@ import tff_hdp  # noqa: F401  (quiets TF before anything imports it)
 from cli import entry
 from cli import flags as cli_flags
 from cli import trusted as cli_trusted
+from cli import untrusted as cli_untrusted
+from cli.presets import FIGURES
 from cli.presets import PAPER_PRESETS
 from cli.presets import PRESETS
 
@@ -56,11 +71,12 @@ FLAGS = flags.FLAGS
 # run_experiment.py flags a preset may set.
 _MANAGED_FLAGS = sorted(
     {'clients_per_round', 'ditto_lambda_p', 'ditto_lambda_np'}.union(
-        *(p.flag_values() for p in PRESETS.values())))
+        *(p.flag_values() for p in [*PRESETS.values(), *FIGURES.values()])))
 
 _PRESETS = flags.DEFINE_list(
     'presets', None, 'Presets to run, in order: '
-    f'{", ".join(PRESETS)}, or "paper" for {", ".join(PAPER_PRESETS)}.')
+    f'{", ".join([*PRESETS, *FIGURES])}, or "paper" for '
+    f'{", ".join(PAPER_PRESETS)}.')
 _DITTO_LAMBDAS = flags.DEFINE_list(
     'ditto_lambdas', None, 'Ditto lambda blocks (lambda_p = lambda_np in '
     'each); default: the preset\'s; empty (--ditto_lambdas=): no '
@@ -78,12 +94,13 @@ def _preset_names() -> list[str]:
     names += PAPER_PRESETS if name == 'paper' else [name]
   if not names:
     raise cli_flags.InputError(
-        f'--presets is required: any of {", ".join(PRESETS)}, or "paper".')
+        f'--presets is required: any of {", ".join([*PRESETS, *FIGURES])}, '
+        'or "paper".')
   for name in names:
-    if name not in PRESETS:
+    if name not in PRESETS and name not in FIGURES:
       raise cli_flags.InputError(
           f'--presets: unknown preset {name!r}; choose from '
-          f'{", ".join(PRESETS)} or "paper".')
+          f'{", ".join([*PRESETS, *FIGURES])} or "paper".')
   cli_flags.check_distinct('--presets', names, _PRESETS.value)
   return names
 
@@ -106,20 +123,36 @@ def _lambdas_flag() -> list[float] | None:
   return lambdas
 
 
+def _preset(name: str):
+  return FIGURES[name] if name in FIGURES else PRESETS[name]
+
+
 def _check_command(names: list[str]) -> None:
-  """What a preset fixes: its task, and the trusted server's algorithms."""
+  """What a preset fixes: its task, and its setting's algorithms (trusted
+  server; a figure's, untrusted server)."""
   if FLAGS['task'].present:
     raise cli_flags.InputError(
         '--task: reproduce.py runs each preset on its own task (' +
-        ', '.join(f'{n}: {PRESETS[n].task}' for n in names) +
+        ', '.join(f'{n}: {_preset(n).task}' for n in names) +
         '); drop --task, or run another task with run_experiment.py.')
-  trusted = cli_flags.algorithms.names(cli_flags.TRUSTED)
-  for algorithm in FLAGS.algorithms or []:
-    if algorithm not in trusted:
+  for name in names:
+    if name in FIGURES and _DITTO_LAMBDAS.present:
       raise cli_flags.InputError(
-          f'--algorithms: reproduce.py runs the papers\' trusted-server '
-          f'algorithms ({", ".join(trusted)}), not {algorithm!r}; run other '
-          'settings with run_experiment.py.')
+          f'--ditto_lambdas does not apply to preset {name} (untrusted '
+          'server, no Ditto); drop it.')
+    if name in FIGURES and FLAGS['epsilon_distribution'].present:
+      raise cli_flags.InputError(
+          f'--epsilon_distribution: preset {name} runs each of '
+          f'{",".join(FIGURES[name].distributions)}; drop it, or run one '
+          'with run_experiment.py.')
+    setting = cli_flags.UNTRUSTED if name in FIGURES else cli_flags.TRUSTED
+    allowed = cli_flags.algorithms.names(setting)
+    for algorithm in FLAGS.algorithms if FLAGS['algorithms'].present else []:
+      if algorithm not in allowed:
+        raise cli_flags.InputError(
+            f'--algorithms: preset {name} runs {setting}-server algorithms '
+            f'({", ".join(allowed)}), not {algorithm!r}; run other '
+            'settings with run_experiment.py.')
 
 
 @contextlib.contextmanager
@@ -133,7 +166,7 @@ def _flags_of_each_preset(names: list[str]):
     for name in names:
       for flag, value in start.items():
         FLAGS[flag].value = value
-      _apply(PRESETS[name].flag_values())
+      _apply(_preset(name).flag_values())
       try:
         cli_flags.validate_flags()
       except cli_flags.InputError as e:
@@ -257,7 +290,10 @@ def _validate() -> None:
         'reproduce', ('presets', 'ditto_lambdas'))
   with _flags_of_each_preset(names) as presets:
     for name in presets:
-      if FLAGS.dry_run:
+      if FLAGS.dry_run and name in FIGURES:
+        print(f'--dry_run: preset {name}: {cli_flags.run_summary()}, on '
+              f'{",".join(FIGURES[name].distributions)} (under {name}/).')
+      elif FLAGS.dry_run:
         blocks = PRESETS[name].ditto_lambdas if lambdas is None else lambdas
         print(f'--dry_run: preset {name}: {cli_flags.run_summary()}, Ditto '
               f'lambda {",".join(f"{lam:g}" for lam in blocks) or "none"} '
@@ -276,7 +312,11 @@ def main(argv: list[str]) -> None:
   cli_flags.init_runtime()
   with _flags_of_each_preset(names) as presets:
     for name in presets:
-      _run_preset(name, FLAGS.output_dir, lambdas)
+      if name in FIGURES:
+        cli_untrusted.run_figure(FIGURES[name],
+                                 os.path.join(FLAGS.output_dir, name))
+      else:
+        _run_preset(name, FLAGS.output_dir, lambdas)
 
 
 if __name__ == '__main__':
@@ -284,6 +324,6 @@ if __name__ == '__main__':
             [('reproduce.py', ['presets', 'ditto_lambdas', 'tensorboard',
                                'plots'])] +
             [(title, names) for title, names in cli_flags.help_groups()
-             if any(cli_flags.TRUSTED in cli_flags.APPLIES[n]
-                    for n in names)],
+             if any(s in cli_flags.APPLIES[n] for n in names
+                    for s in (cli_flags.TRUSTED, cli_flags.UNTRUSTED))],
             _validate)

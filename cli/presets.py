@@ -1,10 +1,14 @@
 """Named presets: the settings of the papers' tables, for reproduce.py.
 
-Each preset is the task and what FeO2 / FedHDP state for one table (SPEC.md
+Each `Preset` is the task and what FeO2 / FedHDP state for one table (SPEC.md
 §1): fraction of clients per round, rounds, (eps, delta), 5% opt-out and the
 grids of r and of the Ditto lambda. Whatever they leave open (learning rates,
-batch size, clipping) keeps run_experiment.py's defaults. A preset is only
-flag values, so every setting can be overridden on the command line.
+batch size, clipping) keeps run_experiment.py's defaults. A `FigurePreset`
+is an untrusted-server figure of Robust-HDP (SPEC.md §3): one run per
+privacy distribution and rule, each rule at the learning rate that its short
+runs on the first distribution score best. A preset is only flag values
+(and, for a figure, its learning-rate grid), so every setting can be
+overridden on the command line.
 """
 
 from __future__ import annotations
@@ -72,3 +76,50 @@ PRESETS = {
         extra_flags=(('clip_count_stddev', 2.0), ('eval_every', 5))),
 }
 PAPER_PRESETS = ('mnist_noniid', 'mnist_noniid_skewed', 'fmnist', 'femnist')
+
+
+@dataclasses.dataclass(frozen=True)
+class FigurePreset:
+  """An untrusted-server figure: every rule on every distribution.
+
+  The paper leaves the learning rate open (its baselines "have to use
+  smaller learning rates"), so each rule gets the rate of `learning_rates`
+  whose `selection_rounds`-round run on the first distribution ends with
+  the best Acc_g; --client_lr on the command line fixes one instead.
+  """
+
+  title: str
+  task: str
+  num_clients: int
+  distributions: tuple[str, ...]
+  algorithms: tuple[str, ...]
+  rounds: int
+  clip: float
+  delta: float
+  learning_rates: tuple[float, ...]
+  selection_rounds: int
+  published: str
+
+  def flag_values(self) -> dict[str, object]:
+    """run_experiment.py flag values (lists as strings, as absl holds them)."""
+    return {
+        'task': self.task,
+        'num_clients': self.num_clients,
+        'rounds': self.rounds,
+        'deltas': [f'{self.delta:g}'],
+        'dp_sgd_clip': self.clip,
+        'algorithms': list(self.algorithms),
+        'epsilon_distribution': self.distributions[0],
+    }
+
+
+# Robust-HDP's Figure 2 on Fashion-MNIST: 20 clients, full participation,
+# E = 200 rounds, the authors' c = 3 and delta = 1e-4, Dist1-Dist9.
+FIGURES = {
+    'robust_hdp_fig2': FigurePreset(
+        'Robust-HDP Figure 2 (Fashion-MNIST, IID)', 'fashion_mnist_iid', 20,
+        tuple(f'dist{i}' for i in range(1, 10)),
+        ('robust_hdp', 'weiavg', 'pfa', 'dpfedavg', 'min_epsilon'), 200, 3.0,
+        1e-4, (0.01, 0.03, 0.1, 0.3), 20,
+        'Robust-HDP Figure 2 (its appendix Tables 8-9)'),
+}

@@ -4,6 +4,7 @@ presets (`run_figure`), one such run per privacy distribution and rule."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from cli import flags
@@ -84,7 +85,6 @@ def run_figure(figure, figure_dir: str) -> None:
   distribution, then every distribution with every rule; the table of
   Acc_g is rewritten after each distribution, so an interrupted figure
   shows what is done."""
-  import dataclasses  # pylint: disable=g-import-not-at-top
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
   task = flags.load_task()
   base = learning_setup()

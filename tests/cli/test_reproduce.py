@@ -172,6 +172,14 @@ def test_rerun_skips_finished_configurations_only(second):
     (['--presets=cifar'], "--presets: unknown preset 'cifar'"),
     (['--presets=digits', '--ditto_lambdas=-1'],
      '--ditto_lambdas must be >= 0, got -1.0.'),
+    (['--presets=robust_hdp_fig2', '--algorithms=fedhdp'],
+     "preset robust_hdp_fig2 runs untrusted-server algorithms"),
+    (['--presets=robust_hdp_fig2', '--ditto_lambdas=0.1'],
+     '--ditto_lambdas does not apply to preset robust_hdp_fig2'),
+    (['--presets=robust_hdp_fig2', '--epsilon_distribution=dist3'],
+     '--epsilon_distribution: preset robust_hdp_fig2 runs each of dist1,'),
+    (['--presets=robust_hdp_fig2', '--r=0.1'],
+     '--r does not apply to untrusted-server runs'),
 ])
 def test_bad_input_is_one_clear_line(flags, message, tmp_path):
   result = _run(*flags, f'--output_dir={tmp_path}')
