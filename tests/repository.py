@@ -8,6 +8,10 @@ turns any such skip into a failed run, so CI never passes without running them.
 
 import csv
 import os
+import shutil
+import signal
+import subprocess
+import time
 
 import pytest
 
@@ -40,3 +44,32 @@ def rounds_rows(output_dir: str, configuration: str) -> list[dict]:
     return []
   with open(path, newline='') as f:
     return list(csv.DictReader(f))
+
+
+def kill_after_rows(command, output_dir: str, configuration: str, rows: int,
+                    **popen) -> int:
+  """Starts `command` in a session of its own, SIGKILLs the session (TFF's
+  worker with it) once `<configuration>/rounds.csv` has `rows` rows; returns
+  the rows written by then (more may land before the kill)."""
+  proc = subprocess.Popen(command, start_new_session=True,
+                          **({'stdout': subprocess.DEVNULL,
+                              'stderr': subprocess.DEVNULL} | popen))
+  deadline = time.time() + 300
+  while (len(rounds_rows(output_dir, configuration)) < rows and
+         proc.poll() is None):
+    assert time.time() < deadline, 'run made no progress'
+    time.sleep(0.05)
+  os.killpg(proc.pid, signal.SIGKILL)
+  proc.wait()
+  return len(rounds_rows(output_dir, configuration))
+
+
+def plant_secret(source_dir: str, target_dir: str, configuration: str) -> None:
+  """Gives the run in `target_dir` the secret seed of the one in
+  `source_dir` (checking that it is owner-only), so that both draw the same
+  DP noise and sampling."""
+  secret = os.path.join(configuration, 'checkpoints', 'dp_secret_seed')
+  mode = os.stat(os.path.join(source_dir, secret)).st_mode & 0o777
+  assert mode == 0o600, oct(mode)
+  os.makedirs(os.path.dirname(os.path.join(target_dir, secret)))
+  shutil.copy(os.path.join(source_dir, secret), os.path.join(target_dir, secret))

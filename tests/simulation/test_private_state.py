@@ -13,7 +13,6 @@ same, so a different run into the folder is refused.
 
 import glob
 import os
-import signal
 import stat
 import struct
 import subprocess
@@ -97,11 +96,8 @@ _TRAIN_WITH_TENSORBOARD = textwrap.dedent('''
 ''')
 
 
-def _train(out, **popen):
-  log = open(os.path.join(os.path.dirname(out), 'train.log'), 'ab')
-  return subprocess.Popen([sys.executable, '-c', _TRAIN_WITH_TENSORBOARD, out],
-                          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                          **popen)
+def _command_to_train(out):
+  return [sys.executable, '-c', _TRAIN_WITH_TENSORBOARD, out]
 
 
 def _events(directory):
@@ -120,13 +116,9 @@ def _events(directory):
 def test_a_run_killed_before_its_first_checkpoint_repeats_its_rounds(
     tmp_path):
   out = str(tmp_path / 'out')
-  proc = _train(out, start_new_session=True)
-  deadline = time.time() + 300
-  while len(repository.rounds_rows(out, CONFIG)) < 3 and proc.poll() is None:
-    assert time.time() < deadline, 'run made no progress'
-    time.sleep(0.05)
-  os.killpg(proc.pid, signal.SIGKILL)
-  proc.wait()
+  log = open(os.path.join(str(tmp_path), 'train.log'), 'ab')
+  repository.kill_after_rows(_command_to_train(out), out, CONFIG, 3,
+                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
   killed = repository.rounds_rows(out, CONFIG)
   assert 3 <= len(killed) < 8, 'the kill must land mid-run'
   assert not glob.glob(os.path.join(out, CONFIG, 'checkpoints', 'round_*'))
@@ -134,7 +126,8 @@ def test_a_run_killed_before_its_first_checkpoint_repeats_its_rounds(
   before = _events(os.path.join(out, 'tensorboard'))
   assert before
 
-  assert _train(out).wait(timeout=600) == 0
+  assert subprocess.run(_command_to_train(out), cwd=ROOT, timeout=600,
+                        stdout=log, stderr=subprocess.STDOUT).returncode == 0
   assert _secret(out) == secret
   rows = repository.rounds_rows(out, CONFIG)
   assert [int(r['round']) for r in rows] == list(range(1, 9))

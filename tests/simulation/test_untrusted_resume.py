@@ -10,11 +10,8 @@ file in its checkpoint folder first.
 """
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -53,25 +50,13 @@ def _final_state(output_dir):
 def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
   whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
 
-  # A new session, so the kill takes TFF's worker process down with it.
-  proc = subprocess.Popen(_command(resumed), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, start_new_session=True)
-  deadline = time.time() + 300
-  while len(_rows(resumed)) < 4 and proc.poll() is None:
-    assert time.time() < deadline, 'run made no progress'
-    time.sleep(0.05)
-  os.killpg(proc.pid, signal.SIGKILL)
-  proc.wait()
-  killed_at = len(_rows(resumed))
+  killed_at = repository.kill_after_rows(_command(resumed), resumed, RULE, 4)
   assert 4 <= killed_at < ROUNDS, 'the kill must land mid-run'
 
   result = _finish(resumed)
   assert result.returncode == 0, result.stderr[-2000:]
   assert f'{RULE} rounds: resuming from round ' in result.stdout
-  secret = os.path.join(RULE, 'checkpoints', 'dp_secret_seed')
-  assert oct(os.stat(os.path.join(resumed, secret)).st_mode & 0o777) == '0o600'
-  os.makedirs(os.path.dirname(os.path.join(whole, secret)))
-  shutil.copy(os.path.join(resumed, secret), os.path.join(whole, secret))
+  repository.plant_secret(resumed, whole, RULE)
   assert _finish(whole).returncode == 0
   rows = _rows(resumed)
   assert [int(r['round']) for r in rows] == list(range(1, ROUNDS + 1))
