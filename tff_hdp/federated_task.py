@@ -174,10 +174,15 @@ class FederatedTask:
     if self.metric not in metrics_lib.METRICS:
       raise ValueError(f'task {self.name!r}: unknown metric {self.metric!r}; '
                        f'choose from {tuple(metrics_lib.METRICS)}.')
-    if (self.clients is None) == (self.client_train is None):
+    # Arrays win over an ArraySource: `dataclasses.replace(task, ...)` copies
+    # both, and may have replaced the arrays.
+    arrays = self.client_train is not None
+    source = self.clients is not None and not isinstance(self.clients,
+                                                         ArraySource)
+    if arrays == source:
       raise ValueError(f'task {self.name!r}: give client arrays or a client '
                        'source, exactly one of them.')
-    if self.clients is None:
+    if arrays:
       self.clients = ArraySource(self.client_train, self.client_test)
     if self.batch_size < 1:
       raise ValueError(f'batch size must be >= 1, got {self.batch_size}.')
