@@ -316,9 +316,12 @@ def test_a_cross_silo_run_releases_only_what_epsilon_covers(tmp_path):
                 '--epsilons=4', '--batch_size=500', '--num_clusters=2')
   files, summaries = _check_walk(str(tmp_path), CROSS_SILO_RELEASED, set())
   assert set(files) == {
-      'results.md', 'results.csv', 'sweep_ifca.csv',
+      'results.md', 'results.csv', 'sweep_ifca.csv', '.run.lock',
       cross_silo_setting.CALIBRATIONS_FILE,  # z per public plan parameters
-      'ifca_lr0.1/rounds.csv', 'ifca_lr0.1/summary.json'}
+      'ifca_lr0.1/rounds.csv', 'ifca_lr0.1/summary.json',
+      # the run's private state (no release)
+      'ifca_lr0.1/checkpoints/run_key.json',
+      'ifca_lr0.1/checkpoints/dp_secret_seed'}
   (summary,) = summaries.values()
   assert {k for s in summary['silos'] for k in s} <= set(SILO)
   assert set(summary['settings']) == {f.name for f in dataclasses.fields(
