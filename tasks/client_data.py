@@ -18,11 +18,12 @@ TFRecord files), whose examples are `tf.train.Example`s with a float feature
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import hashlib
 import os
 import sqlite3
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -36,25 +37,36 @@ from tff_hdp.federated_task import check_client, seeded_subset
 # client at once (a batch of all its elements), so parsing is one op.
 Preprocess = Callable[[tf.data.Dataset], tf.data.Dataset]
 
+# How TFF workers read a client's training examples: its key (a string, e.g.
+# its id or its file) and, in a graph, the client's dataset from that key as
+# a tensor (no lookup tables: TFF cannot send them).
+Stored = tuple[Callable[[Hashable], str],
+               Callable[[tf.Tensor], tf.data.Dataset]]
+
 # Clients whose per-client metrics an evaluation reads, a fixed seeded
 # subset of the population (`FederatedTask.evaluation_clients`).
 EVALUATION_CLIENTS = 1000
 _ALL = 2**31 - 1
 
 
-def _reader(data: tff.simulation.datasets.ClientData, preprocess: Preprocess):
-  """A graph from a client id to its preprocessed `(x, y)`: traced once, where
-  building a dataset per client in eager mode costs tens of milliseconds.
-  An empty batch is appended so a client without examples yields empty
-  arrays."""
+def _whole_client(dataset: tf.data.Dataset, preprocess: Preprocess
+                  ) -> tf.data.Dataset:
+  """A client's dataset as one preprocessed element `(x, y)`; an empty batch
+  is appended so a client without examples yields empty arrays."""
   empty = tf.data.Dataset.from_tensors(tf.nest.map_structure(
       lambda s: tf.zeros([0] + s.shape.as_list(), s.dtype),
-      data.element_type_structure))
+      dataset.element_spec))
+  return preprocess(dataset.batch(_ALL).concatenate(empty)).take(1)
+
+
+def _reader(data: tff.simulation.datasets.ClientData, preprocess: Preprocess):
+  """A graph from a client id to its preprocessed `(x, y)`: traced once, where
+  building a dataset per client in eager mode costs tens of milliseconds."""
 
   @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
   def read(client_id):
-    batches = data.serializable_dataset_fn(client_id).batch(_ALL)
-    return preprocess(batches.concatenate(empty)).take(1).get_single_element()
+    return _whole_client(data.serializable_dataset_fn(client_id),
+                         preprocess).get_single_element()
 
   return read
 
@@ -74,15 +86,25 @@ class ClientDataSource(ClientSource):
 
   validate: Callable[[Arrays], str | None] | None = None
 
-
   def __init__(self, train: tff.simulation.datasets.ClientData,
                test: tff.simulation.datasets.ClientData | None,
                preprocess: Preprocess, fingerprint: str, description: str,
                evaluation_clients: int = EVALUATION_CLIENTS,
-               cache_clients: int = 64):
-    self.client_ids = list(train.client_ids)
-    if not self.client_ids:
+               cache_clients: int = 64,
+               stored: Stored | None = None,
+               names: Sequence[Hashable] | None = None):
+    """`stored`, if given, lets TFF workers read clients themselves
+    (`ClientSource.workers_read`); `names`, if given, are the clients' ids
+    in the run, in the order of the file's ids (`write_task` keeps a task's
+    ids, which need not be strings)."""
+    file_ids = list(train.client_ids)
+    if not file_ids:
       raise ValueError(f'{description} has no clients.')
+    self.client_ids = file_ids if names is None else list(names)
+    if len(self.client_ids) != len(file_ids):
+      raise ValueError(f'{description} has {len(file_ids)} clients, not '
+                       f'{len(self.client_ids)}.')
+    self._file_id = dict(zip(self.client_ids, file_ids))
     self.description = description
     self.evaluation_clients = evaluation_clients
     self._read_fn = {'training': _reader(train, preprocess)}
@@ -93,6 +115,8 @@ class ClientDataSource(ClientSource):
     self._cache: collections.OrderedDict = collections.OrderedDict()
     self._cache_clients = cache_clients
     self._task_name = description
+    self._stored = stored
+    self._preprocess = preprocess
 
   def check(self, task_name: str) -> None:
     self._task_name = task_name  # Each client is checked as it is read.
@@ -103,7 +127,8 @@ class ClientDataSource(ClientSource):
       self._cache.move_to_end(key)
       return self._cache[key]
     try:
-      arrays = tuple(a.numpy() for a in self._read_fn[split](client_id))
+      arrays = tuple(a.numpy() for a in self._read_fn[split](
+          self._file_id[client_id]))
     except tf.errors.InvalidArgumentError as e:  # e.g. another number of x
       raise ValueError(
           f'task {self._task_name!r}: client {client_id!r}\'s {split} data '
@@ -126,11 +151,23 @@ class ClientDataSource(ClientSource):
   def train(self, client_id: Hashable) -> Arrays:
     return self._read('training', client_id)
 
+  @property
+  def workers_read(self) -> bool:
+    return self._stored is not None
+
+  def stored_key(self, client_id: Hashable) -> str:
+    self.train(client_id)  # Checked here first, naming the client.
+    return self._stored[0](self._file_id[client_id])
+
+  def read_stored(self, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    return _whole_client(self._stored[1](key),
+                         self._preprocess).get_single_element()
+
   def has_test(self, client_id: Hashable) -> bool:
-    return client_id in self._test_ids
+    return self._file_id[client_id] in self._test_ids
 
   def test(self, client_id: Hashable) -> Arrays:
-    if client_id in self._test_ids:
+    if self.has_test(client_id):
       return self._read('test', client_id)
     x, y = self.train(self.client_ids[0])
     return x[:0], y[:0]
@@ -220,22 +257,173 @@ def folder_fingerprint(path: str) -> str:
 
 
 def _open(path: str):
-  """(train, test, d, fingerprint) of an SqlClientData file or a
-  FilePerUserClientData folder of TFRecords."""
+  """(train, test, d, fingerprint, stored) of an SqlClientData file or a
+  FilePerUserClientData folder of TFRecords (`ClientDataSource`)."""
   datasets = tff.simulation.datasets
   if os.path.isdir(path):
     d = _num_features(path, _first_folder_example(path))
+    train_files = _client_files(path, 'train')
     test_files = _client_files(path, 'test')
-    return (datasets.FilePerUserClientData(_client_files(path, 'train'),
+    return (datasets.FilePerUserClientData(train_files,
                                            tf.data.TFRecordDataset),
             datasets.FilePerUserClientData(test_files, tf.data.TFRecordDataset)
-            if test_files else None, d, folder_fingerprint(path))
+            if test_files else None, d, folder_fingerprint(path),
+            (train_files.__getitem__, tf.data.TFRecordDataset))
   if not os.path.isfile(path):
     raise ValueError(f'{path}: no such file or folder.')
   d = _num_features(path, _first_sql_example(path))
-  return (datasets.SqlClientData(path, split_name='train'),
-          datasets.SqlClientData(path, split_name='test'), d,
-          file_fingerprint(path))
+  train = datasets.SqlClientData(path, split_name='train')
+  return (train, datasets.SqlClientData(path, split_name='test'), d,
+          file_fingerprint(path), (str, train.serializable_dataset_fn))
+
+
+def _field(number: int, payload: bytes) -> bytes:
+  """A length-delimited protobuf field (every length here is < 2^14)."""
+  n = len(payload)
+  length = bytes([n]) if n < 128 else bytes([n & 127 | 128, n >> 7])
+  return bytes([number << 3 | 2]) + length + payload
+
+
+def _entry(key: str, feature: bytes) -> bytes:
+  return _field(1, _field(1, key.encode()) + _field(2, feature))
+
+
+def example_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+  """Serialized `tf.train.Example`s {'x': float_list x, 'y': int64_list [y]}
+  as rows of a uint8 matrix: the fixed layout with the values filled in."""
+  floats = x.shape[1] * 4
+  whole = _field(1, _entry('x', _field(2, _field(1, bytes(floats)))) +
+                 _entry('y', _field(3, _field(1, b'\0'))))
+  tail = len(_entry('y', _field(3, _field(1, b'\0'))))
+  head = len(whole) - tail - floats
+  rows = np.tile(np.frombuffer(whole, np.uint8), (len(x), 1))
+  rows[:, head:head + floats] = np.ascontiguousarray(
+      x, '<f4').view(np.uint8).reshape(len(x), floats)
+  rows[:, -1] = y  # labels < 128: one varint byte
+  return rows
+
+
+def write_sql(path: str, chunks, task_digest: str | None = None) -> None:
+  """Writes an SqlClientData file of 'x'/'y' examples at `path` (atomically).
+
+  `chunks` yields `(ids, x, y, owner, n_train)`: client `ids[k]` owns the
+  rows where `owner == k` (grouped, in order), its first `n_train[k]` in the
+  'train' split and the rest in 'test'. `task_digest`, if given, is kept in
+  a table of its own (`stored_task`).
+  """
+  tmp = f'{path}.{os.getpid()}.tmp'
+  try:
+    with sqlite3.connect(tmp) as con:
+      if task_digest is not None:
+        con.execute(f'CREATE TABLE {_TASK_TABLE} (data_digest TEXT NOT NULL)')
+        con.execute(f'INSERT INTO {_TASK_TABLE} VALUES (?)', (task_digest,))
+      con.execute('CREATE TABLE examples (split_name TEXT NOT NULL, client_id '
+                  'TEXT NOT NULL, serialized_example_proto BLOB NOT NULL)')
+      con.execute('CREATE TABLE client_metadata (client_id TEXT NOT NULL, '
+                  'split_name TEXT NOT NULL, num_examples INTEGER NOT NULL)')
+      for ids, x, y, owner, n_train in chunks:
+        bounds = np.searchsorted(owner, np.arange(len(ids) + 1))
+        is_train = np.arange(len(owner)) - bounds[owner] < n_train[owner]
+        con.executemany(
+            'INSERT INTO examples VALUES (?, ?, ?)',
+            (('train' if t else 'test', ids[o], r.tobytes())
+             for t, o, r in zip(is_train, owner, example_rows(x, y))))
+        con.executemany('INSERT INTO client_metadata VALUES (?, ?, ?)', [
+            (c, s, int(n)) for c, tr, al in zip(ids, n_train, np.diff(bounds))
+            for s, n in (('train', tr), ('test', al - tr))])
+      con.execute('CREATE INDEX examples_by_client ON examples '
+                  '(client_id, split_name)')
+  except BaseException:
+    os.remove(tmp)
+    raise
+  os.replace(tmp, path)
+
+
+# The table of a file written by `write_task`: the task's data digest.
+_TASK_TABLE = 'tff_hdp_task'
+_CLIENTS_PER_CHUNK = 1000
+
+
+def _written_digest(path: str) -> str | None:
+  try:
+    with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as connection:
+      row = connection.execute(
+          f'SELECT data_digest FROM {_TASK_TABLE}').fetchone()
+  except sqlite3.DatabaseError:
+    return None
+  return row and row[0]
+
+
+def _flat_examples(task: FederatedTask, arrays: Arrays) -> Arrays:
+  """`(x [n, d] float32, y [n])` of a client, or a ValueError naming the task
+  when its labels are not classes in [0, 128) (`example_rows`' layout)."""
+  x, y = arrays
+  y = np.asarray(y)
+  if y.ndim > 2 or (y.ndim == 2 and y.shape[1] != 1):
+    raise ValueError(f'task {task.name!r}: labels of shape {y.shape[1:]} do '
+                     'not fit one int64 label per example.')
+  y = y.reshape(len(y))
+  if not np.issubdtype(y.dtype, np.integer) or y.min(initial=0) < 0 or (
+      y.max(initial=0) >= 128):
+    raise ValueError(f'task {task.name!r}: its labels are not classes in '
+                     '[0, 128), which is what a stored client holds.')
+  return np.asarray(x, np.float32).reshape(len(x), -1), y
+
+
+def write_task(task: FederatedTask, path: str) -> None:
+  """Writes `task`'s clients, training and test examples, as an SqlClientData
+  file of 'x'/'y' examples (features flattened), client k under the id
+  `f'{k:08d}'` (TFF sorts ids as strings), with the task's data digest."""
+  ids = task.client_ids
+
+  def chunks():
+    for start in range(0, len(ids), _CLIENTS_PER_CHUNK):
+      part = ids[start:start + _CLIENTS_PER_CHUNK]
+      train = [_flat_examples(task, task.train_arrays(c)) for c in part]
+      test = [_flat_examples(task, task.test_arrays(c)) if len(
+          task.test_arrays(c)[0]) else (t[0][:0], t[1][:0])
+              for c, t in zip(part, train)]
+      both = [a for pair in zip(train, test) for a in pair]
+      yield ([f'{start + k:08d}' for k in range(len(part))],
+             np.concatenate([x for x, _ in both]),
+             np.concatenate([y for _, y in both]),
+             np.repeat(np.arange(len(part)),
+                       [len(a[1]) + len(b[1]) for a, b in zip(train, test)]),
+             np.array([len(a[1]) for a in train]))
+
+  write_sql(path, chunks(), task.data_digest)
+
+
+def stored_task(task: FederatedTask, path: str) -> FederatedTask:
+  """`task` whose clients the TFF workers read from the SqlClientData file at
+  `path` (written by `write_task` when absent): same clients, examples,
+  orders and results, but a round sends clients' ids and orders, not their
+  examples. Every worker must see the file at `path`. A ValueError names
+  `path` when it holds other data."""
+  if not os.path.exists(path):
+    write_task(task, path)
+  written = _written_digest(path)
+  if written != task.data_digest:
+    raise ValueError(f'{path} holds other clients than task {task.name!r} '
+                     'with these options (it was not written for them); '
+                     'delete it or name another file.')
+  x, y = task.train_arrays(task.client_ids[0])
+  train = tff.simulation.datasets.SqlClientData(path, split_name='train')
+  test = tff.simulation.datasets.SqlClientData(path, split_name='test')
+  parse = parse_examples(int(np.prod(x.shape[1:], dtype=int)))
+
+  def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    return parse(dataset).map(lambda fx, fy: (
+        tf.reshape(fx, [-1, *x.shape[1:]]),
+        tf.reshape(tf.cast(fy, y.dtype), [-1, *y.shape[1:]])))
+
+  source = ClientDataSource(
+      train, test, preprocess, fingerprint=written,
+      description=f'{path} ({len(train.client_ids)} clients)',
+      evaluation_clients=task.clients.evaluation_clients,
+      stored=(str, train.serializable_dataset_fn), names=task.client_ids)
+  return dataclasses.replace(task, client_train=None, client_test=None,
+                             clients=source)
 
 
 def _labels_outside(num_classes: int, arrays: Arrays) -> str | None:
@@ -278,13 +466,13 @@ def load_task(path: str, name: str, batch_size: int,
   than the largest label the server test set holds. A label a client holds
   outside [0, K) is an error naming the client when it is read.
   """
-  train, test, num_features, fingerprint = _open(path)
+  train, test, num_features, fingerprint, stored = _open(path)
   if (test is None or not test.client_ids) and server_test is None:
     raise ValueError(f"{path} has no 'test' examples to evaluate on.")
   parse = parse_examples(num_features)
   source = ClientDataSource(train, test, parse, fingerprint,
                             f'{path} ({len(train.client_ids)} clients)',
-                            evaluation_clients)
+                            evaluation_clients, stored=stored)
   if server_test is None:
     chosen = [c for c in seeded_subset(source.client_ids, evaluation_clients)
               if source.has_test(c)]

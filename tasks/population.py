@@ -7,19 +7,13 @@ client offset, with labels from the client's own Dirichlet(0.5) mix of
 in fixed chunks, each from its own `(seed, chunk)` generator, and a file is
 reproducible byte for byte.
 
-The file has TFF's schema (`tff.simulation.datasets.save_to_sql_client_data`)
-plus an index on client ids, without which each client read scans the whole
-table. TFF's writer serializes one example at a time through eager
-TensorFlow (hours for 10^6 clients); every example here has the same
-`tf.train.Example` layout, so rows are that layout's bytes with the floats
-and the label filled in (tests/tasks/test_population.py checks them against
-the proto and TFF's reader). Files are cached by (N, seed).
+The file is written by `client_data.write_sql` (TFF's schema plus an index on
+client ids, fast enough for 10^6 clients). Files are cached by (N, seed).
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import tempfile
 
 import numpy as np
@@ -96,63 +90,9 @@ def server_test(seed: int) -> Arrays:
   return x, y
 
 
-def _field(number: int, payload: bytes) -> bytes:
-  """A length-delimited protobuf field (every length here is < 2^14)."""
-  n = len(payload)
-  length = bytes([n]) if n < 128 else bytes([n & 127 | 128, n >> 7])
-  return bytes([number << 3 | 2]) + length + payload
-
-
-def _entry(key: str, feature: bytes) -> bytes:
-  return _field(1, _field(1, key.encode()) + _field(2, feature))
-
-
-def example_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-  """Serialized `tf.train.Example`s {'x': float_list x, 'y': int64_list [y]}
-  as rows of a uint8 matrix: the fixed layout with the values filled in."""
-  floats = x.shape[1] * 4
-  whole = _field(1, _entry('x', _field(2, _field(1, bytes(floats)))) +
-                 _entry('y', _field(3, _field(1, b'\0'))))
-  tail = len(_entry('y', _field(3, _field(1, b'\0'))))
-  head = len(whole) - tail - floats
-  rows = np.tile(np.frombuffer(whole, np.uint8), (len(x), 1))
-  rows[:, head:head + floats] = np.ascontiguousarray(
-      x, '<f4').view(np.uint8).reshape(len(x), floats)
-  rows[:, -1] = y  # labels < 128: one varint byte
-  return rows
-
-
-def write_sql(path: str, chunks) -> None:
-  """Writes an SqlClientData file of 'x'/'y' examples at `path` (atomically).
-
-  `chunks` yields `(ids, x, y, owner, n_train)`: client `ids[k]` owns the
-  rows where `owner == k` (grouped, in order), its first `n_train[k]` in the
-  'train' split and the rest in 'test'.
-  """
-  tmp = f'{path}.{os.getpid()}.tmp'
-  with sqlite3.connect(tmp) as con:
-    con.execute('CREATE TABLE examples (split_name TEXT NOT NULL, client_id '
-                'TEXT NOT NULL, serialized_example_proto BLOB NOT NULL)')
-    con.execute('CREATE TABLE client_metadata (client_id TEXT NOT NULL, '
-                'split_name TEXT NOT NULL, num_examples INTEGER NOT NULL)')
-    for ids, x, y, owner, n_train in chunks:
-      bounds = np.searchsorted(owner, np.arange(len(ids) + 1))
-      is_train = np.arange(len(owner)) - bounds[owner] < n_train[owner]
-      con.executemany(
-          'INSERT INTO examples VALUES (?, ?, ?)',
-          (('train' if t else 'test', ids[o], r.tobytes())
-           for t, o, r in zip(is_train, owner, example_rows(x, y))))
-      con.executemany('INSERT INTO client_metadata VALUES (?, ?, ?)', [
-          (c, s, int(n)) for c, tr, al in zip(ids, n_train, np.diff(bounds))
-          for s, n in (('train', tr), ('test', al - tr))])
-    con.execute('CREATE INDEX examples_by_client ON examples '
-                '(client_id, split_name)')
-  os.replace(tmp, path)
-
-
 def write(path: str, num_clients: int, seed: int) -> None:
   """Writes the population of `num_clients` clients drawn from `seed`."""
-  write_sql(path, (([client_id(start + i) for i in range(len(n_train))], x,
+  client_data.write_sql(path, (([client_id(start + i) for i in range(len(n_train))], x,
                     y, owner, n_train)
                    for start, x, y, owner, n_train in _chunks(num_clients,
                                                               seed)))

@@ -91,6 +91,46 @@ class ClientSource(abc.ABC):
   def update_digest(self, digest) -> None:
     """Adds what identifies the clients' data to a hashlib object."""
 
+  # Whether TFF workers read the clients' training examples from storage
+  # themselves (`stored_key`, `read_stored`), so a round carries no examples;
+  # not for arrays in memory.
+  workers_read: bool = False
+
+  def stored_key(self, client_id: Hashable) -> str:
+    """What names the client's training examples in the storage the TFF
+    workers read (`read_stored`), e.g. its id in a SqlClientData file."""
+    raise NotImplementedError(f'{type(self).__name__} stores no clients.')
+
+  def read_stored(self, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """In a graph, wherever it runs: the training `(x, y)`, in stored order,
+    of the client whose `stored_key` is the string `key`."""
+    raise NotImplementedError(f'{type(self).__name__} stores no clients.')
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredExamples:
+  """A client's training examples as a TFF worker reads them: `read(key)`
+  (a `ClientSource.read_stored`) gives them in stored order, `order` is the
+  permutation to train in. `read_on_worker` turns clients into a dataset."""
+
+  key: str
+  order: np.ndarray
+  read: Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
+
+
+def read_on_worker(clients: Sequence[StoredExamples]) -> tf.data.Dataset:
+  """One element per client: its `(x, y)` in its order, read by the graph
+  where the dataset runs. The graph holds the clients' keys and orders and
+  one reading pipeline, not their examples: its size does not grow with the
+  examples'. All of `clients` share the first one's `read`."""
+  read = clients[0].read
+  orders = tf.RaggedTensor.from_row_lengths(
+      np.concatenate([c.order for c in clients]).astype(np.int64),
+      [len(c.order) for c in clients])
+  return tf.data.Dataset.from_tensor_slices(
+      (tf.constant([c.key for c in clients]), orders)).map(
+          lambda key, order: tuple(tf.gather(a, order) for a in read(key)))
+
 
 class ArraySource(ClientSource):
   """Clients' arrays held in memory: `train[c]` and `test[c]` are `(x, y)`."""
@@ -242,10 +282,25 @@ class FederatedTask:
     order = self.train_order(client_id, seed)
     return x[order], y[order]
 
+  def shuffled_examples(self, client_id: Hashable, seed: int
+                        ) -> Arrays | StoredExamples:
+    """What a TFF computation receives of a client's examples in `seed`'s
+    order: `shuffled_train(client_id, seed)`, or, for a source the workers
+    read (`ClientSource.workers_read`), their key and order, so a round
+    carries no examples."""
+    if not self.clients.workers_read:
+      return self.shuffled_train(client_id, seed)
+    return StoredExamples(self.clients.stored_key(client_id),
+                          self.train_order(client_id, seed),
+                          self.clients.read_stored)
+
   def train_dataset(self, client_id: Hashable, seed: int) -> tf.data.Dataset:
-    """Batches of a client's training data, shuffled by `seed`."""
-    return tf.data.Dataset.from_tensor_slices(
-        self.shuffled_train(client_id, seed)).batch(self.batch_size)
+    """Batches of a client's training data, shuffled by `seed`
+    (`shuffled_examples`)."""
+    examples = self.shuffled_examples(client_id, seed)
+    if isinstance(examples, StoredExamples):
+      return read_on_worker([examples]).unbatch().batch(self.batch_size)
+    return tf.data.Dataset.from_tensor_slices(examples).batch(self.batch_size)
 
   def tff_model_fn(self) -> Callable[[], tff.learning.models.VariableModel]:
     spec = self.input_spec

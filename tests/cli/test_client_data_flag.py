@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tasks import population
+from tasks import client_data, population
 from tests import repository
 
 
@@ -62,7 +62,7 @@ def test_a_file_that_is_no_usable_client_data_is_one_line(tmp_path, kind):
       con.execute('CREATE TABLE t (a)')
     fragment = "no 'examples' and 'client_metadata' tables"
   else:
-    population.write_sql(path, [])
+    client_data.write_sql(path, [])
     fragment = "has no clients with 'train' examples"
   _one_line_error(_run(f'--client_data={path}', '--rounds=1'),
                   '--client_data:', f'{kind}.sqlite', fragment)

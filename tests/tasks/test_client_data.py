@@ -6,8 +6,10 @@ import sqlite3
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tasks import client_data, population
+from tff_hdp.learning import cohort
 from tff_hdp.privacy import accounting, plans
 from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.simulation import evaluation, trusted_setting
@@ -15,13 +17,14 @@ from tff_hdp.simulation import evaluation, trusted_setting
 N = 200
 
 
-def _run(task, out):
+def _run(task, out, cohort_size=0):
   choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 4.0, 1e-4)], 0.2, seed=0)
   settings = trusted_setting.Settings(
       rounds=3, sampling=accounting.PoissonSampling(0.1),
       clip=plans.ClipSettings(initial_norm=0.5, count_stddev=3.0),
-      eval_every=1, checkpoint_every=0, unsafe_seeded_dp_randomness=True)
+      eval_every=1, checkpoint_every=0, unsafe_seeded_dp_randomness=True,
+      cohort_size=cohort_size)
   config = trusted_setting.Configuration('fedhdp', 0.5)
   trusted_setting.run_configuration(task, config, choices, settings, out,
                                     progress=False)
@@ -33,17 +36,61 @@ def _run(task, out):
   return rounds, model
 
 
-def test_client_data_and_arrays_give_the_same_run(tmp_path):
+@pytest.mark.parametrize('cohort_size', [0, 8])
+def test_client_data_and_arrays_give_the_same_run(tmp_path, cohort_size):
   arrays = population.load_arrays(N, seed=0)
   sql = population.load(N, seed=0, folder=str(tmp_path / 'cache'))
   assert sql.client_ids == arrays.client_ids
-  rounds, model = _run(arrays, str(tmp_path / 'arrays'))
-  sql_rounds, sql_model = _run(sql, str(tmp_path / 'sql'))
+  rounds, model = _run(arrays, str(tmp_path / 'arrays'), cohort_size)
+  sql_rounds, sql_model = _run(sql, str(tmp_path / 'sql'), cohort_size)
   assert sql_rounds == rounds
   assert rounds.count('\n') == 4  # a header and three rounds
   assert sorted(sql_model) == sorted(model)
   for k in model:
     np.testing.assert_array_equal(sql_model[k], model[k])
+
+
+def _graph_bytes(dataset):
+  # pylint: disable-next=protected-access
+  return dataset._as_serialized_graph().numpy()
+
+
+def test_a_round_carries_a_clients_path_and_order_not_its_examples(tmp_path):
+  path = population.cached_file(N, 0, str(tmp_path))
+  sql = population.load(N, seed=0, folder=str(tmp_path))
+  arrays = population.load_arrays(N, seed=0)
+  clients = sql.client_ids[:8]
+  for c in clients[:2]:
+    sent = sql.train_dataset(c, 3)
+    assert path.encode() in _graph_bytes(sent)
+    for got, want in zip(sent, arrays.train_dataset(c, 3), strict=True):
+      for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+  packed = cohort.pack_cohort([sql.shuffled_examples(c, 3) for c in clients],
+                              [[1.0]] * 8, 1, slots=10)
+  want = cohort.pack_cohort([arrays.shuffled_train(c, 3) for c in clients],
+                            [[1.0]] * 8, 1, slots=10)
+  assert path.encode() in _graph_bytes(packed)
+  got, want = packed.get_single_element(), want.get_single_element()
+  assert list(got) == list(want)
+  for g, w in zip(tf.nest.flatten(got), tf.nest.flatten(want), strict=True):
+    assert g.dtype == w.dtype
+    np.testing.assert_array_equal(g, w)
+
+
+def test_what_a_round_sends_does_not_grow_with_the_examples(tmp_path):
+  sizes = []
+  for d in (3, 3000):
+    clients = {c: ((np.full((40, d), i, np.float32), np.full(40, i % 2)),
+                   (np.zeros((1, d)), np.arange(1) + 1)) for i, c in
+               enumerate('abcdef')}
+    task = _load(_file(tmp_path / f'd{d}.sqlite', clients))
+    sent = cohort.pack_cohort(
+        [task.shuffled_examples(c, 0) for c in task.client_ids],
+        [[1.0]] * 6, 1)
+    assert sent.get_single_element()['data'][0].shape == (6, 40, d)
+    sizes.append(len(_graph_bytes(sent)))
+  assert abs(sizes[1] - sizes[0]) < 100, sizes  # the paths' lengths differ
 
 
 def test_digest_is_the_files_hash_not_a_pass_over_clients(tmp_path):
@@ -77,7 +124,7 @@ def _file(path, clients):
   owner = np.repeat(np.arange(len(ids)), [len(tr[1]) + len(te[1])
                                           for tr, te in clients.values()])
   n_train = np.array([len(tr[1]) for tr, _ in clients.values()])
-  population.write_sql(str(path), [(ids, x, y, owner, n_train)])
+  client_data.write_sql(str(path), [(ids, x, y, owner, n_train)])
   return str(path)
 
 
@@ -109,7 +156,7 @@ def test_a_file_that_is_not_client_data_is_refused(tmp_path):
 
 def test_a_file_without_clients_is_refused(tmp_path):
   path = str(tmp_path / 'empty.sqlite')
-  population.write_sql(path, [])
+  client_data.write_sql(path, [])
   with pytest.raises(ValueError, match=r"empty.sqlite has no clients with "
                      r"'train' examples"):
     _load(path)
@@ -117,7 +164,7 @@ def test_a_file_without_clients_is_refused(tmp_path):
 
 def test_examples_of_another_layout_are_refused(tmp_path):
   path = str(tmp_path / 'images.sqlite')
-  population.write_sql(path, [])
+  client_data.write_sql(path, [])
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   example = tf.train.Example(features=tf.train.Features(feature={
       'pixels': tf.train.Feature(float_list=tf.train.FloatList(value=[1.0])),
@@ -166,7 +213,7 @@ def _folder(path, clients):
     for c, arrays in clients.items():
       x, y = arrays[k]
       with tf.io.TFRecordWriter(os.path.join(path, split, c)) as writer:
-        for row in population.example_rows(np.asarray(x, np.float32), y):
+        for row in client_data.example_rows(np.asarray(x, np.float32), y):
           writer.write(row.tobytes())
   return str(path)
 
@@ -200,7 +247,7 @@ def test_a_folder_without_client_files_is_refused(tmp_path):
 
 def test_a_client_of_another_feature_count_is_named_when_read(tmp_path):
   path = _file(tmp_path / 'wide.sqlite', {'good': _client(4)})
-  wide = population.example_rows(np.ones((2, 5), np.float32), np.zeros(2, int))
+  wide = client_data.example_rows(np.ones((2, 5), np.float32), np.zeros(2, int))
   with sqlite3.connect(path) as con:
     con.executemany('INSERT INTO examples VALUES (?, ?, ?)',
                     [('train', 'wide', r.tobytes()) for r in wide])

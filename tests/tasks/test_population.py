@@ -31,7 +31,7 @@ def test_rows_are_the_serialized_example_protos():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(4, population.NUM_FEATURES)).astype(np.float32)
   y = np.array([0, 3, 9, 127])
-  rows = population.example_rows(x, y)
+  rows = client_data.example_rows(x, y)
   for row, xi, yi in zip(rows, x, y):
     expected = tf.train.Example(features=tf.train.Features(feature={
         'x': tf.train.Feature(float_list=tf.train.FloatList(value=xi)),

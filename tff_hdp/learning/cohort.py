@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp import federated_task
 from tff_hdp.learning import client_work as client_work_lib
 from tff_hdp.learning import learning_process
 from tff_hdp.aggregators import heterogeneous_dp
@@ -86,15 +87,38 @@ def pack_cohort(client_data: Sequence, one_hots: Sequence[np.ndarray],
                 num_groups: int, slots: int | None = None
                 ) -> tf.data.Dataset:
   """One cohort from clients' example structures (e.g. `(x, y)`, in training
-  order) and group vectors; `slots` > len pads with empty clients."""
+  order, or `StoredExamples` a worker reads) and group vectors; `slots` >
+  len pads with empty clients."""
   k = len(client_data)
-  data, counts = pad_examples(client_data, slots)
-  slots = len(counts)
+  slots = k if slots is None else slots
   groups = np.zeros((slots, num_groups), np.float32)
   groups[:k] = np.asarray(one_hots, np.float32)
+  if isinstance(client_data[0], federated_task.StoredExamples):
+    return _pack_read_on_worker(client_data, groups)
+  data, counts = pad_examples(client_data, slots)
   return tf.data.Dataset.from_tensors(
       collections.OrderedDict([(DATA_KEY, data), (COUNT_KEY, counts),
                                (GROUP_KEY, groups)]))
+
+
+def _pack_read_on_worker(clients: Sequence[federated_task.StoredExamples],
+                         groups: np.ndarray) -> tf.data.Dataset:
+  """`pack_cohort` of stored clients: the worker that runs the dataset reads
+  and pads their examples (`federated_task.read_on_worker`), the driver sends
+  keys and orders. Empty slots are zero-length clients, so `padded_batch`
+  gives the values of `pad_examples`."""
+  examples = federated_task.read_on_worker(clients)
+  counts = np.zeros(len(groups), np.int32)
+  counts[:len(clients)] = [len(c.order) for c in clients]
+  empty = tf.nest.map_structure(
+      lambda s: tf.zeros([0] + s.shape.as_list()[1:], s.dtype),
+      examples.element_spec)
+  examples = examples.concatenate(
+      tf.data.Dataset.from_tensors(empty).repeat(len(groups) - len(clients)))
+  return examples.padded_batch(len(groups)).map(
+      lambda *data: collections.OrderedDict([
+          (DATA_KEY, data), (COUNT_KEY, tf.constant(counts)),
+          (GROUP_KEY, tf.constant(groups))]))
 
 
 def split(values: Sequence, cohort_size: int) -> list[Sequence]:

@@ -125,7 +125,7 @@ class Execution:
       return self.empty_round_data(task, assignment)
     if self.cohorts:
       return cohort.pack_round(
-          [task.shuffled_train(c, s) for c, s in zip(sampled, seeds)],
+          [task.shuffled_examples(c, s) for c, s in zip(sampled, seeds)],
           [assignment.one_hot(c) for c in sampled], assignment.num_groups,
           self.cohort_size)
     return [client_work.make_client_data(task.train_dataset(c, s),

@@ -222,10 +222,11 @@ def _run_algorithm(task, algorithm, settings, run_dir, progress):
   # explicitly seeded.
   client_seeds = dp_randomness.client_seeds(
       settings.seed, settings.unsafe_seeded_dp_randomness, n, checkpoint)
-  # Clients' examples are read from local files, not sent every round,
-  # when the workers share this machine's disk.
+  # Clients' examples are read where the workers run, not sent every round:
+  # from the task's own storage (a ClientData file at the same path on every
+  # worker), else from local files when the workers share this machine's disk.
   files = (client_files.ClientFiles(task) if runtime.workers_share_disk()
-           else None)
+           and not task.clients.workers_read else None)
   program = UntrustedRounds(task, process, state, client_plans, weights,
                             client_seeds, settings, label=f'{algorithm} rounds',
                             train_dataset=files and files.train_dataset,

@@ -1,0 +1,89 @@
+"""A task whose clients the TFF workers read from a file (`stored_task`)
+runs exactly as the task holding them in memory, in every setting; a file
+written for other data, and labels the layout cannot hold, are refused."""
+
+import os
+
+import numpy as np
+import pytest
+
+from tasks import client_data, digits
+from tff_hdp.federated_task import TaskOptions
+from tff_hdp.privacy import accounting, plans
+from tff_hdp.privacy import privacy_groups as pg
+from tff_hdp.simulation import trusted_setting, untrusted_setting
+from tests.simulation.test_cross_silo_setting import _clustered_task
+
+
+def _digits(**options):
+  return digits.load_task(TaskOptions(num_clients=10, batch_size=8,
+                                      **options))
+
+
+def _trusted(task, out, cohort_size):
+  choices = trusted_setting.client_choices(
+      task, [pg.PrivacyGroup('p', 4.0, 1e-4)], 0.2, seed=0)
+  settings = trusted_setting.Settings(
+      rounds=2, sampling=accounting.PoissonSampling(0.5),
+      clip=plans.ClipSettings(initial_norm=0.5, count_stddev=3.0),
+      eval_every=1, checkpoint_every=0, unsafe_seeded_dp_randomness=True,
+      cohort_size=cohort_size)
+  config = trusted_setting.Configuration('fedhdp', 0.5)
+  trusted_setting.run_configuration(task, config, choices, settings, out,
+                                    progress=False)
+  run_dir = os.path.join(out, config.name)
+  with open(os.path.join(run_dir, 'rounds.csv')) as f:
+    rounds = f.read()
+  with np.load(os.path.join(run_dir, 'final_model.npz')) as f:
+    return rounds, {k: f[k] for k in f.files}
+
+
+@pytest.mark.parametrize('cohort_size', [0, 4])
+def test_a_stored_task_trains_as_the_task_in_memory(tmp_path, cohort_size):
+  task = _digits()
+  stored = client_data.stored_task(task, str(tmp_path / 'digits.sqlite'))
+  assert stored.clients.workers_read and not task.clients.workers_read
+  assert stored.client_ids == task.client_ids
+  for c in task.client_ids[:3]:
+    for got, want in zip(stored.test_arrays(c), task.test_arrays(c)):
+      assert got.dtype == want.dtype
+      np.testing.assert_array_equal(got, want)
+  rounds, model = _trusted(task, str(tmp_path / 'memory'), cohort_size)
+  got_rounds, got_model = _trusted(stored, str(tmp_path / 'stored'),
+                                   cohort_size)
+  assert got_rounds == rounds and rounds.count('\n') == 3
+  for k in model:
+    np.testing.assert_array_equal(got_model[k], model[k])
+
+
+def test_an_untrusted_run_of_a_stored_task_equals_the_task_in_memory(tmp_path):
+  task = _digits()
+  stored = client_data.stored_task(task, str(tmp_path / 'digits.sqlite'))
+  settings = untrusted_setting.UntrustedSettings(
+      rounds=2, epsilon_distribution='uniform', eval_every=2,
+      unsafe_seeded_dp_randomness=True, checkpoint_every=0)
+  summaries = [untrusted_setting.run_algorithm(t, 'weiavg', settings, None,
+                                               progress=False)
+               for t in (task, stored)]
+  assert summaries[0]['metrics'] == summaries[1]['metrics']
+  assert summaries[0]['metrics']['acc_g'] > 0.2  # it trained
+
+
+def test_a_file_of_other_data_is_refused(tmp_path):
+  path = str(tmp_path / 'digits.sqlite')
+  client_data.stored_task(_digits(), path)
+  with pytest.raises(ValueError, match=r"digits.sqlite holds other clients "
+                     r"than task 'digits' with these options"):
+    client_data.stored_task(_digits(seed=1), path)
+  other = str(tmp_path / 'population.sqlite')
+  client_data.write_sql(other, [])  # a ClientData file, but not a task's
+  with pytest.raises(ValueError, match='population.sqlite holds other'):
+    client_data.stored_task(_digits(), other)
+
+
+def test_labels_that_are_no_classes_are_refused(tmp_path):
+  with pytest.raises(ValueError, match=r"task 'clustered': its labels are "
+                     r'not classes in \[0, 128\)'):
+    client_data.stored_task(_clustered_task(num_silos=2),
+                            str(tmp_path / 'silos.sqlite'))
+  assert not os.listdir(tmp_path)  # nothing half-written left behind
