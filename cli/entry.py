@@ -151,6 +151,7 @@ def run(main: Callable[[list[str]], None], usage: str,
     # pylint: disable=g-import-not-at-top
     import tensorflow as tf
     from tff_hdp.simulation import folder_lock
+    from tff_hdp.simulation.workers import WorkerFailedError
     from tff_hdp.simulation.workers import WorkerStartError
     from tff_hdp.simulation.workers import WorkerUnavailableError
     # pylint: enable=g-import-not-at-top
@@ -163,7 +164,7 @@ def run(main: Callable[[list[str]], None], usage: str,
       fail(file_error(e))
     except tf.errors.PermissionDeniedError as e:  # TF's file I/O, e.g. a save
       fail(e.message.splitlines()[0])
-    except WorkerUnavailableError as e:
+    except (WorkerUnavailableError, WorkerFailedError) as e:
       # Threads still waiting on the lost worker would block a normal exit.
       sys.stderr.write(f'{program()}: error: {e}\n')
       sys.stderr.flush()

@@ -39,6 +39,13 @@ CLIENT_DATA = absl_flags.DEFINE_string(
     'folder) of your own clients, '
     'trained on instead of --task (its layout and model: README, "Bringing '
     'your own ClientData").')
+WORKER_DATA = absl_flags.DEFINE_string(
+    'worker_data', None, 'An SqlClientData file from which the TFF workers '
+    'read each round\'s clients themselves, so a round sends client ids and '
+    'orders, not examples (written from the task when absent, refused when '
+    'it holds other data; classification tasks). Every worker must see it '
+    'at this same path: a copy or a shared mount (README, "Data on the '
+    'workers"). Results equal the run without it.')
 ALGORITHMS = absl_flags.DEFINE_list(
     'algorithms', ['fedhdp'],
     'Comma-separated algorithms. Trusted server (client-level DP): '
@@ -176,7 +183,8 @@ OUTPUT_DIR = absl_flags.DEFINE_string(
     'output_dir', None, 'Where files are written. Default: '
     'results/<task>-<8 hex digits> (reproduce.py: results/reproduce-<8 hex '
     'digits>), named by a hash of the values of the flags the run reads '
-    '(all but --output_dir, --dry_run, --workers, --worker_timeout), so two '
+    '(all but --output_dir, --dry_run, --workers, --worker_timeout, '
+    '--worker_data), so two '
     'different runs never share a folder and re-running the same command '
     'resumes in it; the folder is printed at the start.')
 DRY_RUN = absl_flags.DEFINE_bool(
@@ -208,7 +216,8 @@ MAX_COUNT = 2**31 - 1
 MAX_EPSILON = 1000.0
 # Flags that do not change what a run computes, so not part of the default
 # output folder's name: where it goes and how it is executed.
-_NOT_IN_FOLDER_NAME = ('output_dir', 'dry_run', 'workers', 'worker_timeout')
+_NOT_IN_FOLDER_NAME = ('output_dir', 'dry_run', 'workers', 'worker_timeout',
+                       'worker_data')
 
 TRUSTED, UNTRUSTED, CROSS_SILO = (algorithms.TRUSTED, algorithms.UNTRUSTED,
                                   algorithms.CROSS_SILO)
@@ -222,7 +231,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'task': _EVERY, 'output_dir': _EVERY, 'dry_run': _EVERY, 'seed': _EVERY,
     'unsafe_seeded_dp_randomness': _EVERY, 'checkpoint_every': _EVERY,
     'algorithms': _TRAINING, 'data_dir': _TRAINING, 'num_clients': _TRAINING,
-    'client_data': _TRAINING,
+    'client_data': _TRAINING, 'worker_data': _TRAINING,
     'rounds': _TRAINING, 'batch_size': _TRAINING, 'client_lr': _TRAINING,
     'eval_every': _TRAINING, 'deltas': _TRAINING,
     'workers': _TRAINING, 'worker_timeout': _TRAINING,
@@ -354,6 +363,12 @@ def _check_applies(current: str) -> None:
             f'--client_data replaces --task and its data; drop --{name}.')
     check(os.path.exists(CLIENT_DATA.value),
           f'--client_data={CLIENT_DATA.value}: no such file or folder.')
+    check(not WORKER_DATA.value, '--client_data is read by the workers '
+          'themselves already; drop --worker_data.')
+  if WORKER_DATA.value:
+    folder = os.path.dirname(os.path.abspath(WORKER_DATA.value))
+    check(os.path.isdir(folder), f'--worker_data={WORKER_DATA.value}: no '
+          f'folder {folder}.')
 
 
 def default_output_dir(name: str, extra_flags: tuple[str, ...] = ()) -> str:
@@ -560,14 +575,33 @@ def private_levels():
 
 
 def load_task():
+  """The task the flags name; with TFF workers that read its clients
+  themselves (--client_data, --worker_data), each has been checked to read
+  them (`runtime.check_workers_read`)."""
+  from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
   if CLIENT_DATA.value:
+    path = os.path.abspath(CLIENT_DATA.value)
     from tasks import client_data  # pylint: disable=g-import-not-at-top
     try:
-      path = os.path.normpath(CLIENT_DATA.value)
-      return client_data.load_task(path, os.path.basename(path),
+      task = client_data.load_task(path, os.path.basename(path),
                                    BATCH_SIZE.value)
     except ValueError as e:
       raise InputError(f'--client_data: {e}') from None
+    runtime.check_workers_read(task, path)
+    return task
+  task = _load_registered_task()
+  if WORKER_DATA.value:
+    path = os.path.abspath(WORKER_DATA.value)
+    from tasks import client_data  # pylint: disable=g-import-not-at-top
+    try:
+      task = client_data.stored_task(task, path)
+    except ValueError as e:
+      raise InputError(f'--worker_data: {e}') from None
+    runtime.check_workers_read(task, path)
+  return task
+
+
+def _load_registered_task():
   from tff_hdp.federated_task import TaskOptions  # pylint: disable=g-import-not-at-top
   data_dir = DATA_DIR.value or tasks.REGISTRY[TASK.value].default_data_dir()
   try:

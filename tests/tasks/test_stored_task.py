@@ -43,6 +43,7 @@ def test_a_stored_task_trains_as_the_task_in_memory(tmp_path, cohort_size):
   task = _digits()
   stored = client_data.stored_task(task, str(tmp_path / 'digits.sqlite'))
   assert stored.clients.workers_read and not task.clients.workers_read
+  assert stored.data_digest == task.data_digest  # one run, resumable
   assert stored.client_ids == task.client_ids
   for c in task.client_ids[:3]:
     for got, want in zip(stored.test_arrays(c), task.test_arrays(c)):

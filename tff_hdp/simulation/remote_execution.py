@@ -23,7 +23,9 @@ defects that this module replaces:
    are merged and results joined in slice order (`invoke_in_slice_order`).
 And TFF retries a call to a dead worker forever; here a worker that answers no
 connection for `timeout` seconds while a call waits raises
-`WorkerUnavailableError` naming it. At the start, a worker still silent after
+`WorkerUnavailableError` naming it, as does a hung one: a worker that answers
+but is still computing `timeout` seconds after another finished its part. A
+worker whose computation fails is named (`WorkerFailedError`). At the start, a worker still silent after
 a couple of seconds is named on stderr with what to check, before the wait.
 """
 
@@ -55,6 +57,7 @@ from tensorflow_federated.python.core.impl.types import type_analysis
 from tensorflow_federated.python.core.impl.types import type_conversions
 
 from tff_hdp.simulation import workers
+from tff_hdp.simulation.workers import WorkerFailedError
 from tff_hdp.simulation.workers import WorkerUnavailableError
 
 # As TFF's local context: messages up to 2 GB.
@@ -177,17 +180,47 @@ def context_arguments(address: str) -> dict:
               transform_result=tff.tensorflow.transform_result)
 
 
+def _reason(error: BaseException) -> str:
+  """The first line of why a worker's call failed: the worker's own message
+  (a gRPC error's details) where the error or one it chains has one."""
+  seen = error
+  while seen is not None:
+    if isinstance(seen, grpc.RpcError) and seen.details():
+      return seen.details().strip().splitlines()[0]
+    seen = seen.__cause__ or seen.__context__
+  lines = str(error).strip().splitlines()
+  return lines[0] if lines else type(error).__name__
+
+
 class WorkerContext(context_base.AsyncContext):
   """Fix 1: a worker's context on its own thread and event loop, so that its
-  blocking gRPC calls do not hold up the other workers."""
+  blocking gRPC calls do not hold up the other workers. It keeps the
+  time since when it has been busy (`busy_since`) or idle (`idle_since`),
+  for `RemoteWorkersContext` to tell a hung worker, and names its worker in
+  a failure (`WorkerFailedError`)."""
 
-  def __init__(self, context: context_base.AsyncContext):
+  def __init__(self, address: str, context: context_base.AsyncContext):
+    self.address = address
     self._context = context
     self._runner = async_utils.AsyncThreadRunner()
+    self._calls = 0
+    self.busy_since = None
+    self.idle_since = time.monotonic()
 
   async def invoke(self, comp, arg):
-    return await self._runner.await_coro_and_return_result(
-        self._context.invoke(comp, arg))
+    self._calls += 1
+    if self._calls == 1:
+      self.busy_since = time.monotonic()
+    try:
+      return await self._runner.await_coro_and_return_result(
+          self._context.invoke(comp, arg))
+    except Exception as e:  # pylint: disable=broad-except
+      raise WorkerFailedError(f'TFF worker {self.address}: '
+                              f'{_reason(e)}') from e
+    finally:
+      self._calls -= 1
+      if not self._calls:
+        self.busy_since, self.idle_since = None, time.monotonic()
 
 
 async def _after_merge(comp, arg_slice, merged, context):
@@ -234,7 +267,7 @@ class RemoteWorkersContext(context_base.SyncContext):
     self.addresses = list(addresses)
     self._timeout = timeout
     self._contexts = [
-        WorkerContext(async_execution_context.AsyncExecutionContext(
+        WorkerContext(a, async_execution_context.AsyncExecutionContext(
             **context_arguments(a))) for a in self.addresses]
     self._runner = async_utils.AsyncThreadRunner()
     self._compiler = compiler_pipeline.CompilerPipeline(
@@ -257,13 +290,18 @@ class RemoteWorkersContext(context_base.SyncContext):
         result, form.after_merge.type_signature.result)
 
   def _wait(self, future: concurrent.futures.Future):
-    """The result, or WorkerUnavailableError if a worker stays silent."""
+    """The result, or WorkerUnavailableError if a worker stays silent or
+    hangs (`_hung`)."""
     last_answer = {a: time.monotonic() for a in self.addresses}
     while True:
       try:
         return future.result(timeout=_CHECK_SECONDS)
       except concurrent.futures.TimeoutError:
         pass
+      hung = self._hung()
+      if hung:
+        future.cancel()
+        raise WorkerUnavailableError(hung)
       for address in self.addresses:
         now = time.monotonic()
         if answers(address, min(_CHECK_SECONDS, self._timeout)):
@@ -274,3 +312,21 @@ class RemoteWorkersContext(context_base.SyncContext):
               f'TFF worker {address} stopped answering (no answer for '
               f'{self._timeout:g} s, --worker_timeout); restart it and run '
               'the same command again to resume from the last checkpoint')
+
+  def _hung(self) -> str | None:
+    """Why a worker is hung, or None: it answers, but is still computing its
+    part `timeout` seconds after another worker finished its own part of
+    the same call (the slices are balanced, so they take alike)."""
+    now = time.monotonic()
+    for busy in self._contexts:
+      if busy.busy_since is None:
+        continue
+      for done in self._contexts:
+        if (done.busy_since is None and done.idle_since > busy.busy_since
+            and now - done.idle_since >= self._timeout):
+          return (f'TFF worker {busy.address} hangs: it answers but has not '
+                  f'finished its part {self._timeout:g} s (--worker_timeout) '
+                  f'after TFF worker {done.address} finished its own; restart '
+                  'it and run the same command again to resume from the '
+                  'last checkpoint')
+    return None

@@ -116,3 +116,42 @@ def with_worker_count(run_key: dict) -> dict:
   if worker_count() > 1:
     run_key = dict(run_key, workers=worker_count())
   return run_key
+
+
+def check_workers_read(task, where: str) -> None:
+  """With remote workers and a task whose clients they read themselves
+  (`ClientSource.workers_read`): every worker reads the first client before
+  round 1, so a worker without the data at `where` (e.g. the file's path) is
+  named now, in one line, not mid-run; so is one whose copy holds another
+  number of examples."""
+  if workers_share_disk() or not task.clients.workers_read:
+    return
+  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
+  import tensorflow_federated as tff
+  # pylint: enable=g-import-not-at-top
+  first = task.client_ids[0]
+  key, expected = task.clients.stored_key(first), task.num_train_examples(first)
+
+  @tff.tensorflow.computation(np.str_)
+  def count(k):
+    return tf.shape(task.clients.read_stored(k)[0])[0]
+
+  @tff.federated_computation(tff.FederatedType(np.str_, tff.CLIENTS))
+  def counts(keys):
+    return tff.federated_map(count, keys)
+
+  addresses = _initialized[0]
+  try:
+    found = counts([key] * len(addresses))
+  except workers_lib.WorkerFailedError as e:
+    raise workers_lib.WorkerFailedError(
+        f'{e} (reading the clients\' data at {where}; every worker needs it '
+        'at that same path)') from None
+  for address, n in zip(addresses, found):
+    if n != expected:
+      raise workers_lib.WorkerFailedError(
+          f'TFF worker {address} reads {n} training examples of client '
+          f'{first!r} at {where}, this machine {expected}: its copy differs; '
+          'copy the same file to every worker.')

@@ -33,6 +33,10 @@ class WorkerUnavailableError(RuntimeError):
   """A remote TFF worker did not answer in time (names it)."""
 
 
+class WorkerFailedError(RuntimeError):
+  """A remote TFF worker's computation failed (names it and why, one line)."""
+
+
 class WorkerStartError(RuntimeError):
   """A TFF worker could not be started on this machine (one line: why)."""
 
