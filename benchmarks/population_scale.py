@@ -45,6 +45,9 @@ _CLIENTS_PER_ROUND = flags.DEFINE_integer(
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'Measured rounds per N.')
 _WARMUP = flags.DEFINE_integer('warmup', 2, 'Unmeasured rounds per N.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Population and run seed.')
+_COHORT_SIZE = flags.DEFINE_integer(
+    'cohort_size', 50, 'Clients per TFF client (tff_hdp.learning.cohort); '
+    '0: one TFF client per client.')
 _CACHE_DIR = flags.DEFINE_string(
     'cache_dir', None, 'Where population files are cached (default: '
     '$TFF_HDP_CACHE or <tmp>/tff_hdp_cache).')
@@ -73,7 +76,7 @@ def _measure(n: int) -> dict:
       rounds=rounds,
       sampling=accounting.PoissonSampling(_CLIENTS_PER_ROUND.value / n),
       clip=plans.ClipSettings(initial_norm=0.5), eval_every=rounds,
-      seed=_SEED.value)
+      seed=_SEED.value, cohort_size=_COHORT_SIZE.value)
   times = [time.perf_counter()]
 
   def on_round(round_num, weights):
@@ -109,7 +112,8 @@ def main(argv):
     return
   print(f'FedHDP r=0.5, Poisson q = {_CLIENTS_PER_ROUND.value}/N, one private '
         f'level (epsilon {_EPSILON}, delta {_DELTA}) and {_OPT_OUT:.0%} '
-        f'opt-out; median of {_ROUNDS.value} rounds after {_WARMUP.value}.')
+        f'opt-out; cohorts of {_COHORT_SIZE.value} (0: per client); median of '
+        f'{_ROUNDS.value} rounds after {_WARMUP.value}.')
   print(f'{"N":>9} {"file MB":>8} {"write s":>8} {"load s":>7} '
         f'{"assign s":>8} {"s/round":>8} {"eval s":>7} {"RSS MB":>7} '
         f'{"worker MB":>9}   epsilon per group (clients)')
@@ -117,7 +121,7 @@ def main(argv):
     command = [sys.executable, os.path.abspath(__file__), f'--one={n}',
                f'--clients_per_round={_CLIENTS_PER_ROUND.value}',
                f'--rounds={_ROUNDS.value}', f'--warmup={_WARMUP.value}',
-               f'--seed={_SEED.value}']
+               f'--seed={_SEED.value}', f'--cohort_size={_COHORT_SIZE.value}']
     if _CACHE_DIR.value:
       command.append(f'--cache_dir={_CACHE_DIR.value}')
     done = subprocess.run(command, capture_output=True, text=True,
