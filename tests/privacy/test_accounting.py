@@ -1,5 +1,6 @@
 """Accounting against dp_accounting called directly, and calibration."""
 
+import functools
 import math
 
 import dp_accounting
@@ -217,3 +218,86 @@ def test_dp_sgd_epsilon_with_selections_is_dp_accountings(steps, selections):
   assert accounting.epsilon_spent(
       z, None, accounting.PoissonSampling(q), steps, delta,
       other) == pytest.approx(accountant.get_epsilon(delta), rel=1e-12)
+
+
+def _direct_calibration(make_event, relation, eps, delta):
+  """dp_accounting's own search over all its orders, to 1e-10."""
+  return dp_accounting.calibrate_dp_mechanism(
+      lambda: rdp.RdpAccountant(neighboring_relation=relation), make_event,
+      eps, delta, dp_accounting.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-10)
+
+
+def _poisson_run(q, steps, extra=None):
+  def make(z):
+    run = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        q, dp_accounting.GaussianDpEvent(z)), steps)
+    return run if extra is None else dp_accounting.ComposedDpEvent(
+        [run, extra])
+  return make
+
+
+_ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+_REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
+
+
+@pytest.mark.parametrize('eps,delta,make_event,relation', [
+    # DP-SGD silos (School-like: b = 32 of n, 200 rounds) and clients.
+    (6.0, 1e-3, _poisson_run(32 / 97, 800), _ADD_REMOVE),
+    (2.0, 1e-3, _poisson_run(32 / 201, 1400), _ADD_REMOVE),
+    (1.0, 1e-3, _poisson_run(32 / 33, 400), _ADD_REMOVE),
+    (0.5, 1e-5, _poisson_run(0.01, 5000), _ADD_REMOVE),
+    (8.0, 1e-5, _poisson_run(1.0, 50), _ADD_REMOVE),
+    (30.0, 1e-4, _poisson_run(0.2, 10), _ADD_REMOVE),
+    (0.05, 1e-6, _poisson_run(0.001, 100), _ADD_REMOVE),
+    # Order 8 cannot meet 0.6 at delta 1e-4 but through the KL branch of
+    # the conversion, at z ~ 6,000; the search must look elsewhere.
+    (0.6, 1e-4, _poisson_run(0.03, 100), _ADD_REMOVE),
+    # With IFCA's private selections composed alongside.
+    (4.0, 1e-3, _poisson_run(
+        0.25, 600, accounting.exponential_mechanism_event(0.01, 50)),
+     _ADD_REMOVE),
+    # FedHDP's fixed-size sampling of 100 of 2,000 clients, 500 rounds.
+    (3.6, 1e-4, lambda z: dp_accounting.SelfComposedDpEvent(
+        dp_accounting.SampledWithoutReplacementDpEvent(
+            2000, 100, dp_accounting.GaussianDpEvent(z / 2)), 500), _REPLACE),
+])
+def test_calibrating_one_order_at_a_time_finds_dp_accountings_z(
+    eps, delta, make_event, relation):
+  ours, order = accounting.calibrate_on_orders(make_event, relation, eps,
+                                               delta)
+  theirs = _direct_calibration(make_event, relation, eps, delta)
+  assert ours == pytest.approx(theirs, rel=1e-8)
+  accountant = rdp.RdpAccountant(neighboring_relation=relation)
+  accountant.compose(make_event(ours))
+  spent, best = accountant.get_epsilon_and_optimal_order(delta)
+  assert spent <= eps  # dp_accounting's own epsilon meets the target
+  assert best == order  # at the order the search ended on
+  less = rdp.RdpAccountant(neighboring_relation=relation)
+  less.compose(make_event(ours * (1 - 1e-7)))
+  assert less.get_epsilon(delta) > eps  # and it is the least such z
+
+
+def test_a_target_no_noise_meets_is_refused():
+  # One Laplace-like release alone spends more than the target.
+  with pytest.raises(accounting.InfeasiblePrivacyTargetError,
+                     match='no noise multiplier'):
+    accounting.calibrate_on_orders(
+        _poisson_run(0.5, 10, accounting.exponential_mechanism_event(5.0)),
+        _ADD_REMOVE, 1.0, 1e-5)
+
+
+def test_a_stored_z_is_accepted_only_when_it_is_the_calibrated_one():
+  sampling, steps, eps, delta = accounting.PoissonSampling(0.2), 1000, 2.0, 1e-4
+  z = accounting.calibrate_noise_multiplier(eps, delta, sampling, steps, None)
+  _, order = accounting.calibrate_on_orders(
+      lambda x: accounting.dp_event(x, sampling, steps), _ADD_REMOVE, eps,
+      delta)
+  for hint in (None, order, 1.5, 1024.0):  # a wrong order costs time only
+    check = functools.partial(accounting.is_calibrated, order=hint,
+                              target_epsilon=eps, target_delta=delta,
+                              sampling=sampling, steps=steps, other=None,
+                              slack=1e-5)
+    assert check(z)
+    assert check(z + 5e-6)
+    assert not check(z * (1 - 1e-6))  # does not meet the target
+    assert not check(z + 1e-3)  # more noise than the calibration's

@@ -180,7 +180,7 @@ class ClientPrivacy:
 
 
 # How far below a stored z another z must fail the target for the stored one
-# to count as calibrated (the calibration's own tolerance is 1e-6).
+# to count as calibrated (the calibration's own precision is 1e-12 relative).
 _CALIBRATION_SLACK = 1e-5
 
 
@@ -199,12 +199,13 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
   `selection_rounds` > 0, that many (selection_epsilon, 0)-DP selections share
   the budget: DP-SGD gets what they leave. delta must be below 1/num_examples
   unless `allow_large_delta` (experiments only). Plans are cached: a sweep or
-  a comparison of methods plans each distinct silo once (a calibration runs
-  the accountant a dozen times). `known_noise_multiplier`, an earlier
-  calibration's z (e.g. kept on disk), is used when the accountant confirms
-  that it meets the target and that z - 1e-5 would not (it is what the
-  calibration finds); otherwise z is calibrated afresh, so a stale or altered
-  value costs time, never privacy or utility.
+  a comparison of methods plans each distinct silo once
+  (`accounting.calibrate_on_orders`). `known_noise_multiplier`, an earlier
+  calibration's z (e.g. kept on disk), is used when dp_accounting confirms
+  that it meets the target and that z - 1e-5 would not, at the best order
+  (`accounting.is_calibrated`: it is what the calibration finds); otherwise
+  z is calibrated afresh, so a stale or altered value costs time, never
+  privacy or utility.
   """
   num_examples, batch_size = int(num_examples), int(batch_size)
   if num_examples < 1 or not 1 <= batch_size <= num_examples:
@@ -229,12 +230,12 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
                          selection_epsilon if selection_rounds else 0.0,
                          selection_rounds)
 
-  if known_noise_multiplier is not None and known_noise_multiplier > 1e-4:
-    known = plan(float(known_noise_multiplier))
-    less = plan(known.noise_multiplier - _CALIBRATION_SLACK)
-    if (known.epsilon_after(rounds) <= epsilon and
-        less.epsilon_after(rounds) > epsilon):
-      return known
+  if (known_noise_multiplier is not None and known_noise_multiplier > 1e-4
+      and accounting.is_calibrated(
+          float(known_noise_multiplier), None, epsilon, delta,
+          accounting.PoissonSampling(q), rounds * steps, selection,
+          _CALIBRATION_SLACK)):
+    return plan(float(known_noise_multiplier))
   return plan(accounting.calibrate_noise_multiplier(
       epsilon, delta, accounting.PoissonSampling(q), rounds * steps, None,
       selection))
