@@ -43,7 +43,7 @@ WORKER_DATA = absl_flags.DEFINE_string(
     'worker_data', None, 'An SqlClientData file from which the TFF workers '
     'read each round\'s clients themselves, so a round sends client ids and '
     'orders, not examples (written from the task when absent, refused when '
-    'it holds other data; classification tasks). Every worker must see it '
+    'it holds other data). Every worker must see it '
     'at this same path: a copy or a shared mount (README, "Data on the '
     'workers"). Results equal the run without it.')
 ALGORITHMS = absl_flags.DEFINE_list(

@@ -290,16 +290,27 @@ def _entry(key: str, feature: bytes) -> bytes:
 
 def example_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
   """Serialized `tf.train.Example`s {'x': float_list x, 'y': int64_list [y]}
-  as rows of a uint8 matrix: the fixed layout with the values filled in."""
+  (integer y, classes below 128) or {'x': ..., 'y': float_list y} (float
+  y, [n] or [n, k]) as rows of a uint8 matrix: the fixed layout with the
+  values filled in."""
   floats = x.shape[1] * 4
+  if np.issubdtype(y.dtype, np.floating):
+    labels = np.ascontiguousarray(y, '<f4').reshape(len(y), -1)
+    label_entry = _entry('y', _field(2, _field(1, bytes(labels.nbytes //
+                                                         max(len(y), 1)))))
+  else:
+    labels, label_entry = None, _entry('y', _field(3, _field(1, b'\0')))
   whole = _field(1, _entry('x', _field(2, _field(1, bytes(floats)))) +
-                 _entry('y', _field(3, _field(1, b'\0'))))
-  tail = len(_entry('y', _field(3, _field(1, b'\0'))))
-  head = len(whole) - tail - floats
+                 label_entry)
+  head = len(whole) - len(label_entry) - floats
   rows = np.tile(np.frombuffer(whole, np.uint8), (len(x), 1))
   rows[:, head:head + floats] = np.ascontiguousarray(
       x, '<f4').view(np.uint8).reshape(len(x), floats)
-  rows[:, -1] = y  # labels < 128: one varint byte
+  if labels is None:
+    rows[:, -1] = y  # labels < 128: one varint byte
+  elif labels.size:
+    rows[:, -labels.shape[1] * 4:] = labels.view(np.uint8).reshape(
+        len(y), -1)
   return rows
 
 
@@ -354,20 +365,35 @@ def _written_digest(path: str) -> str | None:
   return row and row[0]
 
 
-def _flat_examples(task: FederatedTask, arrays: Arrays) -> Arrays:
-  """`(x [n, d] float32, y [n])` of a client, or a ValueError naming the task
-  when its labels are not classes in [0, 128) (`example_rows`' layout)."""
+def _holds_classes(task: FederatedTask) -> bool:
+  """Whether every client's labels are classes `example_rows` writes as one
+  int64 each (integers in [0, 128), one per example)."""
+  for c in task.client_ids:
+    for _, y in (task.train_arrays(c), task.test_arrays(c)):
+      y = np.asarray(y)
+      if not (np.issubdtype(y.dtype, np.integer) and y.ndim == 1 and
+              y.min(initial=0) >= 0 and y.max(initial=0) < 128):
+        return False
+  return True
+
+
+def _flat_examples(task: FederatedTask, arrays: Arrays,
+                   classes: bool) -> Arrays:
+  """`(x [n, d] float32, y)` of a client as `example_rows` writes them: y
+  [n] classes (`classes`), else float32 labels [n, k] (e.g. regression
+  targets, +-1 signs), which must hold the task's labels exactly (else a
+  ValueError naming the task)."""
   x, y = arrays
   y = np.asarray(y)
-  if y.ndim > 2 or (y.ndim == 2 and y.shape[1] != 1):
-    raise ValueError(f'task {task.name!r}: labels of shape {y.shape[1:]} do '
-                     'not fit one int64 label per example.')
-  y = y.reshape(len(y))
-  if not np.issubdtype(y.dtype, np.integer) or y.min(initial=0) < 0 or (
-      y.max(initial=0) >= 128):
-    raise ValueError(f'task {task.name!r}: its labels are not classes in '
-                     '[0, 128), which is what a stored client holds.')
-  return np.asarray(x, np.float32).reshape(len(x), -1), y
+  x = np.asarray(x, np.float32).reshape(len(x), -1)
+  if classes:
+    return x, y
+  labels = y.astype(np.float32).reshape(len(y), -1)
+  if not np.array_equal(labels.reshape(y.shape).astype(y.dtype), y):
+    raise ValueError(f'task {task.name!r}: its labels are neither classes '
+                     'in [0, 128) nor values float32 holds exactly, which is '
+                     'what a stored client holds.')
+  return x, labels
 
 
 def write_task(task: FederatedTask, path: str) -> None:
@@ -375,12 +401,14 @@ def write_task(task: FederatedTask, path: str) -> None:
   file of 'x'/'y' examples (features flattened), client k under the id
   `f'{k:08d}'` (TFF sorts ids as strings), with the task's data digest."""
   ids = task.client_ids
+  classes = _holds_classes(task)
 
   def chunks():
     for start in range(0, len(ids), _CLIENTS_PER_CHUNK):
       part = ids[start:start + _CLIENTS_PER_CHUNK]
-      train = [_flat_examples(task, task.train_arrays(c)) for c in part]
-      test = [_flat_examples(task, task.test_arrays(c)) if len(
+      train = [_flat_examples(task, task.train_arrays(c), classes)
+               for c in part]
+      test = [_flat_examples(task, task.test_arrays(c), classes) if len(
           task.test_arrays(c)[0]) else (t[0][:0], t[1][:0])
               for c, t in zip(part, train)]
       both = [a for pair in zip(train, test) for a in pair]
@@ -410,20 +438,31 @@ def stored_task(task: FederatedTask, path: str) -> FederatedTask:
   x, y = task.train_arrays(task.client_ids[0])
   train = tff.simulation.datasets.SqlClientData(path, split_name='train')
   test = tff.simulation.datasets.SqlClientData(path, split_name='test')
-  parse = parse_examples(int(np.prod(x.shape[1:], dtype=int)))
+  classes = _holds_classes(task)
+  spec = {'x': tf.io.FixedLenFeature([int(np.prod(x.shape[1:], dtype=int))],
+                                     tf.float32),
+          'y': tf.io.FixedLenFeature(
+              [] if classes else [int(np.prod(y.shape[1:], dtype=int))],
+              tf.int64 if classes else tf.float32)}
 
   def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    return parse(dataset).map(lambda fx, fy: (
-        tf.reshape(fx, [-1, *x.shape[1:]]),
-        tf.reshape(tf.cast(fy, y.dtype), [-1, *y.shape[1:]])))
+    def parse(serialized):
+      parsed = tf.io.parse_example(serialized, spec)
+      return (tf.reshape(parsed['x'], [-1, *x.shape[1:]]),
+              tf.reshape(tf.cast(parsed['y'], y.dtype), [-1, *y.shape[1:]]))
+    return dataset.map(parse)
 
   source = ClientDataSource(
       train, test, preprocess, fingerprint=written,
       description=f'{path} ({len(train.client_ids)} clients)',
       evaluation_clients=task.clients.evaluation_clients,
       stored=(str, train.serializable_dataset_fn), names=task.client_ids)
-  return dataclasses.replace(task, client_train=None, client_test=None,
-                             clients=source)
+  stored = dataclasses.replace(task, client_train=None, client_test=None,
+                               clients=source)
+  # The same data as `task`'s (the file says so): the same run, which a run
+  # begun in memory may resume from the file and back.
+  stored.__dict__['data_digest'] = written
+  return stored
 
 
 def _labels_outside(num_classes: int, arrays: Arrays) -> str | None:

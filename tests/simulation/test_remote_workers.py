@@ -71,11 +71,9 @@ def test_workers_give_the_local_results(setting, count, three_workers, pinned,
   assert_local_results(f'{setting} on {count} workers', setting, got, pinned)
 
 
-# The cross-silo setting's Vehicle labels are +-1 signs, which a stored
-# client's one class label per example cannot hold (client_data.write_task).
 @pytest.mark.parametrize('setting,count', [
     ('trusted', 3), ('trusted_ditto_cohorts', 2), ('trusted_ditto_cohorts', 3),
-    ('untrusted', 2)])
+    ('untrusted', 2), ('cross_silo', 3)])
 def test_workers_reading_the_clients_themselves_give_the_local_results(
     setting, count, three_workers, pinned, tmp_path):
   got = _run(setting, three_workers[:count], str(tmp_path / 'out'),

@@ -1,7 +1,9 @@
 """A task whose clients the TFF workers read from a file (`stored_task`)
-runs exactly as the task holding them in memory, in every setting; a file
-written for other data, and labels the layout cannot hold, are refused."""
+runs exactly as the task holding them in memory, in every setting (trusted,
+untrusted, cross-silo); a file written for other data, and labels the
+layout cannot hold, are refused."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -11,7 +13,9 @@ from tasks import client_data, digits
 from tff_hdp.federated_task import TaskOptions
 from tff_hdp.privacy import accounting, plans
 from tff_hdp.privacy import privacy_groups as pg
-from tff_hdp.simulation import trusted_setting, untrusted_setting
+from tff_hdp.simulation import cross_silo_setting, trusted_setting
+from tff_hdp.simulation import untrusted_setting
+from tests.simulation import test_cross_silo_setting
 from tests.simulation.test_cross_silo_setting import _clustered_task
 
 
@@ -82,9 +86,32 @@ def test_a_file_of_other_data_is_refused(tmp_path):
     client_data.stored_task(_digits(), other)
 
 
-def test_labels_that_are_no_classes_are_refused(tmp_path):
+@pytest.mark.parametrize('algorithm', ['mrmtl', 'ifca'])
+def test_a_cross_silo_run_of_a_stored_task_equals_the_task_in_memory(
+    tmp_path, algorithm):
+  task = _clustered_task(num_silos=4)  # float labels [n, 1]
+  stored = client_data.stored_task(task, str(tmp_path / 'silos.sqlite'))
+  for c in task.client_ids[:2]:
+    for got, want in zip(stored.train_arrays(c), task.train_arrays(c)):
+      assert got.dtype == want.dtype and got.shape == want.shape
+      np.testing.assert_array_equal(got, want)
+  settings = test_cross_silo_setting._settings(  # pylint: disable=protected-access
+      rounds=2, checkpoint_every=0)
+  summaries = [cross_silo_setting.run_algorithm(t, algorithm, settings, None,
+                                                progress=False)
+               for t in (task, stored)]
+  for key in ('metric', 'silos', 'final_clusters'):
+    assert summaries[0].get(key) == summaries[1].get(key), key
+  assert summaries[0]['metric'] is not None
+
+
+def test_labels_float32_cannot_hold_are_refused(tmp_path):
+  task = _clustered_task(num_silos=2)
+  train = {c: (x, y.astype(np.float64) + 0.1)
+           for c, (x, y) in task.client_train.items()}
+  inexact = dataclasses.replace(task, client_train=train)
   with pytest.raises(ValueError, match=r"task 'clustered': its labels are "
-                     r'not classes in \[0, 128\)'):
-    client_data.stored_task(_clustered_task(num_silos=2),
-                            str(tmp_path / 'silos.sqlite'))
+                     r'neither classes in \[0, 128\) nor values float32 '
+                     r'holds exactly'):
+    client_data.stored_task(inexact, str(tmp_path / 'silos.sqlite'))
   assert not os.listdir(tmp_path)  # nothing half-written left behind
