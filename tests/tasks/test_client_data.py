@@ -17,11 +17,12 @@ from tff_hdp.simulation import evaluation, trusted_setting
 N = 200
 
 
-def _run(task, out, cohort_size=0):
+def seeded_fedhdp_run(task, out, cohort_size=0, rounds=3, rate=0.1):
+  """(rounds.csv text, final model arrays) of a short seeded FedHDP run."""
   choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 4.0, 1e-4)], 0.2, seed=0)
   settings = trusted_setting.Settings(
-      rounds=3, sampling=accounting.PoissonSampling(0.1),
+      rounds=rounds, sampling=accounting.PoissonSampling(rate),
       clip=plans.ClipSettings(initial_norm=0.5, count_stddev=3.0),
       eval_every=1, checkpoint_every=0, unsafe_seeded_dp_randomness=True,
       cohort_size=cohort_size)
@@ -41,8 +42,10 @@ def test_client_data_and_arrays_give_the_same_run(tmp_path, cohort_size):
   arrays = population.load_arrays(N, seed=0)
   sql = population.load(N, seed=0, folder=str(tmp_path / 'cache'))
   assert sql.client_ids == arrays.client_ids
-  rounds, model = _run(arrays, str(tmp_path / 'arrays'), cohort_size)
-  sql_rounds, sql_model = _run(sql, str(tmp_path / 'sql'), cohort_size)
+  rounds, model = seeded_fedhdp_run(arrays, str(tmp_path / 'arrays'),
+                                    cohort_size)
+  sql_rounds, sql_model = seeded_fedhdp_run(sql, str(tmp_path / 'sql'),
+                                            cohort_size)
   assert sql_rounds == rounds
   assert rounds.count('\n') == 4  # a header and three rounds
   assert sorted(sql_model) == sorted(model)

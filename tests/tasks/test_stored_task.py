@@ -11,35 +11,15 @@ import pytest
 
 from tasks import client_data, digits
 from tff_hdp.federated_task import TaskOptions
-from tff_hdp.privacy import accounting, plans
-from tff_hdp.privacy import privacy_groups as pg
-from tff_hdp.simulation import cross_silo_setting, trusted_setting
-from tff_hdp.simulation import untrusted_setting
+from tff_hdp.simulation import cross_silo_setting, untrusted_setting
 from tests.simulation import test_cross_silo_setting
 from tests.simulation.test_cross_silo_setting import _clustered_task
+from tests.tasks.test_client_data import seeded_fedhdp_run
 
 
 def _digits(**options):
   return digits.load_task(TaskOptions(num_clients=10, batch_size=8,
                                       **options))
-
-
-def _trusted(task, out, cohort_size):
-  choices = trusted_setting.client_choices(
-      task, [pg.PrivacyGroup('p', 4.0, 1e-4)], 0.2, seed=0)
-  settings = trusted_setting.Settings(
-      rounds=2, sampling=accounting.PoissonSampling(0.5),
-      clip=plans.ClipSettings(initial_norm=0.5, count_stddev=3.0),
-      eval_every=1, checkpoint_every=0, unsafe_seeded_dp_randomness=True,
-      cohort_size=cohort_size)
-  config = trusted_setting.Configuration('fedhdp', 0.5)
-  trusted_setting.run_configuration(task, config, choices, settings, out,
-                                    progress=False)
-  run_dir = os.path.join(out, config.name)
-  with open(os.path.join(run_dir, 'rounds.csv')) as f:
-    rounds = f.read()
-  with np.load(os.path.join(run_dir, 'final_model.npz')) as f:
-    return rounds, {k: f[k] for k in f.files}
 
 
 @pytest.mark.parametrize('cohort_size', [0, 4])
@@ -53,9 +33,10 @@ def test_a_stored_task_trains_as_the_task_in_memory(tmp_path, cohort_size):
     for got, want in zip(stored.test_arrays(c), task.test_arrays(c)):
       assert got.dtype == want.dtype
       np.testing.assert_array_equal(got, want)
-  rounds, model = _trusted(task, str(tmp_path / 'memory'), cohort_size)
-  got_rounds, got_model = _trusted(stored, str(tmp_path / 'stored'),
-                                   cohort_size)
+  rounds, model = seeded_fedhdp_run(task, str(tmp_path / 'memory'),
+                                    cohort_size, rounds=2, rate=0.5)
+  got_rounds, got_model = seeded_fedhdp_run(stored, str(tmp_path / 'stored'),
+                                            cohort_size, rounds=2, rate=0.5)
   assert got_rounds == rounds and rounds.count('\n') == 3
   for k in model:
     np.testing.assert_array_equal(got_model[k], model[k])
