@@ -101,6 +101,7 @@ def _measure(n: int) -> dict:
       resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**10)
   row['epsilon'] = {g['name']: g['epsilon_spent'] for g in summary['groups']}
   row['clients'] = {g['name']: g['clients'] for g in summary['groups']}
+  row['z'] = {g['name']: g['noise_multiplier'] for g in summary['groups']}
   row['acc_g'] = summary['metrics'].get('acc_g')
   return row
 
@@ -116,7 +117,8 @@ def main(argv):
         f'{_ROUNDS.value} rounds after {_WARMUP.value}.')
   print(f'{"N":>9} {"file MB":>8} {"write s":>8} {"load s":>7} '
         f'{"assign s":>8} {"s/round":>8} {"eval s":>7} {"RSS MB":>7} '
-        f'{"worker MB":>9}   epsilon per group (clients)')
+        f'{"worker MB":>9}   epsilon per group (clients, noise multiplier '
+        'z: smaller at larger N, the amplification by sampling)')
   for n in _NUM_CLIENTS.value:
     command = [sys.executable, os.path.abspath(__file__), f'--one={n}',
                f'--clients_per_round={_CLIENTS_PER_ROUND.value}',
@@ -129,8 +131,10 @@ def main(argv):
     if done.returncode:
       sys.exit(f'N={n} failed:\n{done.stderr[-3000:]}')
     row = json.loads(done.stdout.strip().splitlines()[-1])
-    groups = ', '.join(f'{g} {e:.3g} ({row["clients"][g]})'
-                       for g, e in row['epsilon'].items())
+    groups = ', '.join(
+        f'{g} {e:.3g} ({row["clients"][g]}' + (
+            f', z {row["z"][g]:.3g})' if row['z'][g] else ')')
+        for g, e in row['epsilon'].items())
     print(f'{row["N"]:>9} {row["file_MB"]:>8.0f} {row["write_s"]:>8.1f} '
           f'{row["load_s"]:>7.1f} {row["assign_s"]:>8.2f} '
           f'{row["round_s"]:>8.2f} {row["eval_s"]:>7.1f} '

@@ -10,15 +10,39 @@ import os
 from cli import flags
 
 
+# With Robust-HDP's own epsilon lists (--epsilon_distribution=distK), its
+# authors' clip norm and delta, unless the flags say otherwise.
+ROBUST_HDP_CLIP, ROBUST_HDP_DELTA = 3.0, 1e-4
+
+
+def _robust_hdp_defaults() -> tuple[float, float, str | None]:
+  """(clip norm, delta, the line that says so, or None) of the flags."""
+  clip, delta = flags.DP_SGD_CLIP.value, flags.floats(flags.DELTAS)[0]
+  if not flags.EPSILON_DISTRIBUTION.value.startswith('dist'):
+    return clip, delta, None
+  taken = []
+  if not flags.DP_SGD_CLIP.present:
+    clip = ROBUST_HDP_CLIP
+    taken.append(f'c = {clip:g}')
+  if not flags.DELTAS.present:
+    delta = ROBUST_HDP_DELTA
+    taken.append(f'delta = {delta:g}')
+  line = (f'--epsilon_distribution={flags.EPSILON_DISTRIBUTION.value}: the '
+          f'Robust-HDP authors\' {" and ".join(taken)} (give --dp_sgd_clip '
+          'or --deltas to change them).') if taken else None
+  return clip, delta, line
+
+
 def learning_setup():
   """The `UntrustedSettings` of the command line's flags."""
   from tff_hdp.simulation import untrusted_setting  # pylint: disable=g-import-not-at-top
+  clip, delta, _ = _robust_hdp_defaults()
   return untrusted_setting.UntrustedSettings(
       rounds=flags.ROUNDS.value,
       epsilon_distribution=flags.EPSILON_DISTRIBUTION.value,
-      delta=flags.floats(flags.DELTAS)[0],
+      delta=delta,
       learning_rate=flags.CLIENT_LR.value,
-      clip_norm=flags.DP_SGD_CLIP.value,
+      clip_norm=clip,
       seed=flags.SEED.value,
       eval_every=flags.EVAL_EVERY.value,
       checkpoint_every=flags.CHECKPOINT_EVERY.value,
@@ -34,6 +58,9 @@ def run() -> None:
   from tff_hdp.simulation import untrusted_setting  # pylint: disable=g-import-not-at-top
   task = flags.load_task()
   settings = learning_setup()
+  defaults = _robust_hdp_defaults()[2]
+  if defaults:
+    print(defaults)
   flags.print_privacy_warnings()
   name = f'{tables.metric_prefix(task.metric)}_g'
   rows, records = [], []

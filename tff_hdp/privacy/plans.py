@@ -172,11 +172,24 @@ class ClientPrivacy:
                             num_params: int) -> float:
     """Noise power in one round's update (SPEC §3, clipping effective).
 
-    `sigma_i^2 = K_i ceil(N_i / b_i) eta^2 p c^2 z_i^2 / b_i^2`, with the
+    `sigma_i^2 = K_i s_i eta^2 p c^2 z_i^2 / b_i^2`, s_i the steps of an
+    epoch (`local_epoch_steps`; SPEC writes ceil(N_i / b_i)), with the
     expected batch size in place of `b_i` because that is the denominator.
     """
     return (self.steps_per_round * learning_rate**2 * num_params *
             (clip_norm * self.noise_multiplier / self.expected_batch_size)**2)
+
+
+# The DP-SGD conventions where the papers are silent (README, "Conventions"),
+# in every untrusted and cross-silo run key: 1 took ceil(n/b) steps an epoch.
+DP_SGD_CONVENTIONS = 2
+
+
+def local_epoch_steps(num_examples: int, batch_size: int) -> int:
+  """Steps of one local DP-SGD epoch: floor(n / b), at least one, each a
+  Poisson sample at rate b / n, as Opacus (`int(1 / q)`) and the MR-MTL
+  authors' code take it; the papers do not say."""
+  return max(1, num_examples // batch_size)
 
 
 # How far below a stored z another z must fail the target for the stored one
@@ -195,7 +208,7 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
                         ) -> ClientPrivacy:
   """Calibrates z for `rounds` rounds of `epochs_per_round` DP-SGD epochs.
 
-  One epoch is `ceil(num_examples / batch_size)` Poisson-sampled steps. With
+  One epoch is `local_epoch_steps` Poisson-sampled steps. With
   `selection_rounds` > 0, that many (selection_epsilon, 0)-DP selections share
   the budget: DP-SGD gets what they leave. delta must be below 1/num_examples
   unless `allow_large_delta` (experiments only). Plans are cached: a sweep or
@@ -218,7 +231,7 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
     raise ValueError('rounds and epochs per round must be >= 1, got '
                      f'{rounds} and {epochs_per_round}.')
   q = float(np.float32(batch_size / num_examples))
-  steps = epochs_per_round * -(-num_examples // batch_size)
+  steps = epochs_per_round * local_epoch_steps(num_examples, batch_size)
   if selection_rounds < 0 or selection_rounds > rounds:
     raise ValueError(f'selection rounds must be in [0, {rounds}] (the '
                      f'rounds), got {selection_rounds}.')

@@ -26,7 +26,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tqdm
 
-from tff_hdp.privacy.plans import ClientPrivacy
+from tff_hdp.privacy.plans import DP_SGD_CONVENTIONS, ClientPrivacy
 from tff_hdp.privacy.plans import plan_client_privacy
 from tff_hdp.simulation import checkpointing
 from tff_hdp.learning import cross_silo_process
@@ -244,7 +244,8 @@ def run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
   if not key['cohort_size']:
     key.pop('cohort_size')  # keeps checkpoints of earlier versions valid
   key.update(task=task.name, method=algorithm.name,
-             batch_size=task.batch_size, data=task.data_digest)
+             batch_size=task.batch_size, data=task.data_digest,
+             loss=task.loss_fn().name, conventions=DP_SGD_CONVENTIONS)
   return runtime.with_worker_count(key)
 
 

@@ -149,7 +149,8 @@ def run_key(task: FederatedTask, algorithm: str,
          if k != 'checkpoint_every'}
   return runtime.with_worker_count(dict(
       key, task=task.name, algorithm=algorithm, batch_size=task.batch_size,
-      data=task.data_digest))
+      data=task.data_digest, loss=task.loss_fn().name,
+      conventions=plans.DP_SGD_CONVENTIONS))
 
 
 def completed_summary(task: FederatedTask, algorithm: str,

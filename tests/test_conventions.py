@@ -1,0 +1,62 @@
+"""Each convention the README's table "Where the papers are silent" states,
+pinned: the steps of a local DP-SGD epoch, School's loss, and Robust-HDP's
+clip norm and delta with its epsilon lists."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tasks import cross_silo
+from tests import repository
+from tff_hdp.privacy import plans
+
+
+@pytest.mark.parametrize('n,b,steps', [(48, 32, 1), (63, 32, 1), (64, 32, 2),
+                                       (32, 32, 1), (1000, 64, 15)])
+def test_a_local_epoch_is_floor_n_over_b_steps_at_least_one(n, b, steps):
+  assert plans.local_epoch_steps(n, b) == steps
+  plan = plans.plan_client_privacy(6.0, 1e-3, n, b, rounds=10,
+                                   allow_large_delta=True)
+  assert plan.steps_per_round == steps
+  assert plan.sampling_rate == pytest.approx(b / n, rel=1e-6)
+  ditto = plans.plan_client_privacy(6.0, 1e-3, n, b, rounds=10,
+                                    epochs_per_round=2, allow_large_delta=True)
+  assert ditto.steps_per_round == 2 * steps
+
+
+def test_schools_loss_has_the_half():
+  loss = cross_silo.HalfSquaredError(reduction=tf.keras.losses.Reduction.NONE)
+  got = loss(np.array([[3.0], [1.0]]), np.array([[1.0], [1.5]])).numpy()
+  np.testing.assert_allclose(got, [2.0, 0.125])  # errors 2 and -0.5
+  assert cross_silo.HalfSquaredError().name == 'half_squared_error'
+
+
+def _untrusted(tmp_path, *extra):
+  out = tmp_path / f'out{len(extra)}'
+  result = subprocess.run(
+      [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
+       '--task=digits', '--num_clients=20', '--algorithms=weiavg',
+       '--epsilon_distribution=dist1', '--rounds=1', '--checkpoint_every=0',
+       f'--output_dir={out}', *extra],
+      capture_output=True, text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+  with open(out / 'weiavg' / 'summary.json') as f:
+    return result.stdout, json.load(f)['settings']
+
+
+def test_robust_hdp_lists_take_its_authors_clip_and_delta(tmp_path):
+  stdout, settings = _untrusted(tmp_path)
+  assert ("--epsilon_distribution=dist1: the Robust-HDP authors' c = 3 and "
+          'delta = 0.0001 (give --dp_sgd_clip or --deltas to change them).'
+          in stdout.splitlines())
+  assert (settings['clip_norm'], settings['delta']) == (3.0, 1e-4)
+  stdout, settings = _untrusted(tmp_path, '--dp_sgd_clip=1.5')
+  assert ("--epsilon_distribution=dist1: the Robust-HDP authors' delta = "
+          '0.0001 (give --dp_sgd_clip or --deltas to change them).'
+          in stdout.splitlines())
+  assert (settings['clip_norm'], settings['delta']) == (1.5, 1e-4)
