@@ -31,6 +31,7 @@ def learning_setup():
       selection_share=flags.SELECTION_SHARE.value, seed=flags.SEED.value,
       eval_every=flags.EVAL_EVERY.value, checkpoint_every=flags.CHECKPOINT_EVERY.value,
       cohort_size=flags.COHORT_SIZE.value,
+      regularizer_placement=flags.REGULARIZER_PLACEMENT.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
   return settings, lambdas, rates

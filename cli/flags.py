@@ -58,6 +58,13 @@ ALGORITHMS = absl_flags.DEFINE_list(
 LAMBDAS = absl_flags.DEFINE_list(
     'lambdas', ['0.1'], 'Cross-silo: regularization lambda of mrmtl, ditto '
     'and ifca_mrmtl; several values are a sweep.')
+REGULARIZER_PLACEMENT = absl_flags.DEFINE_enum(
+    'regularizer_placement', 'per_example', ['per_example', 'after_noise'],
+    'Cross-silo mrmtl, ditto, ifca_mrmtl: where the pull lambda (w - w_bar) '
+    'joins DP-SGD\'s gradient. per_example: inside every example\'s loss, '
+    'clipped and noised with it (the MR-MTL authors\' code); after_noise: '
+    'added to the noisy gradient (data-independent, so free of privacy cost; '
+    'SPEC.md section 2).')
 CLIENT_LRS = absl_flags.DEFINE_list(
     'client_lrs', None, 'Cross-silo: DP-SGD learning rates to sweep '
     '(default: --client_lr).')
@@ -249,6 +256,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'rpca_freeze_after_round': (UNTRUSTED,),
     **{name: (CROSS_SILO,) for name in (
         'lambdas', 'client_lrs', 'sweep', 'num_clusters',
+        'regularizer_placement',
         'selection_fraction', 'selection_share')},
     **{name: (POINT_ESTIMATION,) for name in (
         'trials', 'pe_clients', 'pe_private', 'pe_samples', 'pe_tau2',

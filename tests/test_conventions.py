@@ -1,6 +1,7 @@
 """Each convention the README's table "Where the papers are silent" states,
-pinned: the steps of a local DP-SGD epoch, School's loss, and Robust-HDP's
-clip norm and delta with its epsilon lists."""
+pinned: the steps of a local DP-SGD epoch, School's loss, Robust-HDP's
+clip norm and delta with its epsilon lists, and where MR-MTL's pull joins
+DP-SGD's gradient (tests/learning/test_dp_sgd.py checks both placements)."""
 
 import json
 import os
@@ -60,3 +61,12 @@ def test_robust_hdp_lists_take_its_authors_clip_and_delta(tmp_path):
           '0.0001 (give --dp_sgd_clip or --deltas to change them).'
           in stdout.splitlines())
   assert (settings['clip_norm'], settings['delta']) == (1.5, 1e-4)
+
+
+def test_mrmtls_pull_is_clipped_with_each_example_by_default():
+  from tff_hdp.simulation import cross_silo_setting  # pylint: disable=g-import-not-at-top
+  settings = cross_silo_setting.CrossSiloSettings(
+      rounds=1, epsilons=(1.0,), delta=1e-3, learning_rate=0.1, clip_norm=1.0)
+  assert settings.regularizer_placement == 'per_example'
+  from cli import flags  # pylint: disable=g-import-not-at-top
+  assert flags.REGULARIZER_PLACEMENT.default == 'per_example'

@@ -135,6 +135,68 @@ def check_clipped_sum_equals_per_example(loss_fn, inputs, variables, clip):
     np.testing.assert_allclose(f.numpy(), r.numpy(), rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize('in_graph', [True, False])
+def test_a_shift_joins_every_examples_gradient_before_clipping(in_graph):
+  # Convs, Dense and a LayerNorm: per-layer (in a graph) and jacobian paths.
+  tf.keras.utils.set_random_seed(4)
+  model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(6, 6, 1)),
+      tf.keras.layers.Conv2D(2, 3, padding='same', activation='relu'),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.LayerNormalization(),
+      tf.keras.layers.Dense(3),
+  ])
+  rng = np.random.default_rng(5)
+  x = rng.normal(size=(7, 6, 6, 1)).astype(np.float32)
+  y = rng.integers(0, 3, 7).astype(np.int32)
+  variables = model.trainable_variables
+  shift = [tf.constant(rng.normal(scale=0.3, size=v.shape), tf.float32)
+           for v in variables]
+  loss_fn = lambda batch: _per_example_ce(batch[1],
+                                          model(batch[0], training=True))
+  # Independent: materialize each example's gradient plus the shift, clip
+  # it to the joint norm, and sum.
+  per_example = dp_sgd.per_example_gradients(loss_fn, (x, y), variables)
+  shifted = [g + t[tf.newaxis] for g, t in zip(per_example, shift)]
+  norms = np.sqrt(sum(np.sum(np.reshape(g, [7, -1])**2, 1) for g in shifted))
+  clip = float(np.median(norms))
+  assert np.any(norms < clip) and np.any(norms > clip)
+  scale = clip / np.maximum(norms, clip)
+  expected = [np.tensordot(scale, g.numpy(), axes=1) for g in shifted]
+  call = lambda: dp_sgd.clipped_gradient_sum(loss_fn, (x, y), variables, clip,
+                                             shift)
+  got = tf.function(call)() if in_graph else call()
+  for g, e in zip(got, expected):
+    np.testing.assert_allclose(g.numpy(), e, rtol=1e-4, atol=1e-6)
+
+
+def test_the_regularizer_placement_decides_where_the_pull_goes():
+  model = _softmax_model_fn()()
+  x, y = _data(40)
+  anchor = [tf.ones_like(v) for v in model.trainable_variables]
+  updates = {}
+  for placement in dp_sgd.REGULARIZER_PLACEMENTS:
+    train = dp_sgd.build_local_dp_sgd(model, _per_example_ce, 0.5, 0.1,
+                                      placement)
+    initial = tff.learning.models.ModelWeights.from_model(model)
+    initial = tf.nest.map_structure(lambda v: tf.identity(v), initial)
+    # Rate 1: every example in the step, the expected batch exactly.
+    update, _ = train(initial, (x, y), tf.constant(0.0), tf.constant(1.0),
+                      tf.constant(1), tf.constant([1, 2], tf.int64),
+                      tf.constant(2.0), initial.trainable.__class__(anchor))
+    updates[placement] = update
+    tf.nest.map_structure(lambda v, t: v.assign(t), model.trainable_variables,
+                          list(initial.trainable))
+  # A pull of norm ~2 (lambda 2, |w - 1| ~ 1) against a clip of 0.1: clipped
+  # with the examples it is small, after the noise it is not.
+  inside = np.sqrt(sum(np.sum(np.square(u)) for u in updates['per_example']))
+  after = np.sqrt(sum(np.sum(np.square(u)) for u in updates['after_noise']))
+  assert inside <= 0.5 * 0.1 * 1.0001  # lr * clip: every step's mean is <= c
+  assert after > 10 * inside
+  with pytest.raises(ValueError, match='regularizer placement must be one'):
+    dp_sgd.build_local_dp_sgd(model, _per_example_ce, 0.5, 0.1, 'inside')
+
+
 def test_noisy_gradient_is_clipped_mean_plus_returned_noise():
   w = tf.Variable(tf.zeros([4000]))
   x = tf.constant(np.random.default_rng(0).normal(size=(3, 4000)),
@@ -178,14 +240,14 @@ def test_reported_epsilon_equals_dp_accounting_computed_directly():
                                        num_examples=100, batch_size=16,
                                        rounds=10)
   assert privacy.sampling_rate == float(np.float32(0.16))
-  assert privacy.steps_per_round == 7
+  assert privacy.steps_per_round == 6  # floor(100 / 16)
   accountant = rdp.RdpAccountant(
       neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
   accountant.compose(
       dp_accounting.SelfComposedDpEvent(
           dp_accounting.PoissonSampledDpEvent(
               privacy.sampling_rate,
-              dp_accounting.GaussianDpEvent(privacy.noise_multiplier)), 70))
+              dp_accounting.GaussianDpEvent(privacy.noise_multiplier)), 60))
   direct = accountant.get_epsilon(1e-5)
   assert privacy.epsilon_after(10) == pytest.approx(direct, rel=1e-12)
   assert 0.99 * 2.0 <= direct <= 2.0 * (1 + 1e-6)

@@ -6,8 +6,10 @@ step with a different role:
   * optionally pick the cluster privately (IFCA's exponential mechanism over
     the clusters' error rates, report-noisy-min with Gumbel noise);
   * one epoch of DP-SGD at the silo's own noise multiplier and sampling rate,
-    with the data-independent pull `lambda (w - anchor)` toward its cluster's
-    model added after clipping and noising;
+    with the pull `lambda (w - anchor)` toward its cluster's model inside
+    every example's gradient (clipped and noised with it, as the MR-MTL
+    authors' code has it) or added after clipping and noising
+    (`regularizer_placement`);
   * send the change `Delta_k` (as a pseudo-gradient) with weight
     `one_hot(cluster) * n_k` to a per-cluster mean (a `tff.aggregators`
     factory, `ClusterMeanFactory` by default).
@@ -135,7 +137,8 @@ def _stack(models):
 
 
 def _build_silo_round(model_fn, per_example_loss, per_example_error,
-                      clip_norm, num_clusters, personal_epoch):
+                      clip_norm, num_clusters, personal_epoch,
+                      regularizer_placement):
   """The body of a silo's round, `(models, personal, (x, y), own, role) ->
   (update, weight, outputs, non_finite)` on its examples, for a tf.function
   (whose automatic control dependencies keep its stateful steps, assigning
@@ -143,7 +146,8 @@ def _build_silo_round(model_fn, per_example_loss, per_example_error,
   order)."""
   local = model_fn()
   # The step size comes from the role at every call.
-  train = dp_sgd.build_local_dp_sgd(local, per_example_loss, 1.0, clip_norm)
+  train = dp_sgd.build_local_dp_sgd(local, per_example_loss, 1.0, clip_norm,
+                                    regularizer_placement)
 
   def silo_round(models, personal, examples, own, role):
     x, y = examples
@@ -212,11 +216,12 @@ def _build_silo_round(model_fn, per_example_loss, per_example_error,
 
 
 def _build_client_step(model_fn, per_example_loss, per_example_error,
-                       clip_norm, num_clusters, personal_epoch):
+                       clip_norm, num_clusters, personal_epoch,
+                      regularizer_placement):
   """One silo's round as one tf.function (see `_build_silo_round`)."""
   silo_round = _build_silo_round(model_fn, per_example_loss,
                                  per_example_error, clip_norm, num_clusters,
-                                 personal_epoch)
+                                 personal_epoch, regularizer_placement)
 
   @tf.function
   def step(models, personal, client_data):
@@ -229,13 +234,14 @@ def _build_client_step(model_fn, per_example_loss, per_example_error,
 
 
 def _build_packed_step(model_fn, per_example_loss, per_example_error,
-                       clip_norm, num_clusters, personal_epoch):
+                       clip_norm, num_clusters, personal_epoch,
+                      regularizer_placement):
   """The round of a TFF client holding K silos (`pack_silos`): each silo's
   round in turn, on its own examples only, in one in-graph loop; the
   results stacked along a leading axis (non-finite counts summed)."""
   silo_round = _build_silo_round(model_fn, per_example_loss,
                                  per_example_error, clip_norm, num_clusters,
-                                 personal_epoch)
+                                 personal_epoch, regularizer_placement)
 
   @tf.function
   def step(models, personal, packed):
@@ -290,7 +296,9 @@ def build_cross_silo_process(
     aggregator: tff.aggregators.WeightedAggregationFactory | None = None,
     cluster_init_stddev: float = 0.1,
     seed: int = 0,
-    packed: bool = False) -> tff.templates.IterativeProcess:
+    packed: bool = False,
+    regularizer_placement: str = dp_sgd.REGULARIZER_PER_EXAMPLE
+) -> tff.templates.IterativeProcess:
   """The round of every cross-silo method; see the module docstring.
 
   `per_example_error(y, predictions)` is the 0/1 error IFCA's selection
@@ -317,6 +325,11 @@ def build_cross_silo_process(
       personal models stacked `[K, ...]`, their data padded, their outputs
       stacked. Each silo still runs its own round on its own examples with
       its own seed, so only TFF's per-client cost changes.
+    regularizer_placement: where MR-MTL's (and Ditto's) pull
+      `lambda (w - anchor)` joins DP-SGD's gradient (one of
+      `dp_sgd.REGULARIZER_PLACEMENTS`): inside every example's gradient,
+      clipped and noised with it (the MR-MTL authors' code), or added to
+      the noisy gradient (data-independent; SPEC.md §2).
 
   Returns:
     A `tff.templates.IterativeProcess` with `next(state, personal,
@@ -384,7 +397,7 @@ def build_cross_silo_process(
   @tff.tensorflow.computation(models_type, personal_type, data_type)
   def client_step(models, personal, client_data):
     step = build_step(model_fn, per_example_loss, per_example_error,
-                      clip_norm, num_clusters, personal_epoch)
+                      clip_norm, num_clusters, personal_epoch, regularizer_placement)
     return step(models, personal, client_data)
 
   @tff.tensorflow.computation(models_type, models_type.clusters)

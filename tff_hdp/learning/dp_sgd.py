@@ -131,8 +131,16 @@ def _conv_per_example_kernel_gradients(op, output_grads):
 
 
 def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
-                         inputs, variables, clip_norm) -> list[tf.Tensor]:
+                         inputs, variables, clip_norm,
+                         shift=None) -> list[tf.Tensor]:
   """`clipped_sum(per_example_gradients(...))`, per layer where it can.
+
+  With `shift` (one tensor per variable), every example's gradient is
+  `g_i + shift` before it is clipped: the gradient of a loss term all
+  examples share, such as MR-MTL's `lambda/2 ||w - w_bar||^2` inside the
+  per-example loss. Its norm is `||g_i||^2 + 2 <g_i, shift> + ||shift||^2`
+  (the inner product taken per layer too), and the clipped sum is
+  `sum_i s_i g_i + (sum_i s_i) shift`.
 
   `per_example_gradients` runs a forward and backward pass per example. In
   graph mode (a
@@ -182,6 +190,9 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
         a = op.inputs[0]
         squares.append(
             tf.reduce_sum(a * a, axis=1) * tf.reduce_sum(g * g, axis=1))
+        if shift is not None:  # <a_i g_i^T, S> = a_i^T S g_i
+          squares.append(2.0 * tf.reduce_sum(
+              tf.matmul(a, shift[i]) * g, axis=1))
         pieces[i] = (a, g)
       else:
         if op.type == 'BiasAdd':
@@ -189,9 +200,18 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
         else:
           g = _conv_per_example_kernel_gradients(op, g)
         grads[i] = g
-  squares += [tf.reduce_sum(tf.reshape(g * g, [batch, -1]), axis=1)
-              for g in grads if g is not None]
-  norms = tf.sqrt(tf.add_n(squares))
+  for i, g in enumerate(grads):
+    if g is None:
+      continue
+    squares.append(tf.reduce_sum(tf.reshape(g * g, [batch, -1]), axis=1))
+    if shift is not None:
+      squares.append(2.0 * tf.reduce_sum(tf.reshape(
+          g * tf.reshape(shift[i], tf.shape(g)[1:])[tf.newaxis],
+          [batch, -1]), axis=1))
+  if shift is not None:
+    squares.append(tf.fill([batch], tf.add_n(
+        [tf.reduce_sum(t * t) for t in shift])))
+  norms = tf.sqrt(tf.maximum(tf.add_n(squares), 0.0))
   scale, finite = clipping.safe_clip_scale(norms, clip_norm)
   summed = []
   for i, v in enumerate(variables):
@@ -204,6 +224,9 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
       summed.append(tf.reshape(
           tf.tensordot(scale, clipping.zero_rows(grads[i], finite), axes=1),
           tf.shape(v)))
+  if shift is not None:
+    total = tf.reduce_sum(scale)  # dropped examples have scale 0
+    summed = [s + total * t for s, t in zip(summed, shift)]
   return summed
 
 
@@ -217,19 +240,21 @@ def standard_noise(variables, seed) -> list[tf.Tensor]:
 
 def private_mean_gradient(per_example_loss_fn: Callable[[object], tf.Tensor],
                           inputs, variables, batch_size, clip_norm,
-                          noise_multiplier, expected_batch_size, seed):
+                          noise_multiplier, expected_batch_size, seed,
+                          shift=None):
   """One DP-SGD gradient: `(clipped sum + N(0, (z c)^2 I)) / B`.
 
   `inputs` are the `batch_size` sampled examples and `per_example_loss_fn`
-  maps such a batch to its losses (see `per_example_gradients`); an empty
-  batch contributes noise only. Returns the noisy mean
-  gradient and, separately, the noise it contains (for measuring noise power;
-  never sent anywhere).
+  maps such a batch to its losses (see `per_example_gradients`); `shift` is
+  added to every example's gradient before clipping
+  (`clipped_gradient_sum`); an empty batch contributes noise only. Returns
+  the noisy mean gradient and, separately, the noise it contains (for
+  measuring noise power; never sent anywhere).
   """
   summed = tf.cond(
       batch_size > 0,
       lambda: clipped_gradient_sum(per_example_loss_fn, inputs, variables,
-                                   clip_norm),
+                                   clip_norm, shift),
       lambda: [tf.zeros_like(v) for v in variables])
   noise = [noise_multiplier * clip_norm * n / expected_batch_size
            for n in standard_noise(variables, seed)]
@@ -248,10 +273,17 @@ def whole_dataset(data: tf.data.Dataset):
   return data.unbatch().batch(np.iinfo(np.int32).max).get_single_element()
 
 
+# Where the pull `regularization * (w - anchor)` joins DP-SGD's gradient.
+REGULARIZER_PER_EXAMPLE = 'per_example'  # in each example's gradient, clipped
+REGULARIZER_AFTER_NOISE = 'after_noise'  # added to the noisy mean gradient
+REGULARIZER_PLACEMENTS = (REGULARIZER_PER_EXAMPLE, REGULARIZER_AFTER_NOISE)
+
+
 def build_local_dp_sgd(model: tff.learning.models.VariableModel,
                        per_example_loss: Callable[[tf.Tensor, tf.Tensor],
                                                   tf.Tensor],
-                       learning_rate: float, clip_norm: float
+                       learning_rate: float, clip_norm: float,
+                       regularizer_placement: str = REGULARIZER_AFTER_NOISE
                        ) -> tf.types.experimental.GenericFunction:
   """tf.function: one round of DP-SGD steps on `model`, from given weights.
 
@@ -261,23 +293,31 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   Returns the pseudo-gradient `initial - final` (TFF's convention) and the
   part of it that is DP noise. Pass the scalars as tensors so that clients
   with different settings share one trace. With an `anchor` (trainable
-  weights), each step adds `regularization * (w - anchor)` to the noisy
-  gradient: MR-MTL's and Ditto's data-independent pull, which costs no
-  privacy because it is added after clipping and noising. A `step_size`
-  tensor given at call time replaces `learning_rate`, so that one trace
-  serves a whole learning-rate sweep.
+  weights), each step pulls toward it by `regularization * (w - anchor)`,
+  the gradient of MR-MTL's and Ditto's `lambda/2 ||w - anchor||^2`: with
+  `regularizer_placement` 'after_noise' added to the noisy mean gradient
+  (data-independent, so it costs no privacy), with 'per_example' added to
+  every example's gradient before clipping, as a term of the per-example
+  loss (the MR-MTL authors' code). A `step_size` tensor given at call time
+  replaces `learning_rate`, so that one trace serves a whole learning-rate
+  sweep.
 
   Args:
     model: the model whose variables the steps train.
     per_example_loss: `(y, predictions)` to the `[b]` losses.
     learning_rate: the step size when no `step_size` is given.
     clip_norm: c, the per-example clip norm.
+    regularizer_placement: where the pull toward an `anchor` joins the
+      gradient, one of `REGULARIZER_PLACEMENTS`.
 
   Returns:
     The tf.function `train(initial_weights, data, noise_multiplier,
     sampling_rate, steps, seed, regularization=0.0, anchor=None,
     step_size=None) -> (update, noise)`.
   """
+  if regularizer_placement not in REGULARIZER_PLACEMENTS:
+    raise ValueError(f'regularizer placement must be one of '
+                     f'{REGULARIZER_PLACEMENTS}, got {regularizer_placement!r}.')
   weights = tff.learning.models.ModelWeights.from_model(model)
   trainable = tf.nest.flatten(weights.trainable)
 
@@ -304,13 +344,18 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
           num_examples, sampling_rate,
           tf.random.experimental.stateless_fold_in(step_seed, 0))
 
+      pulls = None if anchor is None else [
+          regularization * (v - a)
+          for v, a in zip(trainable, tf.nest.flatten(anchor))]
       grads, noise = private_mean_gradient(
           loss_fn, (tf.gather(x, idx), tf.gather(y, idx)), trainable,
           tf.size(idx), clip_norm, noise_multiplier, expected_batch_size,
-          tf.random.experimental.stateless_fold_in(step_seed, 1))
-      if anchor is not None:
-        grads = [g + regularization * (v - a) for g, v, a in zip(
-            grads, trainable, tf.nest.flatten(anchor))]
+          tf.random.experimental.stateless_fold_in(step_seed, 1),
+          shift=pulls if regularizer_placement == REGULARIZER_PER_EXAMPLE
+          else None)
+      if pulls is not None and (
+          regularizer_placement == REGULARIZER_AFTER_NOISE):
+        grads = [g + p for g, p in zip(grads, pulls)]
       lr = learning_rate if step_size is None else step_size
       for v, g in zip(trainable, grads):
         v.assign_sub(lr * g)

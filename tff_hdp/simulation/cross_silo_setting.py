@@ -77,6 +77,9 @@ class CrossSiloSettings:
   checkpoint_every: int = 10
   # > 1: up to this many silos per TFF client (tff_hdp.learning.execution).
   cohort_size: int = 0
+  # Where the pull lambda (w - w_bar) joins DP-SGD's gradient
+  # (tff_hdp.learning.dp_sgd.REGULARIZER_PLACEMENTS).
+  regularizer_placement: str = 'per_example'
   # Voids the guarantee: see tff_hdp.privacy.dp_randomness.
   unsafe_seeded_dp_randomness: bool = False
   allow_large_delta: bool = False  # accept delta >= n_k^-1.1
@@ -225,7 +228,8 @@ def build_process(task: FederatedTask, algorithm: algorithms.Algorithm,
       task.metric_record.per_example_error if algorithm.clustered else None,
       settings.clip_norm,
       num_clusters=settings.num_clusters if algorithm.clustered else 1,
-      personal_epoch=algorithm.personal_epoch, seed=settings.seed)
+      personal_epoch=algorithm.personal_epoch, seed=settings.seed,
+      regularizer_placement=settings.regularizer_placement)
 
 
 def configuration_name(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) -> str:
