@@ -78,6 +78,7 @@ CROSS_SILO_CHANGES = SHARED_CHANGES + [
     ('num_clusters', ['--algorithms=ifca'], '2'),
     ('selection_fraction', ['--algorithms=ifca'], '0.2'),
     ('selection_share', ['--algorithms=ifca'], '0.05'),
+    ('regularizer_placement', ['--algorithms=mrmtl'], 'after_noise'),
 ]
 NOT_IN_KEY = {
     'output_dir': 'the folder the run is found in: another folder is another '
@@ -92,6 +93,9 @@ NOT_IN_KEY = {
                '(tests/simulation/test_remote_workers.py::'
                'test_another_worker_count_is_another_run)',
     'worker_timeout': 'how long a silent worker is waited for',
+    'worker_data': 'where the workers read the same clients: a stored task '
+                   'keeps the data digest and trains bit for bit as in '
+                   'memory (tests/tasks/test_stored_task.py)',
     'dry_run': 'checks the flags and trains nothing',
     'sweep': 'chooses the grid; each point is its own folder, named by its '
              'lambda and learning rate (the --lambdas, --client_lrs cases)',
