@@ -88,8 +88,8 @@ def test_tff_pool_runs_blocking_workers_one_after_another():
 def test_each_worker_runs_on_its_own_thread_at_once():
   form, slices = _form_and_slices([1.0, 2.0], 2)
   barrier = threading.Barrier(2)
-  workers = [remote_execution.WorkerContext(_BlockingWorker(i, form, barrier))
-             for i in range(2)]
+  workers = [remote_execution.WorkerContext(
+      f'worker{i}', _BlockingWorker(i, form, barrier)) for i in range(2)]
   total, values = _run(remote_execution.invoke_in_slice_order(
       form, slices, workers))
   assert total == 3.0
@@ -105,7 +105,8 @@ def _reverse_finishing_workers(form):
   finished = {(part, i): threading.Event() for i in range(3)
               for part in ('up_to_merge', 'after_merge')}
   return [remote_execution.WorkerContext(
-      _BlockingWorker(i, form, finished=finished)) for i in range(3)]
+      f'worker{i}', _BlockingWorker(i, form, finished=finished))
+          for i in range(3)]
 
 
 def test_tff_pool_merges_and_joins_in_completion_order():

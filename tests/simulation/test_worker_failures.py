@@ -31,7 +31,7 @@ def two_workers():
   yield [f'{workers.LOOPBACK}:{p}' for p in ports]
   for process in processes:
     workers.stop_process(process)
-  runtime.stop_workers()
+  runtime.init()  # the local context the rest of the suite runs in
 
 
 @pytest.fixture

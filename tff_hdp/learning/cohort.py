@@ -91,6 +91,8 @@ def pack_cohort(client_data: Sequence, one_hots: Sequence[np.ndarray],
   len pads with empty clients."""
   k = len(client_data)
   slots = k if slots is None else slots
+  if not 0 < k <= slots:
+    raise ValueError(f'{k} clients do not fit in {slots} cohort slots.')
   groups = np.zeros((slots, num_groups), np.float32)
   groups[:k] = np.asarray(one_hots, np.float32)
   if isinstance(client_data[0], federated_task.StoredExamples):
