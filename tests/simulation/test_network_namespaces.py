@@ -9,6 +9,7 @@ Skipped, saying why, where namespaces cannot be made (not root, no `ip`).
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -58,8 +59,16 @@ def _namespaces_or_skip(count):
 
 
 def _remove(namespaces):
+  """Kills every process left in each namespace (a worker's worker_binary
+  outlives a killed run_worker.py), then deletes it and its veth pair."""
   for name in namespaces:
-    _ip('netns', 'delete', name, check=False)  # takes its veth pair along
+    pids = _ip('netns', 'pids', name, check=False).stdout.split()
+    for pid in pids:
+      try:
+        os.kill(int(pid), signal.SIGKILL)
+      except (ProcessLookupError, ValueError):
+        pass
+    _ip('netns', 'delete', name, check=False)
 
 
 @pytest.fixture
@@ -84,7 +93,10 @@ def namespaced_workers():
     for process in processes:
       process.kill()
       process.wait()
-    _remove([name for name, _ in spaces])
+    names = [name for name, _ in spaces]
+    _remove(names)
+    for name in names:  # nothing of the test outlives it
+      assert name not in _ip('netns', 'list').stdout
 
 
 def test_workers_in_their_own_network_namespaces_give_the_local_results(
