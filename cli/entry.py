@@ -179,10 +179,4 @@ def run(main: Callable[[list[str]], None], usage: str,
   except KeyboardInterrupt:
     sys.stderr.write(f'\n{program()}: interrupted; re-run the same command '
                      'to resume from the last checkpoint.\n')
-    sys.stderr.flush()
-    sys.stdout.flush()
-    # Now, not after the round in flight: a normal exit would first wait
-    # for TFF's event loop to finish it (its finalizer joins the thread).
-    # Every file is written whole or not at all, and the local worker dies
-    # with this process.
-    os._exit(EXIT_INTERRUPTED)  # pylint: disable=protected-access
+    sys.exit(EXIT_INTERRUPTED)

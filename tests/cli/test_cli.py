@@ -127,10 +127,14 @@ def test_a_given_clip_count_noise_equal_to_the_default_is_the_same_run(
 
 
 def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path):
+  # As from a terminal: a suite started in the background (`cmd &` in a
+  # script) passes on SIGINT ignored, and Python then never raises
+  # KeyboardInterrupt.
   process = subprocess.Popen(
       [sys.executable, os.path.join(ROOT, 'run_experiment.py'),
        '--rounds=1000', '--clip_count_stddev=50', f'--output_dir={tmp_path}'],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   # Interrupt once training has started: the progress bar is on stderr.
   seen = ''
   while 'round' not in seen:
