@@ -396,12 +396,15 @@ def _flat_examples(task: FederatedTask, arrays: Arrays,
   return x, labels
 
 
-def write_task(task: FederatedTask, path: str) -> None:
+def write_task(task: FederatedTask, path: str,
+               classes: bool | None = None) -> None:
   """Writes `task`'s clients, training and test examples, as an SqlClientData
   file of 'x'/'y' examples (features flattened), client k under the id
-  `f'{k:08d}'` (TFF sorts ids as strings), with the task's data digest."""
+  `f'{k:08d}'` (TFF sorts ids as strings), with the task's data digest.
+  `classes`: `_holds_classes(task)`, if the caller has it already."""
   ids = task.client_ids
-  classes = _holds_classes(task)
+  if classes is None:
+    classes = _holds_classes(task)
 
   def chunks():
     for start in range(0, len(ids), _CLIENTS_PER_CHUNK):
@@ -428,8 +431,9 @@ def stored_task(task: FederatedTask, path: str) -> FederatedTask:
   orders and results, but a round sends clients' ids and orders, not their
   examples. Every worker must see the file at `path`. A ValueError names
   `path` when it holds other data."""
+  classes = _holds_classes(task)
   if not os.path.exists(path):
-    write_task(task, path)
+    write_task(task, path, classes)
   written = _written_digest(path)
   if written != task.data_digest:
     raise ValueError(f'{path} holds other clients than task {task.name!r} '
@@ -438,7 +442,6 @@ def stored_task(task: FederatedTask, path: str) -> FederatedTask:
   x, y = task.train_arrays(task.client_ids[0])
   train = tff.simulation.datasets.SqlClientData(path, split_name='train')
   test = tff.simulation.datasets.SqlClientData(path, split_name='test')
-  classes = _holds_classes(task)
   spec = {'x': tf.io.FixedLenFeature([int(np.prod(x.shape[1:], dtype=int))],
                                      tf.float32),
           'y': tf.io.FixedLenFeature(

@@ -92,26 +92,21 @@ class ClientSource(abc.ABC):
     """Adds what identifies the clients' data to a hashlib object."""
 
   # Whether TFF workers read the clients' training examples from storage
-  # themselves (`stored_key`, `read_stored`), so a round carries no examples;
-  # not for arrays in memory.
+  # themselves, so a round carries no examples; not for arrays in memory.
+  # A source that says so also has `stored_key(client_id) -> str` (what
+  # names the client's training examples in that storage, e.g. its id in a
+  # SqlClientData file) and `read_stored(key)` (in a graph, wherever it
+  # runs: the training `(x, y)`, in stored order, of the client whose key is
+  # the string tensor `key`).
   workers_read: bool = False
-
-  def stored_key(self, client_id: Hashable) -> str:
-    """What names the client's training examples in the storage the TFF
-    workers read (`read_stored`), e.g. its id in a SqlClientData file."""
-    raise NotImplementedError(f'{type(self).__name__} stores no clients.')
-
-  def read_stored(self, key: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """In a graph, wherever it runs: the training `(x, y)`, in stored order,
-    of the client whose `stored_key` is the string `key`."""
-    raise NotImplementedError(f'{type(self).__name__} stores no clients.')
 
 
 @dataclasses.dataclass(frozen=True)
 class StoredExamples:
   """A client's training examples as a TFF worker reads them: `read(key)`
-  (a `ClientSource.read_stored`) gives them in stored order, `order` is the
-  permutation to train in. `read_on_worker` turns clients into a dataset."""
+  (a source's `read_stored`, see `ClientSource.workers_read`) gives them in
+  stored order, `order` is the permutation to train in. `read_on_worker`
+  turns clients into a dataset."""
 
   key: str
   order: np.ndarray
