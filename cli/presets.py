@@ -114,11 +114,13 @@ class FigurePreset:
 
 
 # Robust-HDP's Figure 2 on Fashion-MNIST: 20 clients, full participation,
-# E = 200 rounds, the authors' c = 3 and delta = 1e-4, Dist1-Dist9.
+# E = 200 rounds, the authors' c = 3 and delta = 1e-4, Dist1-Dist9. Dist1,
+# Dist6 and Dist9 (the ones the paper's text discusses) run first, so an
+# unfinished figure already checks its claims.
 FIGURES = {
     'robust_hdp_fig2': FigurePreset(
         'Robust-HDP Figure 2 (Fashion-MNIST, IID)', 'fashion_mnist_iid', 20,
-        tuple(f'dist{i}' for i in range(1, 10)),
+        tuple(f'dist{i}' for i in (1, 6, 9, 2, 3, 4, 5, 7, 8)),
         ('robust_hdp', 'weiavg', 'pfa', 'dpfedavg', 'min_epsilon'), 200, 3.0,
         1e-4, (0.01, 0.03, 0.1, 0.3), 20,
         'Robust-HDP Figure 2 (its appendix Tables 8-9)'),

@@ -145,6 +145,7 @@ def run_figure(figure, figure_dir: str) -> None:
                                         learning_rate=rates[rule]),
         os.path.join(figure_dir, dist))['metrics']['acc_g'] for rule in rules]
     rows.append([dist] + [f'{a:.2f}' for a in accs])
+    rows.sort(key=lambda row: int(row[0].removeprefix('dist')))
     caption = (f'{figure.title}: Acc_g (%) after {base.rounds} rounds, '
                f'{len(task.client_ids)} clients, c = {base.clip_norm:g}, '
                f'delta = {base.delta:g}, seed {base.seed}; learning rates: '
