@@ -1,7 +1,9 @@
 """Each convention the README's table "Where the papers are silent" states,
 pinned: the steps of a local DP-SGD epoch, School's loss, Robust-HDP's
-clip norm and delta with its epsilon lists, and where MR-MTL's pull joins
-DP-SGD's gradient (tests/learning/test_dp_sgd.py checks both placements)."""
+clip norm and delta with its epsilon lists, T rounds trained and accounted,
+and where MR-MTL's pull joins DP-SGD's gradient (tests/learning/
+test_dp_sgd.py checks both placements, and that a client's step is plain
+SGD: `test_one_full_batch_step_without_noise_matches_a_manual_loop`)."""
 
 import json
 import os
@@ -37,17 +39,21 @@ def test_schools_loss_has_the_half():
   assert cross_silo.HalfSquaredError().name == 'half_squared_error'
 
 
-def _untrusted(tmp_path, *extra):
+def _untrusted(tmp_path, *extra, rounds=1, summary=False):
   out = tmp_path / f'out{len(extra)}'
   result = subprocess.run(
       [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
        '--task=digits', '--num_clients=20', '--algorithms=weiavg',
-       '--epsilon_distribution=dist1', '--rounds=1', '--checkpoint_every=0',
-       f'--output_dir={out}', *extra],
+       '--epsilon_distribution=dist1', f'--rounds={rounds}',
+       '--checkpoint_every=0', f'--output_dir={out}', *extra],
       capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-2000:]
   with open(out / 'weiavg' / 'summary.json') as f:
-    return result.stdout, json.load(f)['settings']
+    run = json.load(f)
+  if summary:
+    with open(out / 'weiavg' / 'rounds.csv') as f:
+      return run, f.read().splitlines()
+  return result.stdout, run['settings']
 
 
 def test_robust_hdp_lists_take_its_authors_clip_and_delta(tmp_path):
@@ -70,3 +76,16 @@ def test_mrmtls_pull_is_clipped_with_each_example_by_default():
   assert settings.regularizer_placement == 'per_example'
   from cli import flags  # pylint: disable=g-import-not-at-top
   assert flags.REGULARIZER_PLACEMENT.default == 'per_example'
+
+
+def test_t_rounds_are_trained_and_accounted(tmp_path):
+  """Neither the MR-MTL authors' T + 1 nor the Robust-HDP authors' T - 1
+  trained rounds: rounds.csv has T rows, and after the last one every
+  client has spent its whole target, no more."""
+  run, lines = _untrusted(tmp_path, rounds=3, summary=True)
+  header = lines[0].split(',')
+  assert [row.split(',')[0] for row in lines[1:]] == ['1', '2', '3']
+  spent = float(lines[-1].split(',')[header.index('max_epsilon_spent')])
+  assert spent == pytest.approx(max(run['target_epsilons']), rel=1e-3)
+  first = float(lines[1].split(',')[header.index('max_epsilon_spent')])
+  assert first < spent

@@ -187,8 +187,10 @@ DP_SGD_CONVENTIONS = 2
 
 def local_epoch_steps(num_examples: int, batch_size: int) -> int:
   """Steps of one local DP-SGD epoch: floor(n / b), at least one, each a
-  Poisson sample at rate b / n, as Opacus (`int(1 / q)`) and the MR-MTL
-  authors' code take it; the papers do not say."""
+  Poisson sample at rate b / n, as the MR-MTL authors' code takes it (Opacus
+  at q = b / n: `int(1 / q)`); the papers do not say. (The Robust-HDP
+  authors' Opacus DataLoader takes ceil(n / b) steps at q = 1 / ceil(n / b);
+  README, "Where the papers are silent".)"""
   return max(1, num_examples // batch_size)
 
 
