@@ -271,7 +271,7 @@ def _run_preset(name: str, output_dir: str,
       f'{",".join(FLAGS.deltas)}), {FLAGS.opt_out_fraction:.0%} opt out, '
       f'seed {FLAGS.seed}. Published: {preset.published}.\n\n' +
       '\n'.join(warnings + tables.table_notes(
-          FLAGS.release_unprotected_stats)))
+          FLAGS.release_unprotected_stats, audited=FLAGS.canaries > 0)))
   tables.write_table(preset_dir, header, rows, caption=caption,
                      records=tables.results_records(summaries,
                                                    published_acc_g))

@@ -9,10 +9,14 @@ a round's time goes (packing its data, the TFF round with the accounting,
 Ditto's personal steps, evaluation spread over the rounds). Each mode runs
 --rounds rounds; its --target_rounds estimate is the set-up (building and
 tracing the process) plus that many rounds at the measured rate. Loading
-MNIST (seconds) is not counted.
+MNIST (seconds) is not counted. --canaries=0,1000 times each mode without
+and with an audit's canaries (`--canaries`: that many per private group,
+sampled like members, their all-rounds scores taken every round; the final
+scores and estimates are in the set-up column).
 
   .venv/bin/python benchmarks/paper_scale.py --rounds=500 --modes=cohort \
       --ditto=off,on
+  .venv/bin/python benchmarks/paper_scale.py --rounds=50 --canaries=0,1000
   .venv/bin/python benchmarks/paper_scale.py --rounds=20 \
       --modes=cohort,per_client
 """
@@ -48,6 +52,9 @@ _PER_ROUND = flags.DEFINE_integer(
     'clients_per_round', 100, 'Expected clients per round (Poisson).')
 _COHORT_SIZE = flags.DEFINE_integer('cohort_size', 64,
                                     'Clients per cohort in mode cohort.')
+_CANARIES = flags.DEFINE_list(
+    'canaries', ['0'], 'Canaries per private group for each mode (an '
+    'audit run, run_experiment.py --canaries); 0: none.')
 _DITTO = flags.DEFINE_list(
     'ditto', ['off'], 'off and/or on: each mode runs without and/or with '
     'Ditto personalization (lambda 0.25 for every client, eta_p = the client '
@@ -100,7 +107,10 @@ def main(argv):
     raise app.UsageError(f'--clients_per_round must be in 1..{n} (the '
                          f'clients), got {_PER_ROUND.value}.')
   rows = []
-  for mode, ditto in [(m, d) for m in _MODES.value for d in _DITTO.value]:
+  plain = {}  # (mode, Ditto) -> s/round without canaries
+  for mode, ditto, canaries in [(m, d, int(k)) for m in _MODES.value
+                                for d in _DITTO.value
+                                for k in _CANARIES.value]:
     totals.clear()
     if mode not in ('cohort', 'per_client'):
       raise app.UsageError(f'unknown mode {mode!r}.')
@@ -111,7 +121,8 @@ def main(argv):
         sampling=accounting.PoissonSampling(_PER_ROUND.value / n),
         clip=plans.ClipSettings(initial_norm=0.5), checkpoint_every=0,
         eval_every=10,
-        cohort_size=_COHORT_SIZE.value if mode == 'cohort' else 0)
+        cohort_size=_COHORT_SIZE.value if mode == 'cohort' else 0,
+        canaries=canaries)
     if ditto == 'on':
       settings = dataclasses.replace(
           settings, ditto=trusted_setting.DittoSettings(0.25, 0.25,
@@ -127,15 +138,21 @@ def main(argv):
     parts = collections.defaultdict(
         float, {k: v / _ROUNDS.value for k, v in totals.items()})
     tff_round = parts['train'] - parts['round_data'] - parts['personalize']
+    if not canaries:
+      plain[mode, ditto] = per_round
+    cost = (f'{per_round / plain[mode, ditto] - 1:+.1%}'
+            if canaries and (mode, ditto) in plain else '-')
     rows.append([
         mode + (f' ({_COHORT_SIZE.value})' if mode == 'cohort' else ''),
-        ditto, _ROUNDS.value, f'{setup:.1f}', f'{per_round:.3f}',
+        ditto, canaries, _ROUNDS.value, f'{setup:.1f}', f'{per_round:.3f}',
+        cost,
         f"{parts['round_data']:.3f}", f'{tff_round:.3f}',
         f"{parts['personalize']:.3f}", f"{parts['evaluate']:.3f}",
         f'{estimate / 60:.1f}', f"{summary['metrics']['acc_g']:.2f}",
         _accuracy(summary['metrics'].get('acc_l_np'))])
-  header = ['mode (cohort size)', 'Ditto', 'rounds run', 'setup s',
-            's/round (incl. eval)', 'packing', 'TFF round + accounting',
+  header = ['mode (cohort size)', 'Ditto', 'canaries per group',
+            'rounds run', 'setup s', 's/round (incl. eval)',
+            'vs no canaries', 'packing', 'TFF round + accounting',
             'Ditto step', 'evaluation', f'{_TARGET.value} rounds, min',
             'Acc_g after the rounds run', 'Acc_l,np (released)']
   examples = task.num_train_examples(task.client_ids[0])

@@ -56,6 +56,7 @@ def learning_setup(task):
       checkpoint_every=flags.CHECKPOINT_EVERY.value,
       ditto=ditto,
       cohort_size=_cohort_size(task),
+      canaries=flags.CANARIES.value,
       release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
@@ -163,7 +164,8 @@ def run() -> None:
             f', per-client metrics on a seeded subset of {scored} clients'
             if scored < n else '') + '\n')
   caption = '\n'.join(warnings + tables.table_notes(
-      settings.release_unprotected_stats, task.metric))
+      settings.release_unprotected_stats, task.metric,
+      audited=settings.canaries > 0))
   print(caption + '\n')
   print(tables.markdown_table(header, rows))
   tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption,

@@ -120,7 +120,8 @@ def test_the_privacy_layer_and_the_flags_load_without_tensorflow():
   import sys  # pylint: disable=g-import-not-at-top
   code = ('import sys\n'
           'import tff_hdp.privacy.accounting, tff_hdp.privacy.plans\n'
-          'import tff_hdp.privacy.release_policy, tff_hdp.privacy.privacy_audit\n'
+          'import tff_hdp.privacy.release_policy\n'
+          'import tff_hdp.privacy.empirical_epsilon\n'
           'import cli.flags, cli.entry, tasks\n'
           'from tff_hdp.learning import algorithms\n'
           'loaded = sorted(m for m in sys.modules\n'

@@ -50,6 +50,7 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('sampling', [], 'fixed'),
     ('local_epochs', [], '2'),
     ('cohort_size', [], '4'),
+    ('canaries', [], '3'),
     ('server_lr', [], '0.5'),
     ('clip_norm', [], '0.3'),
     ('target_quantile', [], '0.7'),

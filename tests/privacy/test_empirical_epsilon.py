@@ -34,6 +34,38 @@ def test_equal_variances_give_the_gdp_epsilon(mu):
                                                 got, abs=1e-9)
 
 
+def test_gdp_estimate_by_hand():
+  inserted, unseen = [1.0, 2.0, 3.0], [0.0, 1.0, 2.0]  # sample variances 1
+  assert empirical_epsilon.gdp_estimate(inserted, unseen, 10,
+                                        DELTA) == pytest.approx(
+                                            gdp_epsilon(1.0, DELTA), abs=1e-6)
+  # The closed-form null: mean 0, variance 1 / dim; pooled with 1.
+  assert empirical_epsilon.gdp_estimate(inserted, None, 4,
+                                        DELTA) == pytest.approx(
+                                            gdp_epsilon(2 / math.sqrt(0.625),
+                                                        DELTA), abs=1e-6)
+
+
+def test_gdp_estimate_is_steady_where_the_two_gaussian_fit_swings():
+  """Scores of an exact mu-GDP pair, 1,000 a side, 40 draws: chance
+  differences between the two sample deviations move the reference's
+  two-Gaussian fit far more, and always up (any ratio but 1 widens a
+  tail)."""
+  mu, rng = 0.864, np.random.default_rng(7)
+  exact = gdp_epsilon(mu, DELTA)
+  gdp, two = [], []
+  for _ in range(40):
+    inserted, unseen = rng.normal(mu, 1, 1000), rng.normal(0, 1, 1000)
+    gdp.append(empirical_epsilon.gdp_estimate(inserted, unseen, 10, DELTA))
+    two.append(empirical_epsilon.estimate_from_scores(inserted, unseen, 10,
+                                                      DELTA))
+  gdp_error = np.abs(np.array(gdp) / exact - 1)
+  two_error = np.abs(np.array(two) / exact - 1)
+  assert np.median(gdp_error) < 0.06 and gdp_error.max() < 0.2
+  assert np.median(two_error) > 2 * np.median(gdp_error)
+  assert np.mean(np.array(two) > exact) > 0.8
+
+
 def _hockey_stick_by_quadrature(p, q, eps):
   f = lambda y: max(0.0, p.pdf(y) - math.exp(eps) * q.pdf(y))
   lo = min(p.mean() - 12 * p.std(), q.mean() - 12 * q.std())
@@ -55,6 +87,14 @@ def test_identical_gaussians_and_bad_arguments():
   assert empirical_epsilon.gaussian_epsilon(0.0, 1.0, 0.0, 1.0, DELTA) == 0.0
   with pytest.raises(ValueError):
     empirical_epsilon.gaussian_epsilon(0.0, 0.0, 0.0, 1.0, DELTA)
+
+
+def test_clopper_pearson_closed_forms():
+  # With 0 (or all) successes the exact bounds have closed forms.
+  lo, hi = empirical_epsilon.clopper_pearson(0, 10, 0.05)
+  assert lo == 0.0 and hi == pytest.approx(1 - 0.025**(1 / 10), rel=1e-9)
+  lo, hi = empirical_epsilon.clopper_pearson(20, 20, 0.05)
+  assert hi == 1.0 and lo == pytest.approx(0.025**(1 / 20), rel=1e-9)
 
 
 def test_cosine_null_matches_random_directions():

@@ -18,29 +18,41 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.learning import canaries as canaries_lib
+
 DATA_KEY = 'data'
 GROUP_KEY = 'group'
 
 
-def client_data_type(model_input_spec, num_groups: int) -> tff.Type:
-  """TFF type of one client's input: its batches and its group vector."""
-  return tff.types.to_type(
-      collections.OrderedDict([
-          (DATA_KEY, tff.SequenceType(tff.types.tensorflow_to_type(
-              model_input_spec))),
-          (GROUP_KEY, tff.SequenceType(tff.TensorType(np.float32,
-                                                      [num_groups]))),
-      ]))
+def client_data_type(model_input_spec, num_groups: int,
+                     canaries: bool = False) -> tff.Type:
+  """TFF type of one client's input: its batches and its group vector (and,
+  in a run with canaries, its canary row: `canaries.NOT_A_CANARY` or >= 0)."""
+  parts = [
+      (DATA_KEY, tff.SequenceType(tff.types.tensorflow_to_type(
+          model_input_spec))),
+      (GROUP_KEY, tff.SequenceType(tff.TensorType(np.float32,
+                                                  [num_groups]))),
+  ]
+  if canaries:
+    parts.append((canaries_lib.CANARY_KEY,
+                  tff.SequenceType(tff.TensorType(np.int32))))
+  return tff.types.to_type(collections.OrderedDict(parts))
 
 
-def make_client_data(dataset: tf.data.Dataset,
-                     group_one_hot: np.ndarray) -> collections.OrderedDict:
-  """Packs a client's batched dataset and its group into the client input."""
-  return collections.OrderedDict([
+def make_client_data(dataset: tf.data.Dataset, group_one_hot: np.ndarray,
+                     canary_row: int | None = None) -> collections.OrderedDict:
+  """Packs a client's batched dataset and its group into the client input
+  (with `canary_row`, for a process built with canaries)."""
+  data = collections.OrderedDict([
       (DATA_KEY, dataset),
       (GROUP_KEY, tf.data.Dataset.from_tensors(
           np.asarray(group_one_hot, np.float32))),
   ])
+  if canary_row is not None:
+    data[canaries_lib.CANARY_KEY] = tf.data.Dataset.from_tensors(
+        np.int32(canary_row))
+  return data
 
 
 def all_finite(structure) -> tf.Tensor:
@@ -71,8 +83,10 @@ def local_step(model, optimizer, opt_state, batch):
   return opt_state, tf.cast(output.num_examples, tf.int64)
 
 
-def _build_local_training(model_fn, epochs: int, num_groups: int):
-  """The tf.function that trains one client and returns its result."""
+def _build_local_training(model_fn, epochs: int, num_groups: int,
+                          directions: canaries_lib.CanaryDirections | None):
+  """The tf.function that trains one client and returns its result (a
+  canary's: its direction, `canaries.replace_if_canary`)."""
   model = model_fn()
 
   @tf.function
@@ -98,6 +112,11 @@ def _build_local_training(model_fn, epochs: int, num_groups: int):
                            lambda acc, g: acc + g)
     update = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
                                    weights.trainable)
+    if directions is not None:
+      row = client_data[canaries_lib.CANARY_KEY].reduce(
+          tf.constant(canaries_lib.NOT_A_CANARY), lambda _, r: r)
+      update = tf.nest.pack_sequence_as(update, canaries_lib.replace_if_canary(
+          directions, row, tf.nest.flatten(update)))
     update, weight, finite = drop_if_non_finite(update, one_hot)
     non_finite = 1 - tf.cast(finite, tf.int32)
     if non_finite > 0:
@@ -197,7 +216,9 @@ def build_group_client_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer: tff.learning.optimizers.Optimizer,
     num_groups: int,
-    epochs: int = 1) -> tff.learning.templates.ClientWorkProcess:
+    epochs: int = 1,
+    directions: canaries_lib.CanaryDirections | None = None
+) -> tff.learning.templates.ClientWorkProcess:
   """`ClientWorkProcess` of E local epochs whose weight is the group vector.
 
   Args:
@@ -205,6 +226,8 @@ def build_group_client_work(
     client_optimizer: the clients' local optimizer.
     num_groups: l, the length of the one-hot privacy-group vector.
     epochs: E, local epochs per round.
+    directions: canaries' directions; their clients' data then carries a
+      canary row, and a canary sends its direction as its update.
 
   Returns:
     The `tff.learning.templates.ClientWorkProcess` of
@@ -217,5 +240,5 @@ def build_group_client_work(
     raise ValueError(f'local epochs must be >= 1, got {epochs}.')
   return build_client_work_process(
       model_fn, client_optimizer,
-      lambda spec: client_data_type(spec, num_groups),
-      lambda: _build_local_training(model_fn, epochs, num_groups))
+      lambda spec: client_data_type(spec, num_groups, directions is not None),
+      lambda: _build_local_training(model_fn, epochs, num_groups, directions))

@@ -14,7 +14,9 @@ A cohort's input is a one-element sequence (TFF learning processes take
 sequences at CLIENTS) of an `OrderedDict`:
   * `data`: the model's input structure, each leaf [K, n_max] + example shape;
   * `num_examples`: int32 [K], the real examples of each slot;
-  * `group`: float32 [K, l], one-hot privacy-group rows, all zero for padding.
+  * `group`: float32 [K, l], one-hot privacy-group rows, all zero for padding;
+  * `canary` (only in runs with canaries): int32 [K], each slot's canary row
+    or `canaries.NOT_A_CANARY`.
 K and n_max are unknown dimensions of the TFF type, so every cohort size runs
 the one traced computation: nothing retraces between rounds.
 """
@@ -30,6 +32,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp import federated_task
+from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import client_work as client_work_lib
 from tff_hdp.learning import learning_process
 from tff_hdp.aggregators import heterogeneous_dp
@@ -40,14 +43,18 @@ COUNT_KEY = 'num_examples'
 GROUP_KEY = 'group'
 
 
-def cohort_data_type(model_input_spec, num_groups: int) -> tff.Type:
-  """TFF type of one cohort: padded examples, counts and group rows."""
-  return tff.SequenceType(tff.types.to_type(
-      collections.OrderedDict([
-          (DATA_KEY, stacking.stacked_type(model_input_spec)),
-          (COUNT_KEY, tff.TensorType(np.int32, [None])),
-          (GROUP_KEY, tff.TensorType(np.float32, [None, num_groups])),
-      ])))
+def cohort_data_type(model_input_spec, num_groups: int,
+                     canaries: bool = False) -> tff.Type:
+  """TFF type of one cohort: padded examples, counts and group rows (and
+  canary rows)."""
+  parts = [
+      (DATA_KEY, stacking.stacked_type(model_input_spec)),
+      (COUNT_KEY, tff.TensorType(np.int32, [None])),
+      (GROUP_KEY, tff.TensorType(np.float32, [None, num_groups])),
+  ]
+  if canaries:
+    parts.append((canaries_lib.CANARY_KEY, tff.TensorType(np.int32, [None])))
+  return tff.SequenceType(tff.types.to_type(collections.OrderedDict(parts)))
 
 
 def split_sizes(num_clients: int, cohort_size: int) -> list[int]:
@@ -84,27 +91,33 @@ def pad_examples(client_data: Sequence, slots: int | None = None):
 
 
 def pack_cohort(client_data: Sequence, one_hots: Sequence[np.ndarray],
-                num_groups: int, slots: int | None = None
-                ) -> tf.data.Dataset:
+                num_groups: int, slots: int | None = None,
+                canary_rows: Sequence[int] | None = None) -> tf.data.Dataset:
   """One cohort from clients' example structures (e.g. `(x, y)`, in training
   order, or `StoredExamples` a worker reads) and group vectors; `slots` >
-  len pads with empty clients."""
+  len pads with empty clients. `canary_rows` (a process built with
+  canaries): each client's row, `canaries.NOT_A_CANARY` for real ones."""
   k = len(client_data)
   slots = k if slots is None else slots
   if not 0 < k <= slots:
     raise ValueError(f'{k} clients do not fit in {slots} cohort slots.')
   groups = np.zeros((slots, num_groups), np.float32)
   groups[:k] = np.asarray(one_hots, np.float32)
+  extra = []
+  if canary_rows is not None:
+    rows = np.full(slots, canaries_lib.NOT_A_CANARY, np.int32)
+    rows[:k] = canary_rows
+    extra.append((canaries_lib.CANARY_KEY, rows))
   if isinstance(client_data[0], federated_task.StoredExamples):
-    return _pack_read_on_worker(client_data, groups)
+    return _pack_read_on_worker(client_data, groups, extra)
   data, counts = pad_examples(client_data, slots)
   return tf.data.Dataset.from_tensors(
       collections.OrderedDict([(DATA_KEY, data), (COUNT_KEY, counts),
-                               (GROUP_KEY, groups)]))
+                               (GROUP_KEY, groups), *extra]))
 
 
 def _pack_read_on_worker(clients: Sequence[federated_task.StoredExamples],
-                         groups: np.ndarray) -> tf.data.Dataset:
+                         groups: np.ndarray, extra) -> tf.data.Dataset:
   """`pack_cohort` of stored clients: the worker that runs the dataset reads
   and pads their examples (`federated_task.read_on_worker`), the driver sends
   keys and orders. Empty slots are zero-length clients, so `padded_batch`
@@ -120,7 +133,8 @@ def _pack_read_on_worker(clients: Sequence[federated_task.StoredExamples],
   return examples.padded_batch(len(groups)).map(
       lambda *data: collections.OrderedDict([
           (DATA_KEY, data), (COUNT_KEY, tf.constant(counts)),
-          (GROUP_KEY, tf.constant(groups))]))
+          (GROUP_KEY, tf.constant(groups)),
+          *[(key, tf.constant(value)) for key, value in extra]]))
 
 
 def split(values: Sequence, cohort_size: int) -> list[Sequence]:
@@ -133,10 +147,16 @@ def split(values: Sequence, cohort_size: int) -> list[Sequence]:
 
 
 def pack_round(client_data: Sequence, one_hots: Sequence[np.ndarray],
-               num_groups: int, cohort_size: int) -> list[tf.data.Dataset]:
-  """A round's sampled clients as the fewest balanced cohorts."""
-  return [pack_cohort(data, groups, num_groups) for data, groups in zip(
-      split(client_data, cohort_size), split(one_hots, cohort_size))]
+               num_groups: int, cohort_size: int,
+               canary_rows: Sequence[int] | None = None
+               ) -> list[tf.data.Dataset]:
+  """A round's sampled clients as the fewest balanced cohorts (`canary_rows`:
+  see `pack_cohort`)."""
+  rows = (split(canary_rows, cohort_size) if canary_rows is not None else
+          [None] * len(split_sizes(len(client_data), cohort_size)))
+  return [pack_cohort(data, groups, num_groups, canary_rows=r)
+          for data, groups, r in zip(split(client_data, cohort_size),
+                                     split(one_hots, cohort_size), rows)]
 
 
 def train_slot(data, k, n, epochs: int, batch_size: int, step, state):
@@ -152,8 +172,10 @@ def train_slot(data, k, n, epochs: int, batch_size: int, step, state):
   return state
 
 
-def _build_cohort_training(model_fn, epochs: int, batch_size: int):
-  """The tf.function that trains every client of a cohort in turn."""
+def _build_cohort_training(model_fn, epochs: int, batch_size: int,
+                           directions: canaries_lib.CanaryDirections | None):
+  """The tf.function that trains every client of a cohort in turn (a
+  canary's update is its direction, `canaries.replace_if_canary`)."""
   model = model_fn()
   # Keras metrics (loss, accuracy, counts) live in the local variables; a
   # dropped client's contribution to them is undone from a snapshot.
@@ -190,6 +212,9 @@ def _build_cohort_training(model_fn, epochs: int, batch_size: int):
       _, num_examples = train_slot(data, k, counts[k], epochs, batch_size,
                                    step, (opt_state, num_examples))
       update = [i - v for i, v in zip(initial, trainable)]
+      if directions is not None:
+        update = canaries_lib.replace_if_canary(
+            directions, cohort[canaries_lib.CANARY_KEY][k], update)
       update, weight, finite = client_work_lib.drop_if_non_finite(
           update, groups[k])
       if not finite:
@@ -211,10 +236,13 @@ def build_cohort_client_work(
     client_optimizer: tff.learning.optimizers.Optimizer,
     num_groups: int,
     batch_size: int,
-    epochs: int = 1) -> tff.learning.templates.ClientWorkProcess:
+    epochs: int = 1,
+    directions: canaries_lib.CanaryDirections | None = None
+) -> tff.learning.templates.ClientWorkProcess:
   """`ClientWorkProcess` training cohorts: E epochs of batch-`batch_size`
   steps per simulated client; the update is the clients' stacked
-  pseudo-gradients, the weight their stacked group rows.
+  pseudo-gradients (a canary's: its direction), the weight their stacked
+  group rows.
 
   Measurements (train metrics, `num_examples`, `num_non_finite_updates`) are
   those of the per-client client work over the same simulated clients.
@@ -225,6 +253,7 @@ def build_cohort_client_work(
     num_groups: l, the length of each one-hot privacy-group row.
     batch_size: examples per local step of a simulated client.
     epochs: E, local epochs per round.
+    directions: canaries' directions (cohorts then carry canary rows).
 
   Returns:
     The `tff.learning.templates.ClientWorkProcess` of
@@ -240,8 +269,9 @@ def build_cohort_client_work(
     raise ValueError(f'batch size must be >= 1, got {batch_size}.')
   return client_work_lib.build_client_work_process(
       model_fn, client_optimizer,
-      lambda spec: cohort_data_type(spec, num_groups),
-      lambda: _build_cohort_training(model_fn, epochs, batch_size))
+      lambda spec: cohort_data_type(spec, num_groups, directions is not None),
+      lambda: _build_cohort_training(model_fn, epochs, batch_size,
+                                     directions))
 
 
 def build_cohort_fedhdp(
@@ -251,7 +281,9 @@ def build_cohort_fedhdp(
     client_optimizer: tff.learning.optimizers.Optimizer,
     batch_size: int,
     server_optimizer: tff.learning.optimizers.Optimizer | None = None,
-    local_epochs: int = 1) -> tff.learning.templates.LearningProcess:
+    local_epochs: int = 1,
+    directions: canaries_lib.CanaryDirections | None = None
+) -> tff.learning.templates.LearningProcess:
   """FedHDP whose TFF clients are cohorts (`pack_round`): same rounds as
   `fedhdp.build_fedhdp` on the same clients, a fraction of TFF's overhead.
 
@@ -265,6 +297,8 @@ def build_cohort_fedhdp(
     server_optimizer: applies the aggregate (None: SGD with learning rate 1,
       see `learning_process.compose`).
     local_epochs: E, local epochs per round.
+    directions: canaries' directions: cohorts carry canary rows, and the
+      process keeps their scores (`canaries.track_scores`).
 
   Returns:
     The `tff.learning.templates.LearningProcess`.
@@ -275,9 +309,12 @@ def build_cohort_fedhdp(
       factory of another number of groups).
   """
   work = build_cohort_client_work(model_fn, client_optimizer, num_groups,
-                                  batch_size, local_epochs)
+                                  batch_size, local_epochs, directions)
   stacked_update = work.next.type_signature.result.result.member.update
-  return learning_process.compose(
+  process = learning_process.compose(
       model_fn, work, aggregator,
       tff.TensorType(np.float32, [None, num_groups]), server_optimizer,
       value_type=stacked_update)
+  if directions is None:
+    return process
+  return canaries_lib.track_scores(process, directions)

@@ -12,6 +12,7 @@ own DP-SGD round with its own seed, personal model and cluster choice.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Callable, Hashable, Sequence
 
@@ -21,6 +22,7 @@ import tensorflow_federated as tff
 from tff_hdp.privacy import plans
 from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.federated_task import FederatedTask
+from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import client_work
 from tff_hdp.learning import cohort
 from tff_hdp.learning import cross_silo_process
@@ -52,9 +54,12 @@ def fit_cohort_size(requested: int, num_parameters: int) -> int:
 @dataclasses.dataclass(frozen=True)
 class Execution:
   """How a round's clients reach TFF: one TFF client each (`cohort_size`
-  <= 1) or packed `cohort_size` to a TFF client."""
+  <= 1) or packed `cohort_size` to a TFF client. With `canaries`, FedHDP's
+  process and its round data carry canary rows (`tff_hdp.learning.canaries`).
+  """
 
   cohort_size: int = 0
+  canaries: canaries_lib.CanaryDirections | None = None
 
   @property
   def cohorts(self) -> bool:
@@ -83,8 +88,10 @@ class Execution:
     num_groups = plan.assignment.num_groups
     if self.cohorts:
       return cohort.build_cohort_fedhdp(model_fn, aggregator, num_groups,
-                                        batch_size=batch_size, **training)
-    return fedhdp.build_fedhdp(model_fn, aggregator, num_groups, **training)
+                                        batch_size=batch_size,
+                                        directions=self.canaries, **training)
+    return fedhdp.build_fedhdp(model_fn, aggregator, num_groups,
+                               directions=self.canaries, **training)
 
   def build_personalization(
       self, model_fn: Callable[[], tff.learning.models.VariableModel],
@@ -117,20 +124,40 @@ class Execution:
                                        epochs)
 
   def round_data(self, task: FederatedTask, sampled: Sequence[Hashable],
-                 seeds: Sequence[int], assignment: GroupAssignment) -> list:
+                 seeds: Sequence[int], assignment: GroupAssignment,
+                 canaries: Sequence[tuple[int, np.ndarray]] = ()) -> list:
     """The sampled clients' data, each read in its seed's order, as the
     process built by `build_fedhdp` takes it (`empty_round_data` when
-    nobody was sampled)."""
-    if not sampled:
+    nobody was sampled). `canaries` are the sampled canaries' (row, group
+    vector): clients without examples whose update is their direction, sent
+    after the real clients (in cohorts of their own)."""
+    if not sampled and not canaries:
       return self.empty_round_data(task, assignment)
+    real_rows = ([canaries_lib.NOT_A_CANARY] * len(sampled)
+                 if self.canaries else None)
     if self.cohorts:
-      return cohort.pack_round(
+      data = cohort.pack_round(
           [task.shuffled_examples(c, s) for c, s in zip(sampled, seeds)],
           [assignment.one_hot(c) for c in sampled], assignment.num_groups,
-          self.cohort_size)
+          self.cohort_size, real_rows) if sampled else []
+      if canaries:
+        data += cohort.pack_round(
+            [self._no_examples(task)] * len(canaries),
+            [group for _, group in canaries], assignment.num_groups,
+            self.cohort_size, [row for row, _ in canaries])
+      return data
     return [client_work.make_client_data(task.train_dataset(c, s),
-                                         assignment.one_hot(c))
-            for c, s in zip(sampled, seeds)]
+                                         assignment.one_hot(c),
+                                         None if real_rows is None else
+                                         canaries_lib.NOT_A_CANARY)
+            for c, s in zip(sampled, seeds)] + [
+                client_work.make_client_data(
+                    task.train_dataset(task.client_ids[0], 0).take(0), group,
+                    row) for row, group in canaries]
+
+  @staticmethod
+  def _no_examples(task: FederatedTask) -> tuple:
+    return tuple(x[:0] for x in task.shuffled_train(task.client_ids[0], 0))
 
   def empty_round_data(self, task: FederatedTask,
                        assignment: GroupAssignment) -> list:
@@ -143,25 +170,30 @@ class Execution:
     part.
     """
     nobody = np.zeros(assignment.num_groups, np.float32)
-    first = task.client_ids[0]
+    row = canaries_lib.NOT_A_CANARY if self.canaries else None
     if self.cohorts:
-      no_examples = tuple(x[:0] for x in task.shuffled_train(first, 0))
-      return cohort.pack_round([no_examples], [nobody], assignment.num_groups,
-                               self.cohort_size)
+      return cohort.pack_round([self._no_examples(task)], [nobody],
+                               assignment.num_groups, self.cohort_size,
+                               None if row is None else [row])
     return [client_work.make_client_data(
-        task.train_dataset(first, 0).take(0), nobody)]
+        task.train_dataset(task.client_ids[0], 0).take(0), nobody, row)]
 
   def personalize(self, step, models: ditto.PersonalModels, global_weights,
                   sampled: Sequence[Hashable], data: list) -> None:
     """The sampled clients' Ditto steps from `global_weights` on the round's
-    `data` (from `round_data`); updates `models` in place."""
+    `data` (from `round_data`; canaries, which come last, take none);
+    updates `models` in place."""
     personal = [models.get(c, global_weights.trainable) for c in sampled]
     if self.cohorts:
       sizes = cohort.split_sizes(len(sampled), self.cohort_size)
       personal = ditto.unstack_personal(step(
-          global_weights, ditto.stack_personal(personal, sizes), data))
+          global_weights, ditto.stack_personal(personal, sizes),
+          data[:len(sizes)]))
     else:
-      personal = step(global_weights, personal, data)
+      personal = step(global_weights, personal, [
+          collections.OrderedDict((k, v) for k, v in d.items()
+                                  if k != canaries_lib.CANARY_KEY)
+          for d in data[:len(sampled)]])
     models.update(sampled, personal)
 
   def build_cross_silo(self, *args, **kwargs) -> tff.templates.IterativeProcess:

@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import client_work as client_work_lib
 from tff_hdp.learning import algorithms
 from tff_hdp.learning import learning_process
@@ -28,7 +29,9 @@ def build_fedhdp(
     num_groups: int,
     client_optimizer: tff.learning.optimizers.Optimizer,
     server_optimizer: tff.learning.optimizers.Optimizer | None = None,
-    local_epochs: int = 1) -> tff.learning.templates.LearningProcess:
+    local_epochs: int = 1,
+    directions: canaries_lib.CanaryDirections | None = None
+) -> tff.learning.templates.LearningProcess:
   """FedHDP as a TFF `LearningProcess`.
 
   `aggregator` receives each client's model delta weighted by its one-hot
@@ -43,6 +46,8 @@ def build_fedhdp(
     client_optimizer: the clients' local optimizer.
     server_optimizer: applies the aggregate (None: the default above).
     local_epochs: E, local epochs per round.
+    directions: canaries' directions: clients' data carry canary rows, and
+      the process keeps the canaries' scores (`canaries.track_scores`).
 
   Returns:
     The `tff.learning.templates.LearningProcess`.
@@ -52,11 +57,15 @@ def build_fedhdp(
     TypeError: if `aggregator` refuses float32[num_groups] weights (e.g. a
       factory of another number of groups).
   """
-  return learning_process.compose(
+  process = learning_process.compose(
       model_fn,
       client_work_lib.build_group_client_work(model_fn, client_optimizer,
-                                              num_groups, local_epochs),
+                                              num_groups, local_epochs,
+                                              directions),
       aggregator, tff.TensorType(np.float32, [num_groups]), server_optimizer)
+  if directions is None:
+    return process
+  return canaries_lib.track_scores(process, directions)
 
 
 

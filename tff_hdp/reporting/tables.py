@@ -38,14 +38,24 @@ EPSILON_NOTE = ('eps spent (target) per group: epsilon spent at the group\'s '
                 'delta over the run, its target in parentheses.')
 
 
-def table_notes(release_unprotected: bool,
-                metric: str = 'accuracy') -> list[str]:
+EMPIRICAL_HEADER = 'eps empirical (final / all rounds)'
+EMPIRICAL_NOTE = (
+    f'{EMPIRICAL_HEADER} per private group: the canaries\' estimate '
+    '(mu-GDP fit of inserted against unseen canaries\' scores) with only the '
+    'final model released / with every round\'s model released, then the '
+    'lower bounds those scores certify at the stated confidence. An estimate '
+    'is no bound; a lower bound above the printed epsilon is a privacy bug.')
+
+
+def table_notes(release_unprotected: bool, metric: str = 'accuracy',
+                audited: bool = False) -> list[str]:
   """What the results table's cells mean, printed above it; `metric` is the
-  task's (an MSE's variance is shown as it is, `metric_cell`)."""
+  task's (an MSE's variance is shown as it is, `metric_cell`); `audited`: a
+  canary run's table."""
   variance = (VARIANCE_NOTE if metric in _PERCENT_METRICS else
               'In parentheses: variance across clients of their '
               f'{metric}, in its units squared.')
-  return [variance, EPSILON_NOTE] + (
+  return [variance, EPSILON_NOTE] + ([EMPIRICAL_NOTE] if audited else []) + (
       [] if release_unprotected else [WITHHELD_NOTE])
 
 
@@ -122,6 +132,22 @@ def _eps(summary: dict, group: dict) -> str:
   return f'{value:.3g} ({group["target_epsilon"]:g})'
 
 
+_AUDITS = (('final', 'final_model'), ('all_rounds', 'all_rounds'))
+
+
+def _empirical(summary: dict) -> str:
+  """A canary run's estimates per private group, final model / all rounds,
+  with the lower bounds at the run's confidence ('-' without canaries)."""
+  cells = []
+  for g in summary['groups']:
+    audit = g.get('empirical_epsilon')
+    if audit:
+      est = ' / '.join(f"{audit[k]['estimate']:.3g}" for _, k in _AUDITS)
+      low = ' / '.join(f"{audit[k]['lower_bound']:.3g}" for _, k in _AUDITS)
+      cells.append(f"{g['name']}: {est} (bound {low})")
+  return ', '.join(cells) or '-'
+
+
 def _accounting(summary: dict) -> str:
   """How the run was sampled and its private means divided."""
   return (f"{summary.get('sampling', 'poisson')}, "
@@ -193,8 +219,11 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
   header += [f'{name}_g', f'{name}_g,p', f'{name}_g,np', 'Delta_g']
   if personalized:
     header += [f'{name}_l,p', f'{name}_l,np', 'Delta_l']
-  header += ['eps spent (target) per group', 'sampling, denominator',
-             'seconds']
+  audited = any(s.get('canaries') for s in summaries)
+  header += ['eps spent (target) per group']
+  if audited:
+    header += [EMPIRICAL_HEADER]
+  header += ['sampling, denominator', 'seconds']
   if published:
     header += [f'published {name}_g']
   rows = []
@@ -217,7 +246,8 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
       row += [cell(m.get('acc_l_p'), m.get('var_l_p')),
               cell(m.get('acc_l_np'), m.get('var_l_np')),
               cell(m.get('delta_l'))]
-    row += [eps, _accounting(s), f"{s['seconds']:.0f}"]
+    row += [eps] + ([_empirical(s)] if audited else [])
+    row += [_accounting(s), f"{s['seconds']:.0f}"]
     if published:
       row.append(_published(published(s)))
     rows.append(row)
@@ -254,6 +284,14 @@ def results_records(summaries: Sequence[dict],
       record[f"epsilon_spent_{g['name']}"] = g.get('epsilon_spent')
       record[f"target_epsilon_{g['name']}"] = g.get('target_epsilon')
       record[f"delta_{g['name']}"] = g.get('delta')
+      for label, key in _AUDITS if g.get('empirical_epsilon') else ():
+        audit = g['empirical_epsilon'][key]
+        record[f"empirical_epsilon_{label}_{g['name']}"] = audit['estimate']
+        record[f"empirical_lower_bound_{label}_{g['name']}"] = (
+            audit['lower_bound'])
+    if s.get('canaries'):
+      record.update(canaries_per_group=s['canaries']['per_group'],
+                    lower_bound_confidence=s['canaries']['confidence'])
     record.update(sampling=s.get('sampling', 'poisson'),
                   denominator=s.get('denominator', 'expected'),
                   seconds=s['seconds'])

@@ -14,11 +14,14 @@ import json
 import os
 from typing import Sequence
 
+import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp.privacy import plans
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.learning import algorithms as registry
+from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import ditto
 from tff_hdp.learning import fedhdp
 from tff_hdp.learning.execution import Execution
@@ -28,6 +31,7 @@ from tff_hdp.privacy import release_policy
 from tff_hdp.privacy.privacy_groups import GroupAssignment
 from tff_hdp.privacy.privacy_groups import PrivacyGroup
 from tff_hdp.privacy.privacy_groups import assign_opt_out
+from tff_hdp.simulation import canary_audit
 from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import evaluation
 from tff_hdp.simulation import folder_lock
@@ -71,6 +75,9 @@ class Settings:
   # > 1: simulate up to this many clients per TFF client (tff_hdp.learning.cohort),
   # the same rounds for a fraction of TFF's per-client overhead.
   cohort_size: int = 0
+  # > 0: an audit run with this many canaries per private group
+  # (tff_hdp.simulation.canary_audit).
+  canaries: int = 0
   # Each of these voids part of the privacy promise; a run that sets one
   # says so in its header and summary (`privacy_warnings`).
   release_unprotected_stats: bool = False  # tff_hdp.privacy.release_policy
@@ -79,12 +86,16 @@ class Settings:
 
 
 def privacy_warnings(settings: Settings) -> list[str]:
-  """The lines a run with these settings announces (`release_policy`)."""
+  """The lines a run with these settings announces (`release_policy`; an
+  audit run's canaries too)."""
   return release_policy.privacy_warnings(
       realized=settings.denominator == 'realized',
       unprotected=settings.release_unprotected_stats,
       seeded=settings.unsafe_seeded_dp_randomness,
-      large_delta=settings.allow_large_delta)
+      large_delta=settings.allow_large_delta) + (
+          [f'--canaries={settings.canaries}: ' +
+           canary_audit.AUDIT_NOTICE.format(k=settings.canaries)]
+          if settings.canaries else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,8 +150,9 @@ def run_key(task: FederatedTask, config: Configuration,
                             choices.client_groups.items()))
   key = dataclasses.asdict(settings)
   key.pop('checkpoint_every')  # how often to save does not change the run
-  if not key['cohort_size']:
-    key.pop('cohort_size')  # keeps checkpoints of earlier versions valid
+  for optional in ('cohort_size', 'canaries'):
+    if not key[optional]:
+      key.pop(optional)  # keeps checkpoints of earlier versions valid
   key.update(task=task.name, batch_size=task.batch_size,
              data=task.data_digest, configuration=config.name,
              groups=repr(choices.groups),
@@ -183,7 +195,9 @@ class TrustedRounds(round_loop.RoundProgram):
   `Execution`). `columns` are the statistics the printed epsilon covers
   (`release_policy.withheld_columns`), all of them with
   `release_unprotected`; in a run whose plan is not `accounted` the epsilon
-  columns stay blank.
+  columns stay blank. With an `audit`, its canaries are drawn after the real
+  clients in each round's one draw and sent after them (`plan` then counts
+  them in their groups: `CanaryAudit.with_canaries`).
   """
 
   def __init__(self, task: FederatedTask,
@@ -192,7 +206,8 @@ class TrustedRounds(round_loop.RoundProgram):
                seed: int, sampling_seed: int,
                execution: Execution = Execution(),
                personalization: Personalization | None = None,
-               release_unprotected: bool = False):
+               release_unprotected: bool = False,
+               audit: canary_audit.CanaryAudit | None = None):
     self.label = f'{task.name} rounds'
     self.rounds = plan.rounds
     self.ledger = plan.ledger
@@ -200,6 +215,8 @@ class TrustedRounds(round_loop.RoundProgram):
     self._seed, self._sampling_seed = seed, sampling_seed
     self._execution = execution
     self._personalization = personalization
+    self._audit = audit
+    self._population = list(task.client_ids) + (audit.ids() if audit else [])
     self._private_flags = {
         c: client_choices.groups[client_choices.group_of(c)].is_private
         for c in task.client_ids
@@ -231,16 +248,20 @@ class TrustedRounds(round_loop.RoundProgram):
 
   def train(self, round_num: int) -> dict:
     plan, groups = self._plan, self._plan.assignment.groups
-    sampled = selection.sample_clients(self._task.client_ids, plan.sampling,
+    sampled = selection.sample_clients(self._population, plan.sampling,
                                        self._sampling_seed, round_num)
+    canaries = []
+    if self._audit is not None:
+      sampled, canaries = self._audit.split(sampled)
     row = dict.fromkeys(_columns(groups), None)
-    row['num_clients'] = len(sampled)
+    row['num_clients'] = len(sampled) + len(canaries)
     seeds = [selection.sampled_client_order_seed(self._seed, round_num, i)
              for i in range(len(sampled))]
     # A round that sampled nobody still runs the noisy server computation
     # (`Execution.empty_round_data`): it releases what the ledger accounts.
-    data = self._execution.round_data(self._task, sampled, seeds,
-                                      plan.assignment)
+    data = self._execution.round_data(
+        self._task, sampled, seeds, plan.assignment,
+        [(self._audit.row(c), plan.assignment.one_hot(c)) for c in canaries])
     if self._personalization is not None and sampled:
       self._execution.personalize(self._personalization.step,
                                   self._personalization.models,
@@ -306,9 +327,11 @@ def run_configuration(task: FederatedTask, config: Configuration,
 def _run_configuration(task, config, choices, settings, run_dir, progress,
                        on_round, release_managers):
   assignment = _training_groups(config, choices)
-  plan = plans.plan_privacy(assignment, settings.sampling, settings.rounds,
-                             settings.clip, settings.denominator,
-                             allow_large_delta=settings.allow_large_delta)
+  audit = _canary_audit(task, assignment, settings)
+  plan = plans.plan_privacy(audit.with_canaries() if audit else assignment,
+                            settings.sampling, settings.rounds,
+                            settings.clip, settings.denominator,
+                            allow_large_delta=settings.allow_large_delta)
   checkpoint = None
   if run_dir:
     checkpoint = checkpointing.RunCheckpoint(
@@ -317,7 +340,8 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
     checkpoint.claim()
   secret = dp_randomness.run_seed(
       settings.seed, settings.unsafe_seeded_dp_randomness, checkpoint)
-  execution = Execution(settings.cohort_size)
+  execution = Execution(settings.cohort_size,
+                        audit.directions if audit else None)
   process = execution.build_fedhdp(
       task.tff_model_fn(), plan, settings.clip, secret, task.batch_size,
       client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
@@ -333,7 +357,7 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
   program = TrustedRounds(
       task, process, plan, choices, seed=settings.seed, sampling_seed=secret,
       execution=execution, personalization=personalization,
-      release_unprotected=settings.release_unprotected_stats)
+      release_unprotected=settings.release_unprotected_stats, audit=audit)
   result = round_loop.run_rounds(
       program, output_dir=run_dir, eval_every=settings.eval_every,
       progress=progress, checkpoint=checkpoint,
@@ -349,6 +373,7 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
     metrics = {k: v for k, v in metrics.items()
                if k not in release_policy.PRIVATE_CLIENT_METRICS}
   fixed = isinstance(settings.sampling, accounting.FixedSizeSampling)
+  empirical = _canary_estimates(process, program, audit) if audit else {}
   summary = {
       'configuration': config.name,
       'algorithm': config.algorithm,
@@ -373,8 +398,15 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
           'noise_multiplier': z,
           'epsilon_spent': (epsilons[g.name] if plan.accounted
                             else None),
+          **({'canaries': settings.canaries,
+              'empirical_epsilon': empirical[g.name]}
+             if g.name in empirical else {}),
       } for g, n, z in zip(assignment.groups, assignment.group_sizes(),
                            plan.noise_multipliers)],
+      **({'canaries': {'per_group': settings.canaries,
+                       'unseen_per_group': settings.canaries,
+                       'confidence': canary_audit.CONFIDENCE}}
+         if audit else {}),
       'clip_count_stddev': plan.clip_count_stddev,
       'metrics': metrics,
       'seconds': result.seconds,
@@ -382,6 +414,33 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
   if run_dir:
     run_files.write_summary(os.path.join(run_dir, 'summary.json'), summary)
   return summary, program.weights()
+
+
+def _canary_audit(task: FederatedTask, assignment: GroupAssignment,
+                  settings: Settings) -> canary_audit.CanaryAudit | None:
+  if not settings.canaries:
+    return None
+  if not isinstance(settings.sampling, accounting.PoissonSampling):
+    raise ValueError('--canaries needs --sampling=poisson: canaries are '
+                     'drawn as members are, each on its own.')
+  model = task.keras_model_fn()
+  num_params = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+  return canary_audit.CanaryAudit.create(assignment, settings.canaries,
+                                         settings.seed, num_params)
+
+
+def _canary_estimates(process, program: TrustedRounds,
+                      audit: canary_audit.CanaryAudit) -> dict[str, dict]:
+  """Each private group's empirical epsilon: the canaries' cosines with the
+  final model's change from the initial one, and their largest cosines with
+  any round's change (kept in the process state)."""
+  initial = process.get_model_weights(process.initialize()).trainable
+  final = program.weights().trainable
+  delta = [np.asarray(f) - np.asarray(i) for f, i in zip(
+      tf.nest.flatten(final), tf.nest.flatten(initial))]
+  final_cosines = audit.directions.cosines(delta).numpy()
+  max_cosines = np.asarray(program.state[canaries_lib.MAX_COSINES_KEY])
+  return audit.estimates(final_cosines, max_cosines)
 
 
 def completed_summary(task: FederatedTask, config: Configuration,

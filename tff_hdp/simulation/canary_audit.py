@@ -1,0 +1,123 @@
+"""Canary clients in a trusted-server run, and each private group's
+empirical epsilon from their scores.
+
+`--canaries=K` adds K canaries to every private group: members like any
+other (counted in the group's size, so in its expected count; sampled with
+the run's secret sampling seed at the same rate; clipped and noised with the
+group's parameters), whose update is a fixed direction
+(`tff_hdp.learning.canaries`). K more directions per group are never
+inserted. After the run every canary is scored twice: by the cosine of the
+final model's change with its direction (the threat model where only the
+final model is released), and by its largest cosine with any round's model
+change (every round's model released, as rounds.csv's evaluations and the
+checkpoints are). `tff_hdp.privacy.empirical_epsilon` turns the inserted
+against the unseen scores into an estimate and a lower bound per group.
+
+Real clients are sampled exactly as in the same run without canaries: the
+canaries' draws follow theirs in the one sampling stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Hashable, Sequence
+
+import numpy as np
+
+from tff_hdp.learning.canaries import CanaryDirections
+from tff_hdp.privacy import empirical_epsilon
+from tff_hdp.privacy.privacy_groups import GroupAssignment
+
+# Confidence of the lower bounds a run reports.
+CONFIDENCE = 0.95
+AUDIT_NOTICE = (
+    'an audit run: {k} canary clients join every private group (counted in '
+    'its size, sampled, clipped and noised as members) and {k} more are kept '
+    'unseen; the released model holds the canaries\' contributions.')
+
+
+def directions_seed(seed: int) -> int:
+  """The canaries' directions follow the public --seed: they are the
+  audit's instrument, not a secret (the DP noise and sampling are)."""
+  return int(np.random.default_rng([seed, 0xCA7A]).integers(2**31))
+
+
+@dataclasses.dataclass(frozen=True)
+class CanaryAudit:
+  """K canaries per private group of `assignment` (the groups a
+  configuration trains with): of the p-th private group's, canaries
+  2Kp .. 2Kp + K - 1 (their scores' indices) are inserted and the next K
+  are kept unseen."""
+
+  assignment: GroupAssignment
+  per_group: int
+  directions: CanaryDirections
+
+  @classmethod
+  def create(cls, assignment: GroupAssignment, per_group: int, seed: int,
+             num_params: int) -> 'CanaryAudit':
+    private = [g for g in assignment.groups if g.is_private]
+    if per_group < 1:
+      raise ValueError(f'--canaries must be >= 1, got {per_group}.')
+    if not private:
+      raise ValueError('--canaries: the configuration has no private group '
+                       'to audit.')
+    return cls(assignment, per_group,
+               CanaryDirections(directions_seed(seed), num_params,
+                                2 * per_group * len(private)))
+
+  def _private(self) -> list[int]:
+    return [j for j, g in enumerate(self.assignment.groups) if g.is_private]
+
+  @functools.cached_property
+  def _inserted(self) -> dict[str, tuple[int, int]]:
+    """Every inserted canary's id -> (group index, Hadamard row), in the
+    order of their scores."""
+    k = self.per_group
+    rows = self.directions.hadamard_rows()
+    return {f'canary:{self.assignment.groups[j].name}:{i}':
+                (j, int(rows[2 * k * p + i]))
+            for p, j in enumerate(self._private()) for i in range(k)}
+
+  def ids(self) -> list[str]:
+    """The inserted canaries' client ids, in the order of their scores."""
+    return list(self._inserted)
+
+  def row(self, canary: str) -> int:
+    """The Hadamard row an inserted canary is sent (its direction's)."""
+    return self._inserted[canary][1]
+
+  def with_canaries(self) -> GroupAssignment:
+    """`assignment` with the inserted canaries as members of their groups."""
+    groups = dict(self.assignment.client_groups)
+    taken = [c for c in self._inserted if c in groups]
+    if taken:
+      raise ValueError(f'--canaries: client id {taken[0]!r} is a canary\'s.')
+    groups.update({c: j for c, (j, _) in self._inserted.items()})
+    return GroupAssignment(self.assignment.groups, groups)
+
+  def split(self, sampled: Sequence[Hashable]
+            ) -> tuple[list[Hashable], list[str]]:
+    """A round's draw over real clients then canaries: (real, canaries)."""
+    return ([c for c in sampled if c not in self._inserted],
+            [c for c in sampled if c in self._inserted])
+
+  def estimates(self, final_cosines: np.ndarray, max_cosines: np.ndarray
+                ) -> dict[str, dict]:
+    """Per private group: the empirical epsilon of the final model's scores
+    and of the all-rounds scores (`empirical_epsilon.EmpiricalEpsilon`,
+    as dicts)."""
+    k = self.per_group
+    out = {}
+    for p, j in enumerate(self._private()):
+      group = self.assignment.groups[j]
+      inserted = slice(2 * k * p, 2 * k * p + k)
+      unseen = slice(2 * k * p + k, 2 * k * (p + 1))
+      out[group.name] = {
+          name: dataclasses.asdict(empirical_epsilon.empirical_epsilon(
+              scores[inserted], scores[unseen], self.directions.num_params,
+              group.delta, CONFIDENCE))
+          for name, scores in (('final_model', np.asarray(final_cosines)),
+                               ('all_rounds', np.asarray(max_cosines)))}
+    return out
