@@ -320,9 +320,11 @@ def write_sql(path: str, chunks, task_digest: str | None = None) -> None:
   `chunks` yields `(ids, x, y, owner, n_train)`: client `ids[k]` owns the
   rows where `owner == k` (grouped, in order), its first `n_train[k]` in the
   'train' split and the rest in 'test'. `task_digest`, if given, is kept in
-  a table of its own (`stored_task`).
+  a table of its own (`stored_task`). The file is the owner's alone (0600):
+  it holds the clients' raw examples.
   """
   tmp = f'{path}.{os.getpid()}.tmp'
+  os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
   try:
     with sqlite3.connect(tmp) as con:
       if task_digest is not None:

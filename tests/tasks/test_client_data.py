@@ -3,6 +3,7 @@ arrays, reads clients only when asked, and refuses a bad file in one line."""
 
 import os
 import sqlite3
+import stat
 
 import numpy as np
 import pytest
@@ -260,3 +261,14 @@ def test_a_client_of_another_feature_count_is_named_when_read(tmp_path):
                      r".*wide.sqlite \(2 clients\) do not fit the task's "
                      r'layout: .*'):
     task.train_arrays('wide')
+
+
+def test_a_written_file_is_its_owners_alone(tmp_path):
+  """It holds the clients' raw examples: 0600 whatever the umask."""
+  old = os.umask(0o022)
+  try:
+    path = _file(tmp_path / 'c.sqlite', {'a': _client(3)})
+  finally:
+    os.umask(old)
+  assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+  assert os.listdir(tmp_path) == ['c.sqlite']
