@@ -92,14 +92,19 @@ class CanaryDirections:
                                     seed=[self.seed, 0x43414e])
     return tf.where(u < 0.5, -1.0, 1.0)
 
+  def _directions(self, rows) -> tf.Tensor:
+    """v_r for int32 `rows` of any shape: shape + [d]."""
+    rows = tf.cast(rows, tf.int32)
+    index = tf.range(self.num_params, dtype=tf.int32)
+    bits = tf.raw_ops.PopulationCount(
+        x=tf.bitwise.bitwise_and(rows[..., None], index))
+    walsh = 1.0 - 2.0 * tf.cast(bits % 2, tf.float32)
+    return self.signs() * walsh / math.sqrt(self.num_params)
+
   def direction(self, row) -> tf.Tensor:
     """The direction of Hadamard row `row` (an r(c)), float32 [d], unit
     norm."""
-    index = tf.range(self.num_params, dtype=tf.int32)
-    bits = tf.raw_ops.PopulationCount(
-        x=tf.bitwise.bitwise_and(tf.cast(row, tf.int32), index))
-    walsh = 1.0 - 2.0 * tf.cast(bits % 2, tf.float32)
-    return self.signs() * walsh / math.sqrt(self.num_params)
+    return self._directions(row)
 
   def update(self, row, like) -> list[tf.Tensor]:
     """The update of the canary of Hadamard row `row`: -CANARY_NORM v_row
@@ -107,10 +112,15 @@ class CanaryDirections:
     weights, in their order). Updates are pseudo-gradients (TFF's initial -
     local), so the server moves the model along +v_row: a canary raises its
     own cosine."""
-    flat = -CANARY_NORM * self.direction(row)
+    return [u[0] for u in self.stacked_updates(tf.reshape(row, [1]), like)]
+
+  def stacked_updates(self, rows, like) -> list[tf.Tensor]:
+    """`update` of every row of int32 [K] `rows` at once, stacked: [K] +
+    each tensor's shape (a cohort of canaries)."""
+    flat = -CANARY_NORM * self._directions(rows)
     sizes = [int(np.prod(t.shape)) for t in like]
-    return [tf.reshape(part, t.shape)
-            for part, t in zip(tf.split(flat, sizes), like)]
+    return [tf.reshape(part, [-1] + t.shape.as_list())
+            for part, t in zip(tf.split(flat, sizes, axis=1), like)]
 
   def cosines(self, delta) -> tf.Tensor:
     """cos(delta, v_c) for every canary c, float32 [count]; `delta` a model

@@ -175,7 +175,9 @@ def train_slot(data, k, n, epochs: int, batch_size: int, step, state):
 def _build_cohort_training(model_fn, epochs: int, batch_size: int,
                            directions: canaries_lib.CanaryDirections | None):
   """The tf.function that trains every client of a cohort in turn (a
-  canary's update is its direction, `canaries.replace_if_canary`)."""
+  canary's update is its direction, `canaries.replace_if_canary`; a cohort
+  of canaries only, as `Execution.round_data` packs them, gets all its
+  updates at once without the training loop)."""
   model = model_fn()
   # Keras metrics (loss, accuracy, counts) live in the local variables; a
   # dropped client's contribution to them is undone from a snapshot.
@@ -184,6 +186,23 @@ def _build_cohort_training(model_fn, epochs: int, batch_size: int,
   @tf.function
   def train(optimizer, optimizer_hparams, initial_weights, cohort):
     cohort = cohort.get_single_element()
+    groups = cohort[GROUP_KEY]
+    initial = tf.nest.flatten(initial_weights.trainable)
+    if directions is not None:
+      rows = cohort[canaries_lib.CANARY_KEY]
+      if tf.reduce_all(rows >= 0):
+        return client_work_lib.train_output(
+            model, tf.nest.pack_sequence_as(
+                initial_weights.trainable,
+                directions.stacked_updates(rows, initial)),
+            groups, tf.constant(0, tf.int64), tf.constant(0, tf.int32))
+      else:
+        return train_each(optimizer, optimizer_hparams, initial_weights,
+                          cohort)
+    return train_each(optimizer, optimizer_hparams, initial_weights, cohort)
+
+  def train_each(optimizer, optimizer_hparams, initial_weights, cohort):
+    """Every slot of `cohort` trained in turn (in-graph loop)."""
     data, counts, groups = cohort[DATA_KEY], cohort[COUNT_KEY], cohort[
         GROUP_KEY]
     weights = tff.learning.models.ModelWeights.from_model(model)
