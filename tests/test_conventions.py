@@ -1,9 +1,13 @@
 """Each convention the README's table "Where the papers are silent" states,
 pinned: the steps of a local DP-SGD epoch, School's loss, Robust-HDP's
 clip norm and delta with its epsilon lists, T rounds trained and accounted,
-and where MR-MTL's pull joins DP-SGD's gradient (tests/learning/
-test_dp_sgd.py checks both placements, and that a client's step is plain
-SGD: `test_one_full_batch_step_without_noise_matches_a_manual_loop`)."""
+and where MR-MTL's pull joins DP-SGD's gradient. The other rows are pinned
+where their code is tested: tests/learning/test_dp_sgd.py (both pull
+placements; a client's step is plain SGD:
+`test_one_full_batch_step_without_noise_matches_a_manual_loop`),
+tests/privacy/test_release_policy.py (the untrusted setting's Acc_g,p only
+with --release_unprotected_stats), tests/learning/test_fedhdp.py (one
+seeded initial model) and tests/tasks/test_mnist.py (pixels in [0, 1])."""
 
 import json
 import os
