@@ -117,9 +117,11 @@ def _parsed_flags():
     yield
 
 
+# --dry_run: the flag checks create no results/<task>-<hash> folder in the
+# checkout (the output folder is not part of a run's identity).
 def _trusted_identity(args):
   with flagsaver.flagsaver():
-    FLAGS(['run_experiment.py', *args])
+    FLAGS(['run_experiment.py', '--dry_run', *args])
     flags.validate_flags()
     task = flags.load_task()
     settings, choices, configs = cli_trusted.learning_setup(task)
@@ -130,7 +132,7 @@ def _trusted_identity(args):
 
 def _cross_silo_identity(args):
   with flagsaver.flagsaver():
-    FLAGS(['run_experiment.py', *args])
+    FLAGS(['run_experiment.py', '--dry_run', *args])
     flags.validate_flags()
     task = flags.load_task()
     settings, _, _ = cli_cross_silo.learning_setup()
@@ -141,7 +143,7 @@ def _cross_silo_identity(args):
 
 def _untrusted_identity(args):
   with flagsaver.flagsaver():
-    FLAGS(['run_experiment.py', '--algorithms=weiavg', *args])
+    FLAGS(['run_experiment.py', '--dry_run', '--algorithms=weiavg', *args])
     flags.validate_flags()
     task = flags.load_task()
     algorithm = flags.ALGORITHMS.value[0]
