@@ -17,6 +17,7 @@ import dataclasses
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp.privacy import plans
@@ -142,22 +143,30 @@ class Execution:
           self.cohort_size, real_rows) if sampled else []
       if canaries:
         data += cohort.pack_round(
-            [self._no_examples(task)] * len(canaries),
+            [self._no_examples(task)] * len(canaries),  # one, shared
             [group for _, group in canaries], assignment.num_groups,
             self.cohort_size, [row for row, _ in canaries])
       return data
-    return [client_work.make_client_data(task.train_dataset(c, s),
+    data = [client_work.make_client_data(task.train_dataset(c, s),
                                          assignment.one_hot(c),
                                          None if real_rows is None else
                                          canaries_lib.NOT_A_CANARY)
-            for c, s in zip(sampled, seeds)] + [
-                client_work.make_client_data(
-                    task.train_dataset(task.client_ids[0], 0).take(0), group,
-                    row) for row, group in canaries]
+            for c, s in zip(sampled, seeds)]
+    if canaries:
+      empty = self._no_dataset(task)  # one for the round's canaries
+      data += [client_work.make_client_data(empty, group, row)
+               for row, group in canaries]
+    return data
 
   @staticmethod
   def _no_examples(task: FederatedTask) -> tuple:
+    """A client's example structure with no examples (cohorts)."""
     return tuple(x[:0] for x in task.shuffled_train(task.client_ids[0], 0))
+
+  @staticmethod
+  def _no_dataset(task: FederatedTask) -> tf.data.Dataset:
+    """A client's batched dataset with no examples (per client)."""
+    return task.train_dataset(task.client_ids[0], 0).take(0)
 
   def empty_round_data(self, task: FederatedTask,
                        assignment: GroupAssignment) -> list:
@@ -175,8 +184,7 @@ class Execution:
       return cohort.pack_round([self._no_examples(task)], [nobody],
                                assignment.num_groups, self.cohort_size,
                                None if row is None else [row])
-    return [client_work.make_client_data(
-        task.train_dataset(task.client_ids[0], 0).take(0), nobody, row)]
+    return [client_work.make_client_data(self._no_dataset(task), nobody, row)]
 
   def personalize(self, step, models: ditto.PersonalModels, global_weights,
                   sampled: Sequence[Hashable], data: list) -> None:
