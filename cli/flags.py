@@ -119,13 +119,17 @@ SAMPLING = absl_flags.DEFINE_enum(
     'Client sampling; the accountant uses the matching event.')
 LOCAL_EPOCHS = absl_flags.DEFINE_integer('local_epochs', 1, 'Local epochs E.')
 CANARIES = absl_flags.DEFINE_integer(
-    'canaries', 0, 'Trusted server: an audit run. Adds this many canary '
+    'canaries', 0, 'An audit run. Trusted server: adds this many canary '
     'clients to every private group (members sampled, clipped and noised '
     'like any other, whose update is a fixed random direction) and keeps as '
     'many unseen; reports each group\'s empirical epsilon from their scores '
-    '(final model and all rounds) beside the printed one. The released model '
-    'holds the canaries\' contributions; announced in the output. 1000 is '
-    'the reference\'s choice. 0: none.', lower_bound=0)
+    '(final model and all rounds) beside the printed one. Untrusted server: '
+    'adds this many canary examples to every client\'s data (sampled and '
+    'clipped like its examples, whose gradient is a fixed random direction), '
+    'keeps as many unseen, and reports each client\'s empirical epsilon from '
+    'every update it sent. The released model holds the canaries\' '
+    'contributions; announced in the output. 1000 is the reference\'s '
+    'choice. 0: none.', lower_bound=0)
 COHORT_SIZE = absl_flags.DEFINE_integer(
     'cohort_size', 0, 'Trusted server and cross-silo: simulate up to this '
     'many sampled clients (silos) inside one TFF client (0 or 1: one TFF '
@@ -258,7 +262,8 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'level_fractions', 'opt_out_fraction', 'clients_per_round',
         'sampling', 'local_epochs', 'server_lr', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
-        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr', 'canaries')},
+        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr')},
+    'canaries': (TRUSTED, UNTRUSTED),
     'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),
     'rpca_freeze_after_round': (UNTRUSTED,),

@@ -49,7 +49,8 @@ def learning_setup():
       rpca_freeze_after_round=flags.RPCA_FREEZE_AFTER_ROUND.value,
       release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
-      allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
+      allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
+      canaries=flags.CANARIES.value)
 
 
 def run() -> None:
@@ -61,8 +62,11 @@ def run() -> None:
   defaults = _robust_hdp_defaults()[2]
   if defaults:
     print(defaults)
-  flags.print_privacy_warnings()
+  warnings = untrusted_setting.privacy_warnings(settings)
+  for line in warnings:
+    print(line)
   name = f'{tables.metric_prefix(task.metric)}_g'
+  audited = settings.canaries > 0
   rows, records = [], []
   try:
     for algorithm in flags.ALGORITHMS.value:
@@ -71,20 +75,48 @@ def run() -> None:
       metric = s['metrics']['acc_g']
       rows.append([algorithm, tables.metric_cell(task.metric, metric),
                    f"{s['epsilon_spent_min']:.3g} - "
-                   f"{s['epsilon_spent_max']:.3g}", f"{s['seconds']:.0f}"])
+                   f"{s['epsilon_spent_max']:.3g}",
+                   *([tables.client_empirical_cell(s)] if audited else []),
+                   f"{s['seconds']:.0f}"])
       records.append({'algorithm': algorithm, name.lower(): metric,
                       'epsilon_spent_min': s['epsilon_spent_min'],
                       'epsilon_spent_max': s['epsilon_spent_max'],
+                      **(_audit_record(s) if audited else {}),
                       'seconds': s['seconds']})
+      if audited and flags.OUTPUT_DIR.value:
+        header, client_rows, client_records = tables.client_empirical_table(
+            s, task.client_ids)
+        tables.write_table(
+            os.path.join(flags.OUTPUT_DIR.value, algorithm), header,
+            client_rows, stem='empirical_epsilon',
+            caption=tables.CLIENT_EMPIRICAL_NOTE, records=client_records)
   except trusted_setting.RUN_ERRORS as e:
     raise flags.InputError(str(e)) from None
   header = ['Aggregation', name, 'eps spent per client (min - max)',
+            *([tables.CLIENT_EMPIRICAL_HEADER] if audited else []),
             'seconds']
   print(f'\n{task.name}: {len(task.client_ids)} clients, all in every round, '
         f'{flags.ROUNDS.value} rounds, eps ~ {flags.EPSILON_DISTRIBUTION.value}\n')
+  caption = tables.CLIENT_EMPIRICAL_NOTE if audited else None
+  if caption:
+    print(caption + '\n')
   print(tables.markdown_table(header, rows))
-  tables.write_table(flags.OUTPUT_DIR.value, header, rows, records=records)
+  tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption,
+                     records=records)
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')
+
+
+def _audit_record(summary: dict) -> dict:
+  """An audit run's numbers for results.csv."""
+  audit = summary['empirical_epsilon']
+  estimates = [c['estimate'] for c in audit['clients']]
+  return {'empirical_epsilon_min': min(estimates),
+          'empirical_epsilon_max': max(estimates),
+          'empirical_rank_correlation': audit['rank_correlation'],
+          'lower_bounds_above_spent': sum(
+              c['lower_bound'] > c['epsilon_spent'] for c in audit['clients']),
+          'canaries_per_client': summary['canaries']['per_client'],
+          'lower_bound_confidence': summary['canaries']['confidence']}
 
 
 def _finished_or_run(task, algorithm, settings, output_dir):

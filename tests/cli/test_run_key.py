@@ -68,6 +68,7 @@ UNTRUSTED_CHANGES = SHARED_CHANGES + [
     ('epsilon_distribution', [], 'uniform'),
     ('rpca_freeze_after_round', ['--algorithms=robust_hdp'], '1'),
     ('release_unprotected_stats', [], 'true'),
+    ('canaries', [], '3'),
 ]
 CROSS_SILO_CHANGES = SHARED_CHANGES + [
     ('epsilons', [], '2'),

@@ -122,17 +122,89 @@ class CanaryDirections:
     return [tf.reshape(part, [-1] + t.shape.as_list())
             for part, t in zip(tf.split(flat, sizes, axis=1), like)]
 
+  def gradient_sum(self, rows, like) -> list[tf.Tensor]:
+    """sum_r v_r over int32 [k] `rows` (k may be 0), cut into the shapes of
+    the tensors of `like`: the clipped gradients of k canary examples, per
+    unit of clip norm. Few rows are built one by one (k d operations), many
+    by one transform of their counts (H symmetric: sum_r h_r = H e_rows),
+    whichever costs less."""
+    m = self.padded_size
+    k = tf.size(rows)
+
+    def one_by_one():
+      return tf.reduce_sum(self._directions(rows), axis=0)
+
+    def transformed():
+      counts = tf.scatter_nd(tf.reshape(rows, [-1, 1]),
+                             tf.ones([k]), [m])
+      return self.signs() * fast_walsh_hadamard(counts)[:self.num_params] / (
+          math.sqrt(self.num_params))
+
+    total = tf.cond(
+        tf.cast(k, tf.int64) * self.num_params <= m * m.bit_length(),
+        one_by_one, transformed)
+    sizes = [int(np.prod(t.shape)) for t in like]
+    return [tf.reshape(part, t.shape)
+            for part, t in zip(tf.split(total, sizes), like)]
+
+  def dots(self, delta, rows=None) -> tf.Tensor:
+    """<delta, v_r> for int32 `rows` (None: every canary's r(c)), float32;
+    `delta` a model delta (trainable tensors in order). One transform."""
+    flat = _flat(delta)
+    padded = tf.pad(self.signs() * flat,
+                    [[0, self.padded_size - self.num_params]])
+    return tf.gather(fast_walsh_hadamard(padded),
+                     self.hadamard_rows() if rows is None else rows
+                     ) / math.sqrt(self.num_params)
+
   def cosines(self, delta) -> tf.Tensor:
     """cos(delta, v_c) for every canary c, float32 [count]; `delta` a model
     delta (trainable tensors in order). A zero delta scores 0."""
-    flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
-                      for t in delta], axis=0)
-    padded = tf.pad(self.signs() * flat,
-                    [[0, self.padded_size - self.num_params]])
-    dots = tf.gather(fast_walsh_hadamard(padded),
-                     self.hadamard_rows()) / math.sqrt(self.num_params)
-    norm = tf.norm(flat)
-    return tf.where(norm > 0, dots / tf.maximum(norm, 1e-30), 0.0)
+    norm = tf.norm(_flat(delta))
+    return tf.where(norm > 0, self.dots(delta) / tf.maximum(norm, 1e-30), 0.0)
+
+
+def _flat(tensors) -> tf.Tensor:
+  """The float32 concatenation of `tensors`, flattened, in order."""
+  return tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
+                    for t in tensors], axis=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleCanaries:
+  """`per_client` (K) canary examples in each of `num_clients` DP-SGD
+  clients (or silos), for the threat model of a server that sees every
+  update a client sends. Client i's are directions 2Ki .. 2Ki + K - 1,
+  inserted into its data, and the next K, never inserted; distinct clients
+  have distinct directions. A canary example's gradient is CANARY_NORM v,
+  so DP-SGD clips it to exactly c v whatever the model; it joins a step with
+  the client's sampling rate, like each of its examples."""
+
+  directions: CanaryDirections
+  per_client: int
+  num_clients: int
+
+  @classmethod
+  def create(cls, seed: int, num_params: int, per_client: int,
+             num_clients: int) -> 'ExampleCanaries':
+    if per_client < 1:
+      raise ValueError(f'--canaries must be >= 1, got {per_client}.')
+    count = 2 * per_client * num_clients
+    padded = 1 << (num_params - 1).bit_length()
+    if count > padded:
+      raise ValueError(
+          f'--canaries={per_client}: {num_clients} clients need '
+          f'{count} canary directions, more than the {padded} a model of '
+          f'{num_params} parameters has; at most '
+          f'{padded // (2 * num_clients)} per client.')
+    return cls(CanaryDirections(seed, num_params, count), per_client,
+               num_clients)
+
+  def rows(self, index) -> tf.Tensor:
+    """int32 [2, K]: client `index`'s inserted rows, then its unseen ones."""
+    table = tf.constant(self.directions.hadamard_rows().reshape(
+        [self.num_clients, 2, self.per_client]))
+    return tf.gather(table, index)
 
 
 def replace_if_canary(directions: CanaryDirections, row, update):

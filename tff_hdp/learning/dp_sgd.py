@@ -27,9 +27,11 @@ import tensorflow_federated as tff
 
 from tff_hdp.privacy import plans
 from tff_hdp.aggregators import clipping
+from tff_hdp.learning import canaries as canaries_lib
 
 DATA_KEY = 'data'
 PRIVACY_KEY = 'privacy'
+INDEX_KEY = 'index'
 
 
 def poisson_sample(num_examples, rate, seed) -> tf.Tensor:
@@ -283,7 +285,8 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
                        per_example_loss: Callable[[tf.Tensor, tf.Tensor],
                                                   tf.Tensor],
                        learning_rate: float, clip_norm: float,
-                       regularizer_placement: str = REGULARIZER_AFTER_NOISE
+                       regularizer_placement: str = REGULARIZER_AFTER_NOISE,
+                       canaries: canaries_lib.CanaryDirections | None = None
                        ) -> tf.types.experimental.GenericFunction:
   """tf.function: one round of DP-SGD steps on `model`, from given weights.
 
@@ -300,7 +303,11 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
   every example's gradient before clipping, as a term of the per-example
   loss (the MR-MTL authors' code). A `step_size` tensor given at call time
   replaces `learning_rate`, so that one trace serves a whole learning-rate
-  sweep.
+  sweep. With `canaries` and int32 [K] `canary_rows`, the client's data
+  also holds K canary examples (`canaries.ExampleCanaries`): each joins a
+  step with the sampling rate, by its own draw after the real examples'
+  (which are sampled and noised exactly as without canaries), and adds its
+  clipped gradient c v_r to the step's clipped sum.
 
   Args:
     model: the model whose variables the steps train.
@@ -309,11 +316,12 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
     clip_norm: c, the per-example clip norm.
     regularizer_placement: where the pull toward an `anchor` joins the
       gradient, one of `REGULARIZER_PLACEMENTS`.
+    canaries: the directions of canary examples' gradients, if any.
 
   Returns:
     The tf.function `train(initial_weights, data, noise_multiplier,
     sampling_rate, steps, seed, regularization=0.0, anchor=None,
-    step_size=None) -> (update, noise)`.
+    step_size=None, canary_rows=None) -> (update, noise)`.
   """
   if regularizer_placement not in REGULARIZER_PLACEMENTS:
     raise ValueError(f'regularizer placement must be one of '
@@ -331,7 +339,8 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
 
   @tf.function
   def train(initial_weights, data, noise_multiplier, sampling_rate, steps,
-            seed, regularization=0.0, anchor=None, step_size=None):
+            seed, regularization=0.0, anchor=None, step_size=None,
+            canary_rows=None):
     tf.nest.map_structure(lambda v, t: v.assign(t), weights, initial_weights)
     x, y = split_batch(whole_dataset(data) if isinstance(
         data, tf.data.Dataset) else data)
@@ -353,6 +362,14 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
           tf.random.experimental.stateless_fold_in(step_seed, 1),
           shift=pulls if regularizer_placement == REGULARIZER_PER_EXAMPLE
           else None)
+      if canary_rows is not None:
+        picked = poisson_sample(
+            tf.size(canary_rows), sampling_rate,
+            tf.random.experimental.stateless_fold_in(step_seed, 2))
+        inserted = canaries.gradient_sum(tf.gather(canary_rows, picked),
+                                         trainable)
+        grads = [g + clip_norm * c / expected_batch_size
+                 for g, c in zip(grads, inserted)]
       if pulls is not None and (
           regularizer_placement == REGULARIZER_AFTER_NOISE):
         grads = [g + p for g, p in zip(grads, pulls)]
@@ -369,50 +386,79 @@ def build_local_dp_sgd(model: tff.learning.models.VariableModel,
 
 
 def own_parameters(privacy: plans.ClientPrivacy, weight: float, seed: int,
-                   steps: int | None = None) -> collections.OrderedDict:
+                   steps: int | None = None,
+                   index: int | None = None) -> collections.OrderedDict:
   """What a client knows of itself: its DP-SGD noise multiplier, sampling
   rate and steps per training call (default: the plan's steps per round),
   the weight it attaches to its update for a weighted aggregator, and its own
   noise seed (a real client would use fresh randomness; a simulation needs
-  it reproducible and distinct)."""
-  return collections.OrderedDict(
+  it reproducible and distinct); in an audit run, its index among the
+  clients, which names its canaries (`canaries.ExampleCanaries`)."""
+  own = collections.OrderedDict(
       noise_multiplier=np.float32(privacy.noise_multiplier),
       sampling_rate=np.float32(privacy.sampling_rate),
       steps=np.int32(privacy.steps_per_round if steps is None else steps),
       weight=np.float32(weight),
       seed=np.int64(seed))
+  if index is not None:
+    own[INDEX_KEY] = np.int32(index)
+  return own
 
 
 def make_client_data(dataset: tf.data.Dataset, privacy: plans.ClientPrivacy,
-                     weight: float, seed: int,
-                     steps: int | None = None) -> collections.OrderedDict:
+                     weight: float, seed: int, steps: int | None = None,
+                     index: int | None = None) -> collections.OrderedDict:
   """A client's input: its batches and, as a one-element sequence,
-  `own_parameters(privacy, weight, seed, steps)`."""
+  `own_parameters(privacy, weight, seed, steps, index)`."""
   return collections.OrderedDict([
       (DATA_KEY, dataset),
       (PRIVACY_KEY, tf.data.Dataset.from_tensors(
-          own_parameters(privacy, weight, seed, steps))),
+          own_parameters(privacy, weight, seed, steps, index))),
   ])
 
 
-def client_data_type(model_input_spec) -> tff.Type:
-  privacy_type = tff.types.to_type(
-      collections.OrderedDict(
-          noise_multiplier=np.float32, sampling_rate=np.float32,
-          steps=np.int32, weight=np.float32, seed=np.int64))
+def client_data_type(model_input_spec, indexed: bool = False) -> tff.Type:
+  """The type of `make_client_data`'s value (`indexed`: given an index)."""
+  own = collections.OrderedDict(
+      noise_multiplier=np.float32, sampling_rate=np.float32,
+      steps=np.int32, weight=np.float32, seed=np.int64)
+  if indexed:
+    own[INDEX_KEY] = np.int32
   return tff.types.to_type(
       collections.OrderedDict([
           (DATA_KEY, tff.SequenceType(
               tff.types.tensorflow_to_type(model_input_spec))),
-          (PRIVACY_KEY, tff.SequenceType(privacy_type)),
+          (PRIVACY_KEY, tff.SequenceType(tff.types.to_type(own))),
       ]))
+
+
+# The client work's state in an audit run (`build_dp_sgd_client_work`).
+ROUND_KEY = 'round_num'
+CANARY_DOTS_KEY = 'canary_dots'
+UPDATE_SQUARED_NORMS_KEY = 'update_squared_norms'
+
+
+def canary_scores(state) -> np.ndarray:
+  """Each client's canary scores from an audit run's client-work state:
+  float [clients, 2K], the cosine of the concatenation of every update the
+  client sent with the concatenation of one canary's direction repeated,
+  sum_t <u_t, v> / sqrt(T sum_t ||u_t||^2) (columns: the client's inserted
+  canaries, then its unseen ones). What a server that sees every update can
+  compute; under the null (v independent of the updates) it is N(0, 1/d)
+  whatever T."""
+  dots = np.asarray(state[CANARY_DOTS_KEY], np.float64)
+  norms = np.sqrt(np.asarray(state[UPDATE_SQUARED_NORMS_KEY], np.float64))
+  with np.errstate(divide='ignore', invalid='ignore'):
+    return np.where(norms[:, None] > 0, dots / norms[:, None], 0.0)
 
 
 def build_dp_sgd_client_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     per_example_loss: Callable[[tf.Tensor, tf.Tensor], tf.Tensor],
     learning_rate: float,
-    clip_norm: float) -> tff.learning.templates.ClientWorkProcess:
+    clip_norm: float,
+    canaries: canaries_lib.ExampleCanaries | None = None
+) -> tff.learning.templates.ClientWorkProcess:
   """`ClientWorkProcess`: one local epoch of DP-SGD per round.
 
   Each client's noise multiplier, sampling rate, steps per round, update
@@ -421,15 +467,24 @@ def build_dp_sgd_client_work(
   each client's seed so every round draws fresh noise. Only the update and its
   weight leave the client: training metrics on private data are not reported.
 
+  With `canaries` (an audit run), each client's data also holds its K canary
+  examples (its `index` names them) and the state also keeps, per client,
+  the running sums of `<u_t, v>` over its 2K canaries and of `||u_t||^2`
+  over the updates u_t it sent: what `canary_scores` reads. The server
+  computes these from updates it receives anyway; the simulation has each
+  client report them in its own slot of a federated sum.
+
   Args:
     model_fn: builds the TFF model.
     per_example_loss: `(y, predictions)` to the `[b]` losses.
     learning_rate: the DP-SGD step size.
     clip_norm: c, the per-example clip norm.
+    canaries: the clients' canary examples, if any.
 
   Returns:
     A `tff.learning.templates.ClientWorkProcess` whose state is the round
-    number and whose measurements are empty.
+    number (with canaries: an OrderedDict of it and the sums above) and
+    whose measurements are empty.
 
   Raises:
     ValueError: if `learning_rate` or `clip_norm` is not > 0.
@@ -440,42 +495,81 @@ def build_dp_sgd_client_work(
   with tf.Graph().as_default():
     model = model_fn()
   weights_type = tff.learning.models.weights_type_from_model(model)
-  data_type = client_data_type(model.input_spec)
+  data_type = client_data_type(model.input_spec, indexed=bool(canaries))
+  directions = canaries.directions if canaries else None
 
   @tff.tensorflow.computation
   def initial_state():
-    return tf.constant(0, tf.int64)
+    if not canaries:
+      return tf.constant(0, tf.int64)
+    n, k = canaries.num_clients, canaries.per_client
+    return collections.OrderedDict([
+        (ROUND_KEY, tf.constant(0, tf.int64)),
+        (CANARY_DOTS_KEY, tf.zeros([n, 2 * k])),
+        (UPDATE_SQUARED_NORMS_KEY, tf.zeros([n]))])
 
   @tff.federated_computation
   def init_fn():
     return tff.federated_eval(initial_state, tff.SERVER)
 
   state_type = init_fn.type_signature.result.member
+  round_type = state_type[ROUND_KEY] if canaries else state_type
 
-  @tff.tensorflow.computation(state_type, weights_type, data_type)
+  @tff.tensorflow.computation(round_type, weights_type, data_type)
   def client_update(round_num, initial_weights, client_data):
     train = build_local_dp_sgd(model_fn(), per_example_loss, learning_rate,
-                               clip_norm)
+                               clip_norm, canaries=directions)
     own = client_data[PRIVACY_KEY].get_single_element()
+    rows = canaries.rows(own[INDEX_KEY]) if canaries else None
     update, _ = train(initial_weights, client_data[DATA_KEY],
                       own['noise_multiplier'], own['sampling_rate'],
-                      own['steps'], tf.stack([own['seed'], round_num]))
-    return tff.learning.templates.ClientResult(
+                      own['steps'], tf.stack([own['seed'], round_num]),
+                      canary_rows=None if rows is None else rows[0])
+    result = tff.learning.templates.ClientResult(
         update=update, update_weight=own['weight'])
+    if not canaries:
+      return result
+    flat = tf.nest.flatten(update)
+    sent = tf.one_hot(own[INDEX_KEY], canaries.num_clients)
+    dots = directions.dots(flat, tf.reshape(rows, [-1]))
+    squared = tf.add_n([tf.reduce_sum(u * u) for u in flat])
+    # A non-finite update reaches no aggregate (noise-aware rules drop it).
+    finite = tf.math.is_finite(squared)
+    return result, collections.OrderedDict([
+        (CANARY_DOTS_KEY, tf.where(finite, sent[:, None] * dots, 0.0)),
+        (UPDATE_SQUARED_NORMS_KEY, tf.where(finite, sent * squared, 0.0))])
 
-  @tff.tensorflow.computation(state_type)
-  def advance(round_num):
-    return round_num + 1
+  if canaries:
+    sums_type = client_update.type_signature.result[1]
+
+    @tff.tensorflow.computation(state_type, sums_type)
+    def advance(state, sums):
+      return collections.OrderedDict([
+          (ROUND_KEY, state[ROUND_KEY] + 1),
+          *((key, state[key] + sums[key]) for key in sums)])
+  else:
+
+    @tff.tensorflow.computation(state_type)
+    def advance(state):
+      return state + 1
 
   @tff.federated_computation(init_fn.type_signature.result,
                              tff.FederatedType(weights_type, tff.CLIENTS),
                              tff.FederatedType(data_type, tff.CLIENTS))
   def next_fn(state, weights, client_data):
-    result = tff.federated_map(
-        client_update,
-        (tff.federated_broadcast(state), weights, client_data))
+    if not canaries:
+      result = tff.federated_map(
+          client_update,
+          (tff.federated_broadcast(state), weights, client_data))
+      new_state = tff.federated_map(advance, state)
+    else:
+      output = tff.federated_map(
+          client_update,
+          (tff.federated_broadcast(state[ROUND_KEY]), weights, client_data))
+      result = output[0]
+      new_state = tff.federated_map(
+          advance, (state, tff.federated_sum(output[1])))
     return tff.templates.MeasuredProcessOutput(
-        tff.federated_map(advance, state), result,
-        tff.federated_value((), tff.SERVER))
+        new_state, result, tff.federated_value((), tff.SERVER))
 
   return tff.learning.templates.ClientWorkProcess(init_fn, next_fn)

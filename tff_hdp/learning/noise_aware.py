@@ -31,6 +31,7 @@ import tensorflow_federated as tff
 
 from tff_hdp.privacy import plans
 from tff_hdp.learning import algorithms
+from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import learning_process
 
@@ -110,7 +111,8 @@ def build_noise_aware_fedavg(
     aggregator: tff.aggregators.WeightedAggregationFactory,
     learning_rate: float,
     clip_norm: float,
-    server_optimizer: tff.learning.optimizers.Optimizer | None = None
+    server_optimizer: tff.learning.optimizers.Optimizer | None = None,
+    canaries: canaries_lib.ExampleCanaries | None = None
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg whose clients run one epoch of DP-SGD, combined by `aggregator`.
 
@@ -125,6 +127,8 @@ def build_noise_aware_fedavg(
     learning_rate: the clients' DP-SGD step size.
     clip_norm: c, the per-example clip norm.
     server_optimizer: applies the aggregate (None: the default above).
+    canaries: the clients' canary examples in an audit run
+      (`dp_sgd.build_dp_sgd_client_work`).
 
   Returns:
     The `tff.learning.templates.LearningProcess`.
@@ -135,5 +139,5 @@ def build_noise_aware_fedavg(
   return learning_process.compose(
       model_fn,
       dp_sgd.build_dp_sgd_client_work(model_fn, per_example_loss,
-                                      learning_rate, clip_norm),
+                                      learning_rate, clip_norm, canaries),
       aggregator, tff.TensorType(np.float32), server_optimizer)

@@ -47,6 +47,42 @@ EMPIRICAL_NOTE = (
     'is no bound; a lower bound above the printed epsilon is a privacy bug.')
 
 
+CLIENT_EMPIRICAL_HEADER = 'eps empirical (updates)'
+CLIENT_EMPIRICAL_NOTE = (
+    f'{CLIENT_EMPIRICAL_HEADER}: each client\'s (silo\'s) canary examples\' '
+    'estimate from every update it sent (mu-GDP fit of inserted against '
+    'unseen canaries\' scores): their range, their Spearman rank '
+    'correlation with the clients\' printed epsilons, and how many lower '
+    'bounds at the stated confidence exceed the printed epsilon (a privacy '
+    'bug if any); per client in <run>/empirical_epsilon.md.')
+
+
+def client_empirical_cell(summary: dict) -> str:
+  """An audit run's per-client estimates in one cell ('-' without)."""
+  audit = summary.get('empirical_epsilon')
+  if not audit:
+    return '-'
+  clients = audit['clients']
+  estimates = [c['estimate'] for c in clients]
+  rho = audit['rank_correlation']
+  over = sum(c['lower_bound'] > c['epsilon_spent'] for c in clients)
+  return (f'{min(estimates):.3g} - {max(estimates):.3g}, rank corr. '
+          + ('-' if rho is None else f'{rho:.2f}')
+          + f', {over} bounds above')
+
+
+def client_empirical_table(summary: dict, client_ids) -> tuple[list, list,
+                                                                list]:
+  """(header, rows, records) of an audit run's estimate per client."""
+  header = ['client', 'eps spent', 'eps empirical', 'lower bound']
+  rows, records = [], []
+  for client, c in zip(client_ids, summary['empirical_epsilon']['clients']):
+    rows.append([str(client), f"{c['epsilon_spent']:.3g}",
+                 f"{c['estimate']:.3g}", f"{c['lower_bound']:.3g}"])
+    records.append({'client': client, **c})
+  return header, rows, records
+
+
 def table_notes(release_unprotected: bool, metric: str = 'accuracy',
                 audited: bool = False) -> list[str]:
   """What the results table's cells mean, printed above it; `metric` is the

@@ -1,5 +1,6 @@
-"""Canary clients in a trusted-server run, and each private group's
-empirical epsilon from their scores.
+"""Canaries in an audit run, and the empirical epsilons of their scores:
+canary clients per private group in a trusted-server run (`CanaryAudit`),
+canary examples per DP-SGD client or silo otherwise (`client_estimates`).
 
 `--canaries=K` adds K canaries to every private group: members like any
 other (counted in the group's size, so in its expected count; sampled with
@@ -15,6 +16,12 @@ against the unseen scores into an estimate and a lower bound per group.
 
 Real clients are sampled exactly as in the same run without canaries: the
 canaries' draws follow theirs in the one sampling stream.
+
+Under sample-level DP-SGD (`--canaries=K` with an untrusted server or
+cross-silo) each client or silo holds K canary examples and keeps K unseen
+(`tff_hdp.learning.canaries.ExampleCanaries`); its epsilon promises privacy
+against whoever sees every update it sends, so its canaries are scored on
+those updates (`dp_sgd.canary_scores`).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import functools
 from typing import Hashable, Sequence
 
 import numpy as np
+from scipy import stats
 
 from tff_hdp.learning.canaries import CanaryDirections
 from tff_hdp.privacy import empirical_epsilon
@@ -35,6 +43,14 @@ AUDIT_NOTICE = (
     'an audit run: {k} canary clients join every private group (counted in '
     'its size, sampled, clipped and noised as members) and {k} more are kept '
     'unseen; the released model holds the canaries\' contributions.')
+EXAMPLE_AUDIT_NOTICE = (
+    'an audit run: {k} canary examples join every {member}\'s data '
+    '(sampled at its rate and clipped like its examples, their gradient a '
+    'fixed direction) and {k} more are kept unseen; each {member}\'s '
+    'estimate scores every update it sends; the released models hold the '
+    'canaries\' contributions.')
+# What a per-client estimate's scores see (`dp_sgd.canary_scores`).
+UPDATES_THREAT_MODEL = 'every update a client sends'
 
 
 def directions_seed(seed: int) -> int:
@@ -121,3 +137,25 @@ class CanaryAudit:
           for name, scores in (('final_model', np.asarray(final_cosines)),
                                ('all_rounds', np.asarray(max_cosines)))}
     return out
+
+
+def client_estimates(scores: np.ndarray, epsilons, delta: float,
+                     num_params: int) -> dict:
+  """Each client's (silo's) empirical epsilon from its canary scores (float
+  [clients, 2K]: its K inserted canaries, then its K unseen), beside its
+  accounted `epsilons`, and the Spearman rank correlation of the estimates
+  with those (None when either is constant)."""
+  scores = np.asarray(scores)
+  k = scores.shape[1] // 2
+  clients = [dict(epsilon_spent=float(eps), **dataclasses.asdict(
+      empirical_epsilon.empirical_epsilon(row[:k], row[k:], num_params, delta,
+                                          CONFIDENCE)))
+             for row, eps in zip(scores, epsilons)]
+  estimates = [c['estimate'] for c in clients]
+  constant = len(set(estimates)) < 2 or len(set(epsilons)) < 2
+  return {
+      'threat_model': UPDATES_THREAT_MODEL,
+      'clients': clients,
+      'rank_correlation': None if constant else float(
+          stats.spearmanr(epsilons, estimates)[0]),
+  }

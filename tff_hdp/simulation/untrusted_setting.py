@@ -25,7 +25,9 @@ import tensorflow as tf
 
 from tff_hdp.privacy import plans
 from tff_hdp.privacy import dp_randomness
+from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import dp_sgd
+from tff_hdp.simulation import canary_audit
 from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import client_files
 from tff_hdp.simulation import evaluation
@@ -57,6 +59,22 @@ class UntrustedSettings:
   # Voids the guarantee: see tff_hdp.privacy.dp_randomness.
   unsafe_seeded_dp_randomness: bool = False
   allow_large_delta: bool = False  # accept delta >= 1 / n_i
+  # > 0: an audit run with this many canary examples per client
+  # (tff_hdp.simulation.canary_audit).
+  canaries: int = 0
+
+
+def privacy_warnings(settings: UntrustedSettings) -> list[str]:
+  """The lines a run with these settings announces (`release_policy`; an
+  audit run's canaries too)."""
+  return release_policy.privacy_warnings(
+      unprotected=settings.release_unprotected_stats,
+      seeded=settings.unsafe_seeded_dp_randomness,
+      large_delta=settings.allow_large_delta) + (
+          [f'--canaries={settings.canaries}: ' +
+           canary_audit.EXAMPLE_AUDIT_NOTICE.format(k=settings.canaries,
+                                                    member='client')]
+          if settings.canaries else [])
 
 
 class UntrustedRounds(round_loop.RoundProgram):
@@ -111,10 +129,13 @@ class UntrustedRounds(round_loop.RoundProgram):
 
   def train(self, round_num: int) -> dict:
     order = selection.every_client_order_seed(self._settings.seed, round_num)
-    data = [dp_sgd.make_client_data(self._train_dataset(c, order), p, w,
-                                    seed=s)
-            for c, p, w, s in zip(self._task.client_ids, self._plans,
-                                  self._weights, self._seeds)]
+    # In an audit run a client's index names its canaries.
+    data = [dp_sgd.make_client_data(
+        self._train_dataset(c, order), p, w, seed=s,
+        index=i if self._settings.canaries else None)
+            for i, (c, p, w, s) in enumerate(zip(
+                self._task.client_ids, self._plans, self._weights,
+                self._seeds))]
     output = self._process.next(self.state, data)
     self.state = output.state
     row = {'max_epsilon_spent': max(p.epsilon_after(round_num)
@@ -147,6 +168,8 @@ def run_key(task: FederatedTask, algorithm: str,
   batch size, and the worker count."""
   key = {k: v for k, v in dataclasses.asdict(settings).items()
          if k != 'checkpoint_every'}
+  if not key['canaries']:
+    del key['canaries']  # the keys of runs from before canaries existed
   return runtime.with_worker_count(dict(
       key, task=task.name, algorithm=algorithm, batch_size=task.batch_size,
       data=task.data_digest, loss=task.loss_fn().name,
@@ -206,15 +229,18 @@ def _run_algorithm(task, algorithm, settings, run_dir, progress):
         os.path.join(run_dir, 'checkpoints'),
         run_key(task, algorithm, settings))
     checkpoint.claim()
+  num_params = sum(int(np.prod(w.shape))
+                   for w in task.keras_model_fn().trainable_weights)
+  audit = canaries_lib.ExampleCanaries.create(
+      canary_audit.directions_seed(settings.seed), num_params,
+      settings.canaries, n) if settings.canaries else None
   loss = task.loss_fn()
   loss.reduction = tf.keras.losses.Reduction.NONE
   process = noise_aware.build_noise_aware_fedavg(
       task.tff_model_fn(), loss, noise_aware.build_aggregator(
           algorithm, **_aggregator_options(algorithm, settings)),
-      settings.learning_rate, settings.clip_norm)
+      settings.learning_rate, settings.clip_norm, canaries=audit)
   state = process.initialize()
-  num_params = sum(int(np.prod(np.shape(w)))
-                   for w in process.get_model_weights(state).trainable)
   weights = [noise_aware.client_weight(algorithm, p, settings.learning_rate,
                                             settings.clip_norm, num_params)
              for p in client_plans]
@@ -243,20 +269,24 @@ def _run_algorithm(task, algorithm, settings, run_dir, progress):
       files.close()
   metrics = result.final_metrics
   spent = [p.epsilon_after(settings.rounds) for p in client_plans]
+  empirical = canary_audit.client_estimates(
+      dp_sgd.canary_scores(program.state.client_work), spent,
+      settings.delta, num_params) if audit else None
   summary = {
       'configuration': algorithm,
       'task': task.name,
       'rounds': settings.rounds,
       'epsilon_distribution': settings.epsilon_distribution,
       'settings': dataclasses.asdict(settings),
-      'privacy_warnings': release_policy.privacy_warnings(
-          unprotected=settings.release_unprotected_stats,
-          seeded=settings.unsafe_seeded_dp_randomness,
-          large_delta=settings.allow_large_delta),
+      'privacy_warnings': privacy_warnings(settings),
       'target_epsilons': [p.epsilon for p in client_plans],
       'batch_sizes': [int(b) for b in batch_sizes],
       'epsilon_spent_max': max(spent),
       'epsilon_spent_min': min(spent),
+      **({'canaries': {'per_client': settings.canaries,
+                       'unseen_per_client': settings.canaries,
+                       'confidence': canary_audit.CONFIDENCE},
+          'empirical_epsilon': empirical} if audit else {}),
       'metrics': metrics,
       'seconds': result.seconds,
   }
