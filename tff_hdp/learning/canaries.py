@@ -125,24 +125,21 @@ class CanaryDirections:
   def gradient_sum(self, rows, like) -> list[tf.Tensor]:
     """sum_r v_r over int32 [k] `rows` (k may be 0), cut into the shapes of
     the tensors of `like`: the clipped gradients of k canary examples, per
-    unit of clip norm. Few rows are built one by one (k d operations), many
-    by one transform of their counts (H symmetric: sum_r h_r = H e_rows),
-    whichever costs less."""
-    m = self.padded_size
-    k = tf.size(rows)
-
-    def one_by_one():
-      return tf.reduce_sum(self._directions(rows), axis=0)
-
-    def transformed():
-      counts = tf.scatter_nd(tf.reshape(rows, [-1, 1]),
-                             tf.ones([k]), [m])
-      return self.signs() * fast_walsh_hadamard(counts)[:self.num_params] / (
-          math.sqrt(self.num_params))
-
-    total = tf.cond(
-        tf.cast(k, tf.int64) * self.num_params <= m * m.bit_length(),
-        one_by_one, transformed)
+    unit of clip norm. With m = 2^(a + b) and index i = i_a 2^b + i_b,
+    h_r = h_(r_a) (x) h_(r_b) (the Sylvester matrix is a Kronecker power), so
+    the sum is one [2^a, k] x [k, 2^b] product of rows of two small Hadamard
+    matrices: about k m multiply-adds, none of them a d-sized loop per
+    canary."""
+    bits = self.padded_size.bit_length() - 1
+    low = bits // 2
+    rows = tf.cast(rows, tf.int32)
+    outer = tf.matmul(
+        tf.gather(_sylvester(bits - low), tf.bitwise.right_shift(rows, low)),
+        tf.gather(_sylvester(low), tf.bitwise.bitwise_and(rows,
+                                                          (1 << low) - 1)),
+        transpose_a=True)
+    total = self.signs() * tf.reshape(outer, [-1])[:self.num_params] / (
+        math.sqrt(self.num_params))
     sizes = [int(np.prod(t.shape)) for t in like]
     return [tf.reshape(part, t.shape)
             for part, t in zip(tf.split(total, sizes), like)]
@@ -162,6 +159,14 @@ class CanaryDirections:
     delta (trainable tensors in order). A zero delta scores 0."""
     norm = tf.norm(_flat(delta))
     return tf.where(norm > 0, self.dots(delta) / tf.maximum(norm, 1e-30), 0.0)
+
+
+def _sylvester(bits: int) -> tf.Tensor:
+  """The float32 Sylvester-Hadamard matrix of order 2^bits."""
+  index = tf.range(1 << bits, dtype=tf.int32)
+  parity = tf.raw_ops.PopulationCount(
+      x=tf.bitwise.bitwise_and(index[:, None], index[None, :])) % 2
+  return 1.0 - 2.0 * tf.cast(parity, tf.float32)
 
 
 def _flat(tensors) -> tf.Tensor:
