@@ -7,13 +7,16 @@ client's DP-SGD epoch and the server's rule) after one untimed round
 (tracing), with the clients' examples serialized into every round's
 datasets ('sent', as remote workers get them) and read by the local worker
 from files written once ('files', `tff_hdp.simulation.client_files`, the
-default on one machine), for each rule of `--algorithms`. Seeded DP
-randomness: not a privacy run.
+default on one machine), for each rule of `--algorithms`, without and with
+an audit's canary examples (`--canaries=0,1000`: that many per client,
+run_experiment.py --canaries). Seeded DP randomness: not a privacy run.
 
   .venv/bin/python benchmarks/untrusted_round_speed.py
   .venv/bin/python benchmarks/untrusted_round_speed.py --algorithms=weiavg
   .venv/bin/python benchmarks/untrusted_round_speed.py \
       --algorithms=robust_hdp --data=files --rpca_freeze_after_round=1
+  .venv/bin/python benchmarks/untrusted_round_speed.py \
+      --algorithms=robust_hdp --data=files --canaries=0,1000
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ _DATA = flags.DEFINE_list('data', ['sent', 'files'],
 _ALGORITHMS = flags.DEFINE_list('algorithms', ['robust_hdp', 'weiavg'],
                                 'Untrusted-server rules to time.')
 _NUM_CLIENTS = flags.DEFINE_integer('num_clients', 20, 'MNIST IID clients.')
+_CANARIES = flags.DEFINE_list(
+    'canaries', ['0'], 'Canary examples per client for each configuration '
+    '(an audit run, run_experiment.py --canaries); 0: none.')
 _DISTRIBUTION = flags.DEFINE_string('epsilon_distribution', 'uniform',
                                     'Clients\' epsilons and batch sizes.')
 _FREEZE = flags.DEFINE_integer(
@@ -48,13 +54,14 @@ _DATA_DIR = flags.DEFINE_string(
     'or ../shared/data).')
 
 
-def _seconds_per_round(task, algorithm: str, files: bool) -> float:
+def _seconds_per_round(task, algorithm: str, files: bool,
+                       canaries: int) -> float:
   """Times the rounds of the run `untrusted_setting.run_algorithm` builds."""
   from tff_hdp.simulation import untrusted_setting as us  # pylint: disable=g-import-not-at-top
   settings = us.UntrustedSettings(
       rounds=_ROUNDS.value + 1, epsilon_distribution=_DISTRIBUTION.value,
       unsafe_seeded_dp_randomness=True,
-      rpca_freeze_after_round=_FREEZE.value)
+      rpca_freeze_after_round=_FREEZE.value, canaries=canaries)
   timed = {}
 
   def run_rounds(program, **kwargs):
@@ -127,19 +134,21 @@ def main(argv):
         f'{os.getloadavg()[0]:.2f}, robust_hdp RPCA '
         + ('every round' if _FREEZE.value is None else
            f'frozen after round {_FREEZE.value}'))
-  print('| rule | examples | seconds per round | vs first |')
-  print('|---|---|---|---|')
+  print('| rule | examples | canaries per client | seconds per round | '
+        'vs first |')
+  print('|---|---|---|---|---|')
   for algorithm in _ALGORITHMS.value:
     base = None
     for data in _DATA.value:
-      try:
-        seconds, steps, shapes = _seconds_per_round(task, algorithm,
-                                                    data == 'files')
-      except ValueError as e:
-        raise entry.InputError(f'--algorithms={algorithm}: {e}') from None
-      base = base or seconds
-      print(f'| {algorithm} | {data} | {seconds:.3f} | '
-            f'{base / seconds:.2f}x |', flush=True)
+      for canaries in _CANARIES.value:
+        try:
+          seconds, steps, shapes = _seconds_per_round(
+              task, algorithm, data == 'files', int(canaries))
+        except ValueError as e:
+          raise entry.InputError(f'--algorithms={algorithm}: {e}') from None
+        base = base or seconds
+        print(f'| {algorithm} | {data} | {canaries} | {seconds:.3f} | '
+              f'{base / seconds:.2f}x |', flush=True)
   if not (_ALGORITHMS.value and _DATA.value):
     return
   draws = steps * sum(int(np.prod(s)) for s in shapes)

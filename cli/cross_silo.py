@@ -33,7 +33,8 @@ def learning_setup():
       cohort_size=flags.COHORT_SIZE.value,
       regularizer_placement=flags.REGULARIZER_PLACEMENT.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
-      allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
+      allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
+      canaries=flags.CANARIES.value)
   return settings, lambdas, rates
 
 
@@ -44,7 +45,9 @@ def run() -> None:
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
   task = flags.load_task()
   settings, lambdas, rates = learning_setup()
-  flags.print_privacy_warnings()
+  for line in cse.privacy_warnings(settings):
+    print(line)
+  audited = settings.canaries > 0
   rows, records, curves, best = [], [], {}, {}
   try:
     for algorithm in flags.ALGORITHMS.value:
@@ -61,23 +64,37 @@ def run() -> None:
           f"{result['best_learning_rate']:g}",
           f"{result['best_metric']:.4g}",
           f'{low:.3g} - {high:.3g}',
+          *([tables.client_empirical_cell(result['best_summary'])]
+            if audited else []),
           str(len(result['runs'])),
       ])
       records.append({'method': algorithm, 'lambda': result['best_lambda'],
                       'learning_rate': result['best_learning_rate'],
                       task.metric: result['best_metric'],
                       'epsilon_spent_min': low, 'epsilon_spent_max': high,
+                      **(tables.client_empirical_record(
+                          result['best_summary']) if audited else {}),
                       'runs': len(result['runs'])})
+      if audited and flags.OUTPUT_DIR.value:
+        tables.write_client_empirical_table(
+            os.path.join(flags.OUTPUT_DIR.value,
+                         result['best_summary']['configuration']),
+            result['best_summary'], task.client_ids)
   except trusted_setting.RUN_ERRORS as e:
     raise flags.InputError(str(e)) from None
   metric = task.metric_record.label
   header = ['Method', 'lambda', 'learning rate', f'{metric}, test-weighted',
-            'eps spent per silo (min - max)', 'runs']
+            'eps spent per silo (min - max)',
+            *([tables.CLIENT_EMPIRICAL_HEADER] if audited else []), 'runs']
   print(f'\n{task.name}: {len(task.client_ids)} silos, every silo every '
         f'round, {flags.ROUNDS.value} rounds, silo eps {",".join(flags.EPSILONS.value)}'
         f', best over the swept settings\n')
+  caption = tables.CLIENT_EMPIRICAL_NOTE if audited else None
+  if caption:
+    print(caption + '\n')
   print(tables.markdown_table(header, rows))
-  tables.write_table(flags.OUTPUT_DIR.value, header, rows, records=records)
+  tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption,
+                     records=records)
   for algorithm, curve in curves.items():
     print(f'\n{algorithm}: best {metric} over learning rates, per lambda\n')
     print(tables.markdown_table(

@@ -127,7 +127,8 @@ CANARIES = absl_flags.DEFINE_integer(
     'adds this many canary examples to every client\'s data (sampled and '
     'clipped like its examples, whose gradient is a fixed random direction), '
     'keeps as many unseen, and reports each client\'s empirical epsilon from '
-    'every update it sent. The released model holds the canaries\' '
+    'every update it sent; cross-silo: the same per silo (the best run of a '
+    'sweep in the table). The released model holds the canaries\' '
     'contributions; announced in the output. 1000 is the reference\'s '
     'choice. 0: none.', lower_bound=0)
 COHORT_SIZE = absl_flags.DEFINE_integer(
@@ -263,7 +264,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'sampling', 'local_epochs', 'server_lr', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
         'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr')},
-    'canaries': (TRUSTED, UNTRUSTED),
+    'canaries': (TRUSTED, UNTRUSTED, CROSS_SILO),
     'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),
     'rpca_freeze_after_round': (UNTRUSTED,),
@@ -659,12 +660,3 @@ def run_summary() -> str:
       what += (f', data in {data} '
                f'({"found" if os.path.isdir(data) else "not found"})')
   return f'{what}; files in {OUTPUT_DIR.value}/'
-
-
-def print_privacy_warnings() -> None:
-  """The untrusted and cross-silo runs' header lines (`release_policy`)."""
-  from tff_hdp.privacy import release_policy  # pylint: disable=g-import-not-at-top
-  for line in release_policy.privacy_warnings(
-      unprotected=RELEASE_UNPROTECTED.value, seeded=UNSAFE_SEEDED.value,
-      large_delta=UNSAFE_LARGE_DELTA.value):
-    print(line)

@@ -81,15 +81,13 @@ def run() -> None:
       records.append({'algorithm': algorithm, name.lower(): metric,
                       'epsilon_spent_min': s['epsilon_spent_min'],
                       'epsilon_spent_max': s['epsilon_spent_max'],
-                      **(_audit_record(s) if audited else {}),
+                      **(tables.client_empirical_record(s)
+                         if audited else {}),
                       'seconds': s['seconds']})
       if audited and flags.OUTPUT_DIR.value:
-        header, client_rows, client_records = tables.client_empirical_table(
-            s, task.client_ids)
-        tables.write_table(
-            os.path.join(flags.OUTPUT_DIR.value, algorithm), header,
-            client_rows, stem='empirical_epsilon',
-            caption=tables.CLIENT_EMPIRICAL_NOTE, records=client_records)
+        tables.write_client_empirical_table(
+            os.path.join(flags.OUTPUT_DIR.value, algorithm), s,
+            task.client_ids)
   except trusted_setting.RUN_ERRORS as e:
     raise flags.InputError(str(e)) from None
   header = ['Aggregation', name, 'eps spent per client (min - max)',
@@ -104,19 +102,6 @@ def run() -> None:
   tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption,
                      records=records)
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')
-
-
-def _audit_record(summary: dict) -> dict:
-  """An audit run's numbers for results.csv."""
-  audit = summary['empirical_epsilon']
-  estimates = [c['estimate'] for c in audit['clients']]
-  return {'empirical_epsilon_min': min(estimates),
-          'empirical_epsilon_max': max(estimates),
-          'empirical_rank_correlation': audit['rank_correlation'],
-          'lower_bounds_above_spent': sum(
-              c['lower_bound'] > c['epsilon_spent'] for c in audit['clients']),
-          'canaries_per_client': summary['canaries']['per_client'],
-          'lower_bound_confidence': summary['canaries']['confidence']}
 
 
 def _finished_or_run(task, algorithm, settings, output_dir):

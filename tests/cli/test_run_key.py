@@ -81,6 +81,7 @@ CROSS_SILO_CHANGES = SHARED_CHANGES + [
     ('selection_fraction', ['--algorithms=ifca'], '0.2'),
     ('selection_share', ['--algorithms=ifca'], '0.05'),
     ('regularizer_placement', ['--algorithms=mrmtl'], 'after_noise'),
+    ('canaries', [], '3'),
 ]
 NOT_IN_KEY = {
     'output_dir': 'the folder the run is found in: another folder is another '

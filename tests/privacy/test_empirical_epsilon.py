@@ -233,3 +233,21 @@ def test_lower_bound_coverage_by_monte_carlo():
   ])
   assert np.mean(bounds > exact) <= 0.1
   assert bounds.max() > 0.75 * exact
+
+
+@pytest.mark.parametrize('rate,steps,z', [(1.0, 2, 2.0), (0.01, 20000, 3.0),
+                                          (0.3, 50, 0.8)])
+def test_expected_example_mu_by_monte_carlo(rate, steps, z):
+  """Scores simulated step by step (Bernoulli joins, Gaussian noise along
+  each canary's direction, units of c / B) give the pooled fit's mu."""
+  rng = np.random.default_rng(4)
+  canaries = 20000
+  joined = rng.binomial(steps, rate, size=canaries)
+  inserted = joined + z * math.sqrt(steps) * rng.standard_normal(canaries)
+  unseen = z * math.sqrt(steps) * rng.standard_normal(canaries)
+  pooled = math.sqrt((inserted.var(ddof=1) + unseen.var(ddof=1)) / 2)
+  measured = (inserted.mean() - unseen.mean()) / pooled
+  expected = empirical_epsilon.expected_example_mu(rate, steps, z)
+  assert measured == pytest.approx(expected, abs=4 * math.sqrt(2 / canaries))
+  if rate == 1.0:
+    assert expected == pytest.approx(math.sqrt(steps) / z)

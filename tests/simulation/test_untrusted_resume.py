@@ -6,14 +6,18 @@ in the aggregator (the frozen weights, the round), which must survive the
 kill with the model and the clients' DP-SGD round counter. The clients'
 noise and sampling follow a secret seed that only the checkpoint keeps: the
 uninterrupted run gets the same secret by planting the killed run's secret
-file in its checkpoint folder first.
+file in its checkpoint folder first. An audit run (`--canaries`) also keeps
+its clients' canary sums in the state, so its estimates survive the kill.
 """
 
 import os
 import subprocess
 import sys
 
+import json
+
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tests import repository
@@ -41,23 +45,31 @@ def _rows(output_dir):
   return repository.rounds_rows(output_dir, RULE)
 
 
+def _summary(output_dir):
+  with open(os.path.join(output_dir, RULE, 'summary.json')) as f:
+    return json.load(f)
+
+
 def _final_state(output_dir):
   """Every array of the last round's saved process state, in order."""
   path = os.path.join(output_dir, RULE, 'checkpoints', f'round_{ROUNDS}')
   return [np.asarray(v) for v in tf.nest.flatten(tf.saved_model.load(path)())]
 
 
-def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
+@pytest.mark.parametrize('audit', [(), ('--canaries=20',)],
+                         ids=['plain', 'canaries'])
+def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path, audit):
   whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
 
-  killed_at = repository.kill_after_rows(_command(resumed), resumed, RULE, 4)
+  killed_at = repository.kill_after_rows(_command(resumed, *audit), resumed,
+                                         RULE, 4)
   assert 4 <= killed_at < ROUNDS, 'the kill must land mid-run'
 
-  result = _finish(resumed)
+  result = _finish(resumed, *audit)
   assert result.returncode == 0, result.stderr[-2000:]
   assert f'{RULE} rounds: resuming from round ' in result.stdout
   repository.plant_secret(resumed, whole, RULE)
-  assert _finish(whole).returncode == 0
+  assert _finish(whole, *audit).returncode == 0
   rows = _rows(resumed)
   assert [int(r['round']) for r in rows] == list(range(1, ROUNDS + 1))
   assert rows == _rows(whole)
@@ -67,8 +79,12 @@ def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path):
   assert len(a) == len(b) > 4  # model, optimizer, clients' and RPCA's state
   for x, y in zip(a, b):
     np.testing.assert_array_equal(x, y)
+  if audit:
+    assert _summary(whole)['empirical_epsilon'] == _summary(resumed)[
+        'empirical_epsilon']
+    assert len(_summary(whole)['empirical_epsilon']['clients']) == 10
   # A finished run re-run trains nothing and keeps its rows.
-  result = _finish(resumed)
+  result = _finish(resumed, *audit)
   assert f'{RULE} rounds: resuming from round {ROUNDS}' in result.stdout
   assert _rows(resumed) == rows
 

@@ -34,6 +34,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp.privacy import plans
+from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import client_work
 from tff_hdp.learning import cohort
 from tff_hdp.learning import dp_sgd
@@ -44,6 +45,8 @@ from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
 DATA_KEY = dp_sgd.DATA_KEY
 PRIVACY_KEY = dp_sgd.PRIVACY_KEY
 ROLE_KEY = 'role'
+# The state's canary sums in an audit run (`dp_sgd.canary_scores`).
+CANARIES_KEY = 'canaries'
 
 
 def role_type(num_clusters: int) -> tff.Type:
@@ -75,20 +78,24 @@ def make_role(learning_rate: float, regularization: float, reset: bool,
 
 def make_client_data(dataset: tf.data.Dataset, privacy: plans.ClientPrivacy,
                      weight: float, seed: int,
-                     role: collections.OrderedDict) -> collections.OrderedDict:
+                     role: collections.OrderedDict,
+                     index: int | None = None) -> collections.OrderedDict:
   """A silo's input: its batches, its DP-SGD parameters (one epoch of steps
-  per training call) and this round's role, each a sequence as TFF needs."""
+  per training call; in an audit run, its index) and this round's role, each
+  a sequence as TFF needs."""
   data = dp_sgd.make_client_data(dataset, privacy, weight, seed,
-                                 steps=privacy.steps_per_epoch)
+                                 steps=privacy.steps_per_epoch, index=index)
   data[ROLE_KEY] = tf.data.Dataset.from_tensors(role)
   return data
 
 
-def packed_data_type(model_input_spec, num_clusters: int) -> tff.Type:
+def packed_data_type(model_input_spec, num_clusters: int,
+                     indexed: bool = False) -> tff.Type:
   """TFF type of a packed TFF client's data (`pack_silos`): its K silos'
   examples padded to `[K, n_max, ...]`, their counts, and their privacy
-  parameters and roles stacked `[K]`."""
-  privacy = dp_sgd.client_data_type(model_input_spec)[PRIVACY_KEY].element
+  parameters (with `indexed`, each silo's index) and roles stacked `[K]`."""
+  privacy = dp_sgd.client_data_type(model_input_spec,
+                                    indexed)[PRIVACY_KEY].element
   return tff.types.to_type(collections.OrderedDict([
       (DATA_KEY, stacking.stacked_type(model_input_spec)),
       (cohort.COUNT_KEY, tff.TensorType(np.int32, [None])),
@@ -138,20 +145,25 @@ def _stack(models):
 
 def _build_silo_round(model_fn, per_example_loss, per_example_error,
                       clip_norm, num_clusters, personal_epoch,
-                      regularizer_placement):
+                      regularizer_placement, canaries):
   """The body of a silo's round, `(models, personal, (x, y), own, role) ->
-  (update, weight, outputs, non_finite)` on its examples, for a tf.function
-  (whose automatic control dependencies keep its stateful steps, assigning
-  the model's variables for selection and each training epoch, in program
-  order)."""
+  (update, weight, outputs, non_finite, audit)` on its examples, for a
+  tf.function (whose automatic control dependencies keep its stateful
+  steps, assigning the model's variables for selection and each training
+  epoch, in program order). With `canaries` (`ExampleCanaries`), every
+  epoch holds the silo's canary examples and `audit` is its slot of the
+  sums `dp_sgd.canary_scores` reads (zero elsewhere), from the update it
+  sends; else `audit` is ()."""
   local = model_fn()
   # The step size comes from the role at every call.
-  train = dp_sgd.build_local_dp_sgd(local, per_example_loss, 1.0, clip_norm,
-                                    regularizer_placement)
+  train = dp_sgd.build_local_dp_sgd(
+      local, per_example_loss, 1.0, clip_norm, regularizer_placement,
+      canaries=canaries.directions if canaries else None)
 
   def silo_round(models, personal, examples, own, role):
     x, y = examples
     seed = tf.stack([own['seed'], models['round_num']])
+    rows = canaries.rows(own[dp_sgd.INDEX_KEY]) if canaries else None
     clusters = models['clusters']
 
     def cluster_model(g):
@@ -187,7 +199,8 @@ def _build_silo_round(model_fn, per_example_loss, per_example_error,
           (x, y), own['noise_multiplier'],
           own['sampling_rate'], own['steps'],
           tf.random.experimental.stateless_fold_in(seed, call),
-          regularization, anchor, role['learning_rate'])
+          regularization, anchor, role['learning_rate'],
+          canary_rows=None if rows is None else rows[0])
       return update
 
     if personal_epoch:
@@ -206,22 +219,25 @@ def _build_silo_round(model_fn, per_example_loss, per_example_error,
     new_personal = tf.nest.map_structure(lambda u, p: tf.where(finite, u, p),
                                          new_personal, personal)
     weight = tf.where(finite, one_hot * own['weight'], tf.zeros_like(one_hot))
+    audit = () if rows is None else dp_sgd.canary_slots(
+        canaries, own[dp_sgd.INDEX_KEY], rows, update)
     return (update, weight,
             collections.OrderedDict(
                 personal=new_personal,
                 cluster=tf.argmax(one_hot, output_type=tf.int32)),
-            tf.cast(tf.logical_not(finite), tf.int32))
+            tf.cast(tf.logical_not(finite), tf.int32), audit)
 
   return silo_round
 
 
 def _build_client_step(model_fn, per_example_loss, per_example_error,
                        clip_norm, num_clusters, personal_epoch,
-                      regularizer_placement):
+                       regularizer_placement, canaries):
   """One silo's round as one tf.function (see `_build_silo_round`)."""
   silo_round = _build_silo_round(model_fn, per_example_loss,
                                  per_example_error, clip_norm, num_clusters,
-                                 personal_epoch, regularizer_placement)
+                                 personal_epoch, regularizer_placement,
+                                 canaries)
 
   @tf.function
   def step(models, personal, client_data):
@@ -235,13 +251,15 @@ def _build_client_step(model_fn, per_example_loss, per_example_error,
 
 def _build_packed_step(model_fn, per_example_loss, per_example_error,
                        clip_norm, num_clusters, personal_epoch,
-                      regularizer_placement):
+                       regularizer_placement, canaries):
   """The round of a TFF client holding K silos (`pack_silos`): each silo's
   round in turn, on its own examples only, in one in-graph loop; the
-  results stacked along a leading axis (non-finite counts summed)."""
+  results stacked along a leading axis (non-finite counts and canary slots
+  summed)."""
   silo_round = _build_silo_round(model_fn, per_example_loss,
                                  per_example_error, clip_norm, num_clusters,
-                                 personal_epoch, regularizer_placement)
+                                 personal_epoch, regularizer_placement,
+                                 canaries)
 
   @tf.function
   def step(models, personal, packed):
@@ -267,8 +285,9 @@ def _build_packed_step(model_fn, per_example_loss, per_example_error,
               collections.OrderedDict(personal=model_arrays(),
                                       cluster=array(tf.int32, [])))
     non_finite = tf.constant(0, tf.int32)
+    audit = () if canaries is None else dp_sgd.no_canary_slots(canaries)
     for k in tf.range(num_silos):
-      update, weight, outputs, silo_non_finite = run(k)
+      update, weight, outputs, silo_non_finite, silo_audit = run(k)
       arrays = tf.nest.map_structure(
           lambda a, t: a.write(k, t), arrays,  # pylint: disable=cell-var-from-loop
           (tf.nest.flatten(update), weight,
@@ -276,12 +295,13 @@ def _build_packed_step(model_fn, per_example_loss, per_example_error,
                personal=tf.nest.flatten(outputs['personal']),
                cluster=outputs['cluster'])))
       non_finite += silo_non_finite
+      audit = tf.nest.map_structure(tf.add, audit, silo_audit)
     stacked = tf.nest.map_structure(lambda a: a.stack(), arrays)
     update = tf.nest.pack_sequence_as(personal, stacked[0])
     outputs = collections.OrderedDict(
         personal=tf.nest.pack_sequence_as(personal, stacked[2]['personal']),
         cluster=stacked[2]['cluster'])
-    return update, stacked[1], outputs, non_finite
+    return update, stacked[1], outputs, non_finite, audit
 
   return step
 
@@ -297,7 +317,8 @@ def build_cross_silo_process(
     cluster_init_stddev: float = 0.1,
     seed: int = 0,
     packed: bool = False,
-    regularizer_placement: str = dp_sgd.REGULARIZER_PER_EXAMPLE
+    regularizer_placement: str = dp_sgd.REGULARIZER_PER_EXAMPLE,
+    canaries: canaries_lib.ExampleCanaries | None = None
 ) -> tff.templates.IterativeProcess:
   """The round of every cross-silo method; see the module docstring.
 
@@ -330,6 +351,9 @@ def build_cross_silo_process(
       `dp_sgd.REGULARIZER_PLACEMENTS`): inside every example's gradient,
       clipped and noised with it (the MR-MTL authors' code), or added to
       the noisy gradient (data-independent; SPEC.md §2).
+    canaries: the silos' canary examples in an audit run: each silo's data
+      then holds its index, and the state its running sums of `<u_t, v>`
+      and `||u_t||^2` over the updates it sent (`dp_sgd.canary_scores`).
 
   Returns:
     A `tff.templates.IterativeProcess` with `next(state, personal,
@@ -354,7 +378,8 @@ def build_cross_silo_process(
   if packed:
     personal_type = stacking.stacked_type(personal_type)
     weight_type = stacking.stacked_type(weight_type)
-    data_type = packed_data_type(model.input_spec, num_clusters)
+    data_type = packed_data_type(model.input_spec, num_clusters,
+                                 indexed=bool(canaries))
     build_step = _build_packed_step
   else:
     data_type = tff.types.to_type(
@@ -362,7 +387,7 @@ def build_cross_silo_process(
             (DATA_KEY, tff.SequenceType(
                 tff.types.tensorflow_to_type(model.input_spec))),
             (PRIVACY_KEY, dp_sgd.client_data_type(
-                model.input_spec)[PRIVACY_KEY]),
+                model.input_spec, indexed=bool(canaries))[PRIVACY_KEY]),
             (ROLE_KEY, tff.SequenceType(role_type(num_clusters))),
         ]))
     build_step = _build_client_step
@@ -384,12 +409,18 @@ def build_cross_silo_process(
         non_trainable=weights.non_trainable,
         round_num=tf.constant(0, tf.int64))
 
+  @tff.tensorflow.computation
+  def no_scores():
+    return dp_sgd.no_canary_slots(canaries) if canaries else ()
+
   @tff.federated_computation
   def init_fn():
     return tff.federated_zip(
         collections.OrderedDict(
             models=tff.federated_eval(initial_models, tff.SERVER),
-            aggregator=aggregation.initialize()))
+            aggregator=aggregation.initialize(),
+            **({CANARIES_KEY: tff.federated_eval(no_scores, tff.SERVER)}
+               if canaries else {})))
 
   state_type = init_fn.type_signature.result.member
   models_type = state_type.models
@@ -397,7 +428,8 @@ def build_cross_silo_process(
   @tff.tensorflow.computation(models_type, personal_type, data_type)
   def client_step(models, personal, client_data):
     step = build_step(model_fn, per_example_loss, per_example_error,
-                      clip_norm, num_clusters, personal_epoch, regularizer_placement)
+                      clip_norm, num_clusters, personal_epoch,
+                      regularizer_placement, canaries)
     return step(models, personal, client_data)
 
   @tff.tensorflow.computation(models_type, models_type.clusters)
@@ -408,12 +440,19 @@ def build_cross_silo_process(
     out['round_num'] = models['round_num'] + 1
     return out
 
+  if canaries:
+    scores_type = state_type[CANARIES_KEY]
+
+    @tff.tensorflow.computation(scores_type, scores_type)
+    def add_scores(total, added):
+      return tf.nest.map_structure(tf.add, total, added)
+
   @tff.federated_computation(
       init_fn.type_signature.result,
       tff.FederatedType(personal_type, tff.CLIENTS),
       tff.FederatedType(data_type, tff.CLIENTS))
   def next_fn(state, personal, client_data):
-    update, weight, outputs, non_finite = tff.federated_map(
+    update, weight, outputs, non_finite, audit = tff.federated_map(
         client_step,
         (tff.federated_broadcast(state.models), personal, client_data))
     aggregated = aggregation.next(state.aggregator, update, weight)
@@ -421,7 +460,10 @@ def build_cross_silo_process(
         collections.OrderedDict(
             models=tff.federated_map(apply,
                                      (state.models, aggregated.result)),
-            aggregator=aggregated.state))
+            aggregator=aggregated.state,
+            **({CANARIES_KEY: tff.federated_map(
+                add_scores, (state[CANARIES_KEY], tff.federated_sum(audit)))}
+               if canaries else {})))
     measurements = tff.federated_zip(
         collections.OrderedDict(
             aggregator=aggregated.measurements,

@@ -439,17 +439,42 @@ UPDATE_SQUARED_NORMS_KEY = 'update_squared_norms'
 
 
 def canary_scores(state) -> np.ndarray:
-  """Each client's canary scores from an audit run's client-work state:
-  float [clients, 2K], the cosine of the concatenation of every update the
-  client sent with the concatenation of one canary's direction repeated,
-  sum_t <u_t, v> / sqrt(T sum_t ||u_t||^2) (columns: the client's inserted
-  canaries, then its unseen ones). What a server that sees every update can
-  compute; under the null (v independent of the updates) it is N(0, 1/d)
-  whatever T."""
+  """Each client's canary scores from an audit run's sums: float
+  [clients, 2K], sum_t <u_t, v> / sqrt(sum_t ||u_t||^2) over the updates
+  u_t the client sent (columns: its inserted canaries, then its unseen
+  ones). What a server that sees every update can compute; with v
+  independent of the updates it is N(0, 1/d) whatever the number of rounds,
+  as one update's cosine is, and each round a canary joined adds to it."""
   dots = np.asarray(state[CANARY_DOTS_KEY], np.float64)
   norms = np.sqrt(np.asarray(state[UPDATE_SQUARED_NORMS_KEY], np.float64))
   with np.errstate(divide='ignore', invalid='ignore'):
     return np.where(norms[:, None] > 0, dots / norms[:, None], 0.0)
+
+
+def no_canary_slots(canaries: canaries_lib.ExampleCanaries
+                    ) -> collections.OrderedDict:
+  """Zero sums of `<u, v>` per client and canary and of `||u||^2` per
+  client: what `canary_slots` add to."""
+  return collections.OrderedDict([
+      (CANARY_DOTS_KEY, tf.zeros([canaries.num_clients,
+                                  2 * canaries.per_client])),
+      (UPDATE_SQUARED_NORMS_KEY, tf.zeros([canaries.num_clients]))])
+
+
+def canary_slots(canaries: canaries_lib.ExampleCanaries, index, rows,
+                 update) -> collections.OrderedDict:
+  """`no_canary_slots` with client `index`'s row holding `<update, v>` for
+  its `rows` ([2, K], `ExampleCanaries.rows`) and `||update||^2`: summed
+  over clients (a federated sum), every client fills its own slot. A
+  non-finite update, which reaches no aggregate, fills none."""
+  flat = tf.nest.flatten(update)
+  sent = tf.one_hot(index, canaries.num_clients)
+  dots = canaries.directions.dots(flat, tf.reshape(rows, [-1]))
+  squared = tf.add_n([tf.reduce_sum(u * u) for u in flat])
+  finite = tf.math.is_finite(squared)
+  return collections.OrderedDict([
+      (CANARY_DOTS_KEY, tf.where(finite, sent[:, None] * dots, 0.0)),
+      (UPDATE_SQUARED_NORMS_KEY, tf.where(finite, sent * squared, 0.0))])
 
 
 def build_dp_sgd_client_work(
@@ -502,11 +527,8 @@ def build_dp_sgd_client_work(
   def initial_state():
     if not canaries:
       return tf.constant(0, tf.int64)
-    n, k = canaries.num_clients, canaries.per_client
-    return collections.OrderedDict([
-        (ROUND_KEY, tf.constant(0, tf.int64)),
-        (CANARY_DOTS_KEY, tf.zeros([n, 2 * k])),
-        (UPDATE_SQUARED_NORMS_KEY, tf.zeros([n]))])
+    return collections.OrderedDict([(ROUND_KEY, tf.constant(0, tf.int64)),
+                                    *no_canary_slots(canaries).items()])
 
   @tff.federated_computation
   def init_fn():
@@ -529,15 +551,7 @@ def build_dp_sgd_client_work(
         update=update, update_weight=own['weight'])
     if not canaries:
       return result
-    flat = tf.nest.flatten(update)
-    sent = tf.one_hot(own[INDEX_KEY], canaries.num_clients)
-    dots = directions.dots(flat, tf.reshape(rows, [-1]))
-    squared = tf.add_n([tf.reduce_sum(u * u) for u in flat])
-    # A non-finite update reaches no aggregate (noise-aware rules drop it).
-    finite = tf.math.is_finite(squared)
-    return result, collections.OrderedDict([
-        (CANARY_DOTS_KEY, tf.where(finite, sent[:, None] * dots, 0.0)),
-        (UPDATE_SQUARED_NORMS_KEY, tf.where(finite, sent * squared, 0.0))])
+    return result, canary_slots(canaries, own[INDEX_KEY], rows, update)
 
   if canaries:
     sums_type = client_update.type_signature.result[1]

@@ -213,11 +213,13 @@ class Execution:
   def silo_round(self, process: tff.templates.IterativeProcess, state,
                  personal: Sequence, task: FederatedTask, order: int,
                  silo_plans: Sequence[ClientPrivacy], weights: Sequence[float],
-                 seeds: Sequence[int], roles: Sequence) -> tuple:
+                 seeds: Sequence[int], roles: Sequence,
+                 indexed: bool = False) -> tuple:
     """One round of `process` (from `build_cross_silo`) for every silo of
     `task`, each reading its data in `order`'s order, from its `personal`
     model, with its plan, update weight, seed and role
-    (`cross_silo_process.make_role`).
+    (`cross_silo_process.make_role`); `indexed`: each silo is also told its
+    index, which names its canaries (a process built with canaries).
 
     Returns:
       The new state, each silo's new personal model and chosen cluster (in
@@ -226,14 +228,16 @@ class Execution:
     silos = task.client_ids
     if not self.cohorts:
       data = [cross_silo_process.make_client_data(
-          task.train_dataset(c, order), p, w, s, r)
-              for c, p, w, s, r in zip(silos, silo_plans, weights, seeds,
-                                       roles)]
+          task.train_dataset(c, order), p, w, s, r,
+          index=i if indexed else None)
+              for i, (c, p, w, s, r) in enumerate(zip(
+                  silos, silo_plans, weights, seeds, roles))]
       state, outputs, measurements = process.next(state, list(personal), data)
       return (state, [o['personal'] for o in outputs],
               [int(o['cluster']) for o in outputs], measurements)
-    own = [dp_sgd.own_parameters(p, w, s, steps=p.steps_per_epoch)
-           for p, w, s in zip(silo_plans, weights, seeds)]
+    own = [dp_sgd.own_parameters(p, w, s, steps=p.steps_per_epoch,
+                                 index=i if indexed else None)
+           for i, (p, w, s) in enumerate(zip(silo_plans, weights, seeds))]
     data = cross_silo_process.pack_silos(
         [task.shuffled_train(c, order) for c in silos], own, roles,
         self.cohort_size)

@@ -151,6 +151,25 @@ def gdp_estimate(inserted, unseen, dim: int, delta: float) -> float:
   return gaussian_epsilon(abs(m_in - m_out) / pooled, 1.0, 0.0, 1.0, delta)
 
 
+def expected_example_mu(sampling_rate: float, steps: int,
+                        noise_multiplier: float) -> float:
+  """The mu `gdp_estimate` reads, in expectation, from canary examples'
+  scores summed over `steps` DP-SGD steps (`dp_sgd.canary_scores`).
+
+  Per step an inserted canary adds Bernoulli(q) c v / B and the noise adds
+  N(0, (z c / B)^2) along v, so the inserted scores have mean q T and
+  variance T (q (1 - q) + z^2), the unseen ones mean 0 and variance T z^2
+  (units of c / B, T steps): mu = q sqrt(T) / sqrt(z^2 + q (1 - q) / 2)
+  with the pooled sd. Exact at q = 1 (the Gaussian mechanism's sqrt(T) /
+  z); at small q it reads the subsampled mechanism by its mean and
+  variance only, below what the accountant bounds. Ignores the data's
+  gradients and the other canaries along v (zero mean, small variance in
+  a large model).
+  """
+  q, z = sampling_rate, noise_multiplier
+  return q * math.sqrt(steps) / math.sqrt(z * z + q * (1 - q) / 2)
+
+
 def _upper(k, n: int, alpha: float, interval: str):
   """One-sided (1 - alpha) upper bounds on binomial rates, k successes of n.
 

@@ -57,6 +57,14 @@ CLIENT_EMPIRICAL_NOTE = (
     'bug if any); per client in <run>/empirical_epsilon.md.')
 
 
+EXPECTED_NOTE = (
+    'expected estimate: what the estimate reads in expectation from the '
+    'client\'s noise multiplier, sampling rate and the steps its updates '
+    'hold (q sqrt(T) / sqrt(z^2 + q (1 - q) / 2) as mu-GDP); below the '
+    'printed epsilon at small q, where a Gaussian fit sees only the '
+    'subsampled mechanism\'s mean and variance.')
+
+
 def client_empirical_cell(summary: dict) -> str:
   """An audit run's per-client estimates in one cell ('-' without)."""
   audit = summary.get('empirical_epsilon')
@@ -71,16 +79,35 @@ def client_empirical_cell(summary: dict) -> str:
           + f', {over} bounds above')
 
 
-def client_empirical_table(summary: dict, client_ids) -> tuple[list, list,
-                                                                list]:
-  """(header, rows, records) of an audit run's estimate per client."""
-  header = ['client', 'eps spent', 'eps empirical', 'lower bound']
+def client_empirical_record(summary: dict) -> dict:
+  """An audit run's numbers for results.csv."""
+  audit = summary['empirical_epsilon']
+  clients = audit['clients']
+  estimates = [c['estimate'] for c in clients]
+  return {'empirical_epsilon_min': min(estimates),
+          'empirical_epsilon_max': max(estimates),
+          'empirical_rank_correlation': audit['rank_correlation'],
+          'lower_bounds_above_spent': sum(
+              c['lower_bound'] > c['epsilon_spent'] for c in clients),
+          'canaries_per_client': summary['canaries']['per_client'],
+          'lower_bound_confidence': summary['canaries']['confidence']}
+
+
+def write_client_empirical_table(run_dir: str, summary: dict,
+                                 client_ids) -> None:
+  """`<run_dir>/empirical_epsilon.{md,csv}`: an audit run's printed epsilon,
+  estimate and lower bound per client (silo)."""
   rows, records = [], []
   for client, c in zip(client_ids, summary['empirical_epsilon']['clients']):
     rows.append([str(client), f"{c['epsilon_spent']:.3g}",
-                 f"{c['estimate']:.3g}", f"{c['lower_bound']:.3g}"])
+                 f"{c['estimate']:.3g}", f"{c['expected_estimate']:.3g}",
+                 f"{c['lower_bound']:.3g}"])
     records.append({'client': client, **c})
-  return header, rows, records
+  write_table(run_dir, ['client', 'eps spent', 'eps empirical',
+                        'expected estimate', 'lower bound'], rows,
+              stem='empirical_epsilon',
+              caption=CLIENT_EMPIRICAL_NOTE + ' ' + EXPECTED_NOTE,
+              records=records)
 
 
 def table_notes(release_unprotected: bool, metric: str = 'accuracy',

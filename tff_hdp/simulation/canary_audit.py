@@ -35,6 +35,7 @@ from scipy import stats
 
 from tff_hdp.learning.canaries import CanaryDirections
 from tff_hdp.privacy import empirical_epsilon
+from tff_hdp.privacy.plans import ClientPrivacy
 from tff_hdp.privacy.privacy_groups import GroupAssignment
 
 # Confidence of the lower bounds a run reports.
@@ -49,6 +50,15 @@ EXAMPLE_AUDIT_NOTICE = (
     'fixed direction) and {k} more are kept unseen; each {member}\'s '
     'estimate scores every update it sends; the released models hold the '
     'canaries\' contributions.')
+
+
+def example_notice(canaries: int, member: str) -> list[str]:
+  """The line an audit run with `canaries` canary examples per `member`
+  ('client', 'silo') announces; none without canaries."""
+  return ([f'--canaries={canaries}: ' + EXAMPLE_AUDIT_NOTICE.format(
+      k=canaries, member=member)] if canaries else [])
+
+
 # What a per-client estimate's scores see (`dp_sgd.canary_scores`).
 UPDATES_THREAT_MODEL = 'every update a client sends'
 
@@ -139,23 +149,35 @@ class CanaryAudit:
     return out
 
 
-def client_estimates(scores: np.ndarray, epsilons, delta: float,
-                     num_params: int) -> dict:
+def client_estimates(scores: np.ndarray, plans: Sequence[ClientPrivacy],
+                     spent: Sequence[float], steps_seen: Sequence[int],
+                     delta: float, num_params: int) -> dict:
   """Each client's (silo's) empirical epsilon from its canary scores (float
   [clients, 2K]: its K inserted canaries, then its K unseen), beside its
-  accounted `epsilons`, and the Spearman rank correlation of the estimates
-  with those (None when either is constant)."""
+  accounted epsilon `spent` and, from its plan's noise multiplier and
+  sampling rate over the `steps_seen` DP-SGD steps its sent updates hold,
+  the epsilon the estimate reads in expectation
+  (`empirical_epsilon.expected_example_mu`); and the Spearman rank
+  correlation of the estimates with the accounted epsilons (None when
+  either is constant, as when every client has the same target)."""
   scores = np.asarray(scores)
   k = scores.shape[1] // 2
-  clients = [dict(epsilon_spent=float(eps), **dataclasses.asdict(
-      empirical_epsilon.empirical_epsilon(row[:k], row[k:], num_params, delta,
-                                          CONFIDENCE)))
-             for row, eps in zip(scores, epsilons)]
+  clients = []
+  for row, plan, eps, steps in zip(scores, plans, spent, steps_seen):
+    expected = empirical_epsilon.expected_example_mu(
+        plan.sampling_rate, steps, plan.noise_multiplier)
+    clients.append(dict(
+        epsilon_spent=float(eps),
+        expected_estimate=empirical_epsilon.gaussian_epsilon(
+            expected, 1.0, 0.0, 1.0, delta),
+        **dataclasses.asdict(empirical_epsilon.empirical_epsilon(
+            row[:k], row[k:], num_params, delta, CONFIDENCE))))
   estimates = [c['estimate'] for c in clients]
-  constant = len(set(estimates)) < 2 or len(set(epsilons)) < 2
+  # Equal targets are spent up to the accountant's search tolerance.
+  constant = np.ptp(estimates) == 0 or np.ptp(spent) <= 1e-6 * max(spent)
   return {
       'threat_model': UPDATES_THREAT_MODEL,
       'clients': clients,
       'rank_correlation': None if constant else float(
-          stats.spearmanr(epsilons, estimates)[0]),
+          stats.spearmanr(spent, estimates)[0]),
   }

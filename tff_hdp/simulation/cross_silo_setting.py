@@ -8,7 +8,9 @@ private cluster selections spend, so every algorithm runs at the same total
 privacy cost; the summary reports each silo's epsilon spent. The metric is the
 MR-MTL paper's: the silos' test metrics averaged with weights equal to their
 test counts, each silo scored with the model it would deploy (its personal
-model, the global model, or its cluster's model).
+model, the global model, or its cluster's model). An audit run
+(`canaries`) also reports each silo's empirical epsilon from the updates it
+sent (`canary_audit.client_estimates`).
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ import tqdm
 
 from tff_hdp.privacy.plans import DP_SGD_CONVENTIONS, ClientPrivacy
 from tff_hdp.privacy.plans import plan_client_privacy
+from tff_hdp.simulation import canary_audit
 from tff_hdp.simulation import checkpointing
 from tff_hdp.learning import cross_silo_process
 from tff_hdp.learning import algorithms
+from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import ditto
+from tff_hdp.learning import dp_sgd
 from tff_hdp.learning.execution import Execution
 from tff_hdp.privacy import dp_randomness
 from tff_hdp.simulation import evaluation
@@ -77,6 +82,9 @@ class CrossSiloSettings:
   checkpoint_every: int = 10
   # > 1: up to this many silos per TFF client (tff_hdp.learning.execution).
   cohort_size: int = 0
+  # > 0: an audit run with this many canary examples per silo
+  # (tff_hdp.simulation.canary_audit).
+  canaries: int = 0
   # Where the pull lambda (w - w_bar) joins DP-SGD's gradient
   # (tff_hdp.learning.dp_sgd.REGULARIZER_PLACEMENTS).
   regularizer_placement: str = 'per_example'
@@ -229,7 +237,29 @@ def build_process(task: FederatedTask, algorithm: algorithms.Algorithm,
       settings.clip_norm,
       num_clusters=settings.num_clusters if algorithm.clustered else 1,
       personal_epoch=algorithm.personal_epoch, seed=settings.seed,
-      regularizer_placement=settings.regularizer_placement)
+      regularizer_placement=settings.regularizer_placement,
+      canaries=silo_canaries(task, settings))
+
+
+def silo_canaries(task: FederatedTask, settings: CrossSiloSettings
+                  ) -> canaries_lib.ExampleCanaries | None:
+  """An audit run's canary examples, `settings.canaries` per silo."""
+  if not settings.canaries:
+    return None
+  num_params = sum(int(np.prod(w.shape))
+                   for w in task.keras_model_fn().trainable_weights)
+  return canaries_lib.ExampleCanaries.create(
+      canary_audit.directions_seed(settings.seed), num_params,
+      settings.canaries, len(task.client_ids))
+
+
+def privacy_warnings(settings: CrossSiloSettings) -> list[str]:
+  """The lines a run with these settings announces (`release_policy`; an
+  audit run's canaries too)."""
+  return release_policy.privacy_warnings(
+      seeded=settings.unsafe_seeded_dp_randomness,
+      large_delta=settings.allow_large_delta) + canary_audit.example_notice(
+          settings.canaries, 'silo')
 
 
 def configuration_name(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) -> str:
@@ -245,8 +275,9 @@ def run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
   everything but how often it is saved."""
   key = dataclasses.asdict(settings)
   key.pop('checkpoint_every')
-  if not key['cohort_size']:
-    key.pop('cohort_size')  # keeps checkpoints of earlier versions valid
+  for optional in ('cohort_size', 'canaries'):
+    if not key[optional]:
+      key.pop(optional)  # keeps checkpoints of earlier versions valid
   key.update(task=task.name, method=algorithm.name,
              batch_size=task.batch_size, data=task.data_digest,
              loss=task.loss_fn().name, conventions=DP_SGD_CONVENTIONS)
@@ -316,7 +347,8 @@ class CrossSiloRounds(round_loop.RoundProgram):
         self._process, self.state,
         [self.personal.get(c, self._initial.trainable) for c in silos],
         self._task, selection.every_client_order_seed(settings.seed, round_num),
-        self._plans, self._weights, self._seeds, roles)
+        self._plans, self._weights, self._seeds, roles,
+        indexed=settings.canaries > 0)
     self.personal.update(silos, personal)
     self.clusters = np.array(clusters, np.int32)
     row = {'num_non_finite_updates': int(
@@ -377,6 +409,7 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
   metric = result.final_metrics['metric']
   clusters = program.clusters
   spent = [p.epsilon_after(settings.rounds) for p in plans]
+  audit = silo_canaries(task, settings)
   summary = {
       'configuration': name,
       'method': algorithm.name,
@@ -384,9 +417,7 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
       'metric_name': task.metric,
       'metric': metric,
       'settings': dataclasses.asdict(settings),
-      'privacy_warnings': release_policy.privacy_warnings(
-          seeded=settings.unsafe_seeded_dp_randomness,
-          large_delta=settings.allow_large_delta),
+      'privacy_warnings': privacy_warnings(settings),
       'silos': [{
           'silo': str(c),
           'examples': p.num_examples,
@@ -401,6 +432,17 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
       } for c, p, e in zip(silos, plans, spent)],
       'epsilon_spent_max': max(spent),
       'epsilon_spent_min': min(spent),
+      **({'canaries': {'per_client': settings.canaries,
+                       'unseen_per_client': settings.canaries,
+                       'confidence': canary_audit.CONFIDENCE},
+          # A silo sends one epoch's update a round (Ditto's personal
+          # epoch stays with it).
+          'empirical_epsilon': canary_audit.client_estimates(
+              dp_sgd.canary_scores(
+                  program.state[cross_silo_process.CANARIES_KEY]), plans,
+              spent, [p.steps_per_epoch * settings.rounds for p in plans],
+              settings.delta, audit.directions.num_params)}
+         if audit else {}),
       'final_clusters': ([int(g) for g in clusters]
                          if algorithm.clustered else None),
       'seconds': result.seconds,
@@ -434,15 +476,16 @@ def sweep(task: FederatedTask, algorithm_name: str, settings: CrossSiloSettings,
           progress: bool = True) -> dict:
   """Runs `method_name` over the lambda x learning-rate grid.
 
-  Returns the best setting, per lambda the best metric over learning rates
-  (the curve the MR-MTL paper plots against lambda) and the range of the
-  silos' epsilon spent over all runs; writes every run's metric to
+  Returns the best setting (and its run's summary), per lambda the best
+  metric over learning rates (the curve the MR-MTL paper plots against
+  lambda) and the range of the silos' epsilon spent over all runs; writes
+  every run's metric to
   `sweep_<algorithm>.csv`. Algorithms without lambda sweep the learning rates only.
   """
   algorithm = algorithm_record(algorithm_name)
   lambdas = list(lambdas) if algorithm.regularized else [0.0]
   process = build_process(task, algorithm, settings)
-  results, spent = [], []
+  results, spent, summaries = [], [], []
   grid = [(lam, lr) for lam in lambdas for lr in learning_rates]
   for lam, lr in tqdm.tqdm(grid, desc=f'{algorithm_name} settings',
                            disable=not progress or len(grid) == 1):
@@ -450,11 +493,12 @@ def sweep(task: FederatedTask, algorithm_name: str, settings: CrossSiloSettings,
     summary = run_algorithm(task, algorithm_name, s, output_dir, progress=progress,
                          process=process)
     results.append((lam, lr, summary['metric']))
+    summaries.append(summary)
     spent += [summary['epsilon_spent_min'], summary['epsilon_spent_max']]
-  best = results[0]
-  for res in results[1:]:
+  best, best_summary = results[0], summaries[0]
+  for res, summary in zip(results[1:], summaries[1:]):
     if task.metric_record.better(res[2], best[2]):
-      best = res
+      best, best_summary = res, summary
   curve = {}
   for lam, lr, m in results:
     if lam not in curve or task.metric_record.better(m, curve[lam][1]):
@@ -472,6 +516,7 @@ def sweep(task: FederatedTask, algorithm_name: str, settings: CrossSiloSettings,
       'best_lambda': best[0] if algorithm.regularized else None,
       'best_learning_rate': best[1],
       'best_metric': best[2],
+      'best_summary': best_summary,
       'curve': [(lam, lr, m) for lam, (lr, m) in curve.items()],
       'runs': results,
       'epsilon_spent': (min(spent), max(spent)),

@@ -11,7 +11,9 @@ A run resumes as the other settings' do (`checkpointing.RunCheckpoint`): the
 process state holds the model, the round number every client folds into its
 DP-SGD seed and the aggregator's state (Robust-HDP's frozen weights), and the
 clients' seeds derive from the run's secret, kept beside it, so a killed and
-re-run run equals an uninterrupted one bit for bit.
+re-run run equals an uninterrupted one bit for bit. An audit run
+(`canaries`) also reports each client's empirical epsilon from the updates
+it sent (`canary_audit.client_estimates`).
 """
 
 from __future__ import annotations
@@ -70,11 +72,8 @@ def privacy_warnings(settings: UntrustedSettings) -> list[str]:
   return release_policy.privacy_warnings(
       unprotected=settings.release_unprotected_stats,
       seeded=settings.unsafe_seeded_dp_randomness,
-      large_delta=settings.allow_large_delta) + (
-          [f'--canaries={settings.canaries}: ' +
-           canary_audit.EXAMPLE_AUDIT_NOTICE.format(k=settings.canaries,
-                                                    member='client')]
-          if settings.canaries else [])
+      large_delta=settings.allow_large_delta) + canary_audit.example_notice(
+          settings.canaries, 'client')
 
 
 class UntrustedRounds(round_loop.RoundProgram):
@@ -270,7 +269,8 @@ def _run_algorithm(task, algorithm, settings, run_dir, progress):
   metrics = result.final_metrics
   spent = [p.epsilon_after(settings.rounds) for p in client_plans]
   empirical = canary_audit.client_estimates(
-      dp_sgd.canary_scores(program.state.client_work), spent,
+      dp_sgd.canary_scores(program.state.client_work), client_plans, spent,
+      [p.steps_per_round * settings.rounds for p in client_plans],
       settings.delta, num_params) if audit else None
   summary = {
       'configuration': algorithm,
