@@ -190,3 +190,10 @@ def test_too_many_example_canaries_name_the_flag():
                      r'canary directions.*at most 6 per client'):
     canaries.ExampleCanaries.create(seed=0, num_params=100, per_client=20,
                                     num_clients=10)
+  # School's 139 silos and 29 parameters.
+  with pytest.raises(ValueError, match='too few for two per client'):
+    canaries.ExampleCanaries.create(seed=0, num_params=29, per_client=2,
+                                    num_clients=139)
+  with pytest.raises(ValueError, match='--canaries must be >= 2'):
+    canaries.ExampleCanaries.create(seed=0, num_params=100, per_client=1,
+                                    num_clients=1)

@@ -192,16 +192,20 @@ class ExampleCanaries:
   @classmethod
   def create(cls, seed: int, num_params: int, per_client: int,
              num_clients: int) -> 'ExampleCanaries':
-    if per_client < 1:
-      raise ValueError(f'--canaries must be >= 1, got {per_client}.')
+    if per_client < 2:
+      raise ValueError(f'--canaries must be >= 2 (an estimate needs two '
+                       f'scores a side), got {per_client}.')
     count = 2 * per_client * num_clients
     padded = 1 << (num_params - 1).bit_length()
     if count > padded:
+      room = padded // (2 * num_clients)
       raise ValueError(
           f'--canaries={per_client}: {num_clients} clients need '
           f'{count} canary directions, more than the {padded} a model of '
-          f'{num_params} parameters has; at most '
-          f'{padded // (2 * num_clients)} per client.')
+          f'{num_params} parameters has; ' + (
+              f'at most {room} per client.' if room >= 2 else
+              'too few for two per client: this model cannot be audited '
+              'with canary examples.'))
     return cls(CanaryDirections(seed, num_params, count), per_client,
                num_clients)
 

@@ -84,8 +84,9 @@ class CanaryAudit:
   def create(cls, assignment: GroupAssignment, per_group: int, seed: int,
              num_params: int) -> 'CanaryAudit':
     private = [g for g in assignment.groups if g.is_private]
-    if per_group < 1:
-      raise ValueError(f'--canaries must be >= 1, got {per_group}.')
+    if per_group < 2:
+      raise ValueError(f'--canaries must be >= 2 (an estimate needs two '
+                       f'scores a side), got {per_group}.')
     if not private:
       raise ValueError('--canaries: the configuration has no private group '
                        'to audit.')
