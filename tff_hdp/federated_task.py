@@ -255,6 +255,13 @@ class FederatedTask:
     digest.update(repr(self.opt_out_pool).encode())
     return digest.hexdigest()
 
+  @functools.cached_property
+  def num_trainable_parameters(self) -> int:
+    """d, the model's trainable parameters (what canaries' directions
+    span)."""
+    return sum(int(np.prod(w.shape))
+               for w in self.keras_model_fn().trainable_weights)
+
   @property
   def metric_record(self) -> metrics_lib.Metric:
     return metrics_lib.METRICS[self.metric]

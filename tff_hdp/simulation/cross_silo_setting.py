@@ -246,11 +246,9 @@ def silo_canaries(task: FederatedTask, settings: CrossSiloSettings
   """An audit run's canary examples, `settings.canaries` per silo."""
   if not settings.canaries:
     return None
-  num_params = sum(int(np.prod(w.shape))
-                   for w in task.keras_model_fn().trainable_weights)
   return canaries_lib.ExampleCanaries.create(
-      canary_audit.directions_seed(settings.seed), num_params,
-      settings.canaries, len(task.client_ids))
+      canary_audit.directions_seed(settings.seed),
+      task.num_trainable_parameters, settings.canaries, len(task.client_ids))
 
 
 def privacy_warnings(settings: CrossSiloSettings) -> list[str]:
@@ -409,7 +407,6 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
   metric = result.final_metrics['metric']
   clusters = program.clusters
   spent = [p.epsilon_after(settings.rounds) for p in plans]
-  audit = silo_canaries(task, settings)
   summary = {
       'configuration': name,
       'method': algorithm.name,
@@ -441,8 +438,8 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
               dp_sgd.canary_scores(
                   program.state[cross_silo_process.CANARIES_KEY]), plans,
               spent, [p.steps_per_epoch * settings.rounds for p in plans],
-              settings.delta, audit.directions.num_params)}
-         if audit else {}),
+              settings.delta, task.num_trainable_parameters)}
+         if settings.canaries else {}),
       'final_clusters': ([int(g) for g in clusters]
                          if algorithm.clustered else None),
       'seconds': result.seconds,

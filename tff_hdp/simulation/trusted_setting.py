@@ -423,10 +423,9 @@ def _canary_audit(task: FederatedTask, assignment: GroupAssignment,
   if not isinstance(settings.sampling, accounting.PoissonSampling):
     raise ValueError('--canaries needs --sampling=poisson: canaries are '
                      'drawn as members are, each on its own.')
-  model = task.keras_model_fn()
-  num_params = sum(int(np.prod(w.shape)) for w in model.trainable_weights)
   return canary_audit.CanaryAudit.create(assignment, settings.canaries,
-                                         settings.seed, num_params)
+                                         settings.seed,
+                                         task.num_trainable_parameters)
 
 
 def _canary_estimates(process, program: TrustedRounds,

@@ -228,8 +228,7 @@ def _run_algorithm(task, algorithm, settings, run_dir, progress):
         os.path.join(run_dir, 'checkpoints'),
         run_key(task, algorithm, settings))
     checkpoint.claim()
-  num_params = sum(int(np.prod(w.shape))
-                   for w in task.keras_model_fn().trainable_weights)
+  num_params = task.num_trainable_parameters
   audit = canaries_lib.ExampleCanaries.create(
       canary_audit.directions_seed(settings.seed), num_params,
       settings.canaries, n) if settings.canaries else None
