@@ -31,7 +31,10 @@ Files, under <output_dir>/<preset>/:
   results.md, results.csv     the table in the papers' layout
   plots/<block>_*.png         accuracy and epsilon vs rounds, accuracy vs r
 Re-running the same command skips configurations whose summary.json is
-complete and resumes an interrupted one from its last checkpoint.
+complete and resumes an interrupted one from its last checkpoint. Started
+several times at once (on more cores, or machines sharing the folder), the
+command shares the work: each invocation skips a configuration another live
+one is running, and its table leaves that one out until a later re-run.
 
 robust_hdp_fig2 is Robust-HDP's Figure 2 (untrusted server, SPEC.md §3):
 Fashion-MNIST IID, 20 clients, Dist1-Dist9, robust_hdp, weiavg, pfa,
@@ -197,8 +200,11 @@ def _block_name(ditto) -> str:
 
 
 def _run_or_skip(label, task, config, choices, settings, block_dir):
-  """A finished configuration's summary, training it first if need be."""
+  """A finished configuration's summary, training it first if need be; None
+  if another live process holds its folder (skipped here: invocations of
+  the same command share the work)."""
   import tqdm  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import folder_lock  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import run_files  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
   try:
@@ -214,6 +220,9 @@ def _run_or_skip(label, task, config, choices, settings, block_dir):
     summary, _ = trusted_setting.run_configuration(
         task, config, choices, settings, block_dir, release_managers=managers)
     return summary
+  except folder_lock.FolderInUseError as e:
+    tqdm.tqdm.write(f'{label}: running in {e.holder}, skipped here')
+    return None
   except trusted_setting.RUN_ERRORS as e:
     raise cli_flags.InputError(f'{label}: {e}') from None
 
@@ -248,16 +257,20 @@ def _run_preset(name: str, output_dir: str,
   bar = tqdm.tqdm(total=sum(len(b[3]) for b in blocks),
                   desc=f'{name} configurations', unit='config',
                   dynamic_ncols=True)
-  summaries = []
+  summaries, elsewhere = [], []
   for block, settings, choices, configs in blocks:
     block_dir = os.path.join(preset_dir, block)
     run_dirs = {}
     for config in configs:
-      summaries.append(_run_or_skip(f'{name}/{block}/{config.name}', task,
-                                    config, choices, settings, block_dir))
-      run_dirs[config.name] = os.path.join(block_dir, config.name)
+      label = f'{name}/{block}/{config.name}'
+      summary = _run_or_skip(label, task, config, choices, settings, block_dir)
+      if summary is None:
+        elsewhere.append(label)
+      else:
+        summaries.append(summary)
+        run_dirs[config.name] = os.path.join(block_dir, config.name)
       bar.update()
-    if _PLOTS.value:
+    if _PLOTS.value and run_dirs:
       plots.sweep_plots(run_dirs, os.path.join(preset_dir, 'plots'),
                         prefix=f'{block}_', title=f'{preset.title}, {block}')
   bar.close()
@@ -277,6 +290,10 @@ def _run_preset(name: str, output_dir: str,
                                                    published_acc_g))
   print(f'\n{caption}\n\n{tables.markdown_table(header, rows)}\n\n'
         f'Table, per-round files and plots: {preset_dir}/')
+  if elsewhere:
+    print(f'\nRunning in other processes, not in the table: '
+          f'{", ".join(elsewhere)}. Re-run this command after they finish '
+          'for the whole table.')
 
 
 def _validate() -> None:

@@ -106,8 +106,11 @@ def run() -> None:
 
 def _finished_or_run(task, algorithm, settings, output_dir):
   """The run's summary: an earlier invocation's if it finished (skipped),
-  else trained here (resuming from its checkpoint if interrupted)."""
+  else trained here (resuming from its checkpoint if interrupted); None if
+  another live process holds its folder (skipped here: invocations of the
+  same command share the work)."""
   import tqdm  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import folder_lock  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import untrusted_setting  # pylint: disable=g-import-not-at-top
   label = f'{output_dir}/{algorithm}'
@@ -119,8 +122,24 @@ def _finished_or_run(task, algorithm, settings, output_dir):
       return summary
     return untrusted_setting.run_algorithm(task, algorithm, settings,
                                            output_dir)
+  except folder_lock.FolderInUseError as e:
+    tqdm.tqdm.write(f'{label}: running in {e.holder}, skipped here')
+    return None
   except trusted_setting.RUN_ERRORS as e:
     raise flags.InputError(f'{label}: {e}') from None
+
+
+def _selection_acc(task, rule, settings, output_dir) -> float:
+  """Acc_g of a learning-rate selection run; every distribution's runs wait
+  for the choice, so a selection run held by another process stops this
+  one."""
+  summary = _finished_or_run(task, rule, settings, output_dir)
+  if summary is None:
+    raise flags.InputError(
+        f'{output_dir}/{rule}: the learning-rate selection is running in '
+        'another process; run this command again when it finishes, or give '
+        '--client_lr.')
+  return summary['metrics']['acc_g']
 
 
 def run_figure(figure, figure_dir: str) -> None:
@@ -142,10 +161,10 @@ def run_figure(figure, figure_dir: str) -> None:
         rounds=min(figure.selection_rounds, base.rounds))
     rates, scores = {}, []
     for rule in rules:
-      accs = {lr: _finished_or_run(
-          task, rule, dataclasses.replace(short, learning_rate=lr),
-          os.path.join(figure_dir, 'lr_selection', f'lr{lr:g}'))['metrics']
-              ['acc_g'] for lr in figure.learning_rates}
+      accs = {lr: _selection_acc(task, rule, dataclasses.replace(
+          short, learning_rate=lr), os.path.join(
+              figure_dir, 'lr_selection', f'lr{lr:g}'))
+              for lr in figure.learning_rates}
       rates[rule] = max(accs, key=accs.get)
       scores.append([rule] + [f'{accs[lr]:.2f}' for lr in accs] +
                     [f'{rates[rule]:g}'])
@@ -155,14 +174,20 @@ def run_figure(figure, figure_dir: str) -> None:
         caption=f'Acc_g after {short.rounds} rounds on '
         f'{short.epsilon_distribution}, per learning rate.')
     choice = ', '.join(f'{rule} {lr:g}' for rule, lr in rates.items())
-  rows = []
+  rows, elsewhere = [], []
   for dist in figure.distributions:
-    accs = [_finished_or_run(
-        task, rule, dataclasses.replace(base, epsilon_distribution=dist,
-                                        learning_rate=rates[rule]),
-        os.path.join(figure_dir, dist))['metrics']['acc_g'] for rule in rules]
-    rows.append([dist] + [f'{a:.2f}' for a in accs])
-    rows.sort(key=lambda row: int(row[0].removeprefix('dist')))
+    row = [dist]
+    for rule in rules:
+      summary = _finished_or_run(
+          task, rule, dataclasses.replace(base, epsilon_distribution=dist,
+                                          learning_rate=rates[rule]),
+          os.path.join(figure_dir, dist))
+      if summary is None:
+        elsewhere.append(f'{dist}/{rule}')
+      row.append('running elsewhere' if summary is None else
+                 f"{summary['metrics']['acc_g']:.2f}")
+    rows.append(row)
+    rows.sort(key=lambda r: int(r[0].removeprefix('dist')))
     caption = (f'{figure.title}: Acc_g (%) after {base.rounds} rounds, '
                f'{len(task.client_ids)} clients, c = {base.clip_norm:g}, '
                f'delta = {base.delta:g}, seed {base.seed}; learning rates: '
@@ -171,3 +196,6 @@ def run_figure(figure, figure_dir: str) -> None:
                        caption=caption)
   print(f'\n{caption}\n\n{tables.markdown_table(["distribution", *rules], rows)}'
         f'\n\nTable and runs: {figure_dir}/')
+  if elsewhere:
+    print(f'\nRunning in other processes: {", ".join(elsewhere)}. Re-run '
+          'this command after they finish for the whole table.')

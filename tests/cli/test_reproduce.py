@@ -17,8 +17,12 @@ import tensorflow as tf  # noqa: E402
 import tasks  # noqa: E402
 from tff_hdp.privacy import accounting  # noqa: E402
 from tff_hdp.simulation import checkpointing  # noqa: E402
+from tff_hdp.simulation import folder_lock  # noqa: E402
+from tff_hdp.simulation import untrusted_setting  # noqa: E402
 from tff_hdp.simulation import trusted_setting  # noqa: E402
+from cli import flags as cli_flags  # noqa: E402
 from cli import presets  # noqa: E402
+from cli import untrusted as cli_untrusted  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
 from tff_hdp.federated_task import TaskOptions  # noqa: E402
 from tff_hdp.privacy.privacy_groups import PrivacyGroup  # noqa: E402
@@ -166,6 +170,50 @@ def test_rerun_skips_finished_configurations_only(second):
   assert [r['round'] for r in _rounds(out, 'fedhdp_r0.5')] == ['1', '2']
   with open(os.path.join(out, 'digits', 'results.csv')) as f:
     assert len(list(csv.reader(f))) == 3
+
+
+def test_a_configuration_another_process_holds_is_left_to_it(second):
+  """Two invocations of one command share the work: a configuration whose
+  folder another live process holds is skipped, not trained twice nor an
+  error, and the next invocation picks it up."""
+  out, _, _ = second
+  held = _block(out, 'dp_fedavg')
+  os.remove(os.path.join(held, 'summary.json'))  # unfinished
+  rows_mtime = os.stat(os.path.join(held, 'rounds.csv')).st_mtime_ns
+  with folder_lock.exclusive(held):
+    result = _run(*FLAGS, f'--output_dir={out}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert (f'digits/lambda0.05/dp_fedavg: running in process {os.getpid()}, '
+          'skipped here') in result.stdout
+  assert ('Running in other processes, not in the table: '
+          'digits/lambda0.05/dp_fedavg. Re-run this command') in result.stdout
+  assert os.stat(os.path.join(held, 'rounds.csv')).st_mtime_ns == rows_mtime
+  assert not os.path.exists(os.path.join(held, 'summary.json'))
+  with open(os.path.join(out, 'digits', 'results.csv')) as f:
+    assert [r['configuration'] for r in csv.DictReader(f)] == ['fedhdp_r0.5']
+  result = _run(*FLAGS, f'--output_dir={out}')  # released: resumed here
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert _summary(out, 'dp_fedavg')['rounds'] == 2
+  with open(os.path.join(out, 'digits', 'results.csv')) as f:
+    assert len(list(csv.reader(f))) == 3
+
+
+def test_a_figure_run_another_process_holds_is_skipped(tmp_path, capsys):
+  # Neither the held run nor the skip needs the task: the lock comes first.
+  settings = untrusted_setting.UntrustedSettings(rounds=2)
+  held = str(tmp_path / 'dist1' / 'weiavg')
+  with folder_lock.exclusive(held):
+    assert cli_untrusted._finished_or_run(
+        None, 'weiavg', settings, str(tmp_path / 'dist1')) is None
+    assert (f'{held}: running in process {os.getpid()}, skipped here'
+            in capsys.readouterr().out)
+    # The learning-rate choice waits for its runs: a held one stops the figure.
+    with pytest.raises(cli_flags.InputError,
+                       match='learning-rate selection is running in another '
+                       'process; .* or give --client_lr'):
+      cli_untrusted._selection_acc(None, 'weiavg', settings,
+                                   str(tmp_path / 'dist1'))
+  assert os.listdir(held) == [folder_lock.LOCK_FILE]  # nothing written
 
 
 @pytest.mark.parametrize('flags,message', [

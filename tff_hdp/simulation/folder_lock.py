@@ -22,6 +22,11 @@ LOCK_FILE = '.run.lock'
 class FolderInUseError(RuntimeError):
   """Another live process is running into the same folder."""
 
+  def __init__(self, folder: str, holder: str):
+    self.holder = f'process {holder}' if holder.isdigit() else 'another process'
+    super().__init__(f'{folder} is in use by another run ({self.holder}); '
+                     'wait for it to finish or pass another --output_dir.')
+
 
 @contextlib.contextmanager
 def exclusive(folder: str) -> Iterator[None]:
@@ -41,10 +46,7 @@ def exclusive(folder: str) -> Iterator[None]:
       if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
         raise
       holder = os.pread(fd, 32, 0).decode(errors='replace').strip()
-      raise FolderInUseError(
-          f'{folder} is in use by another run'
-          f'{f" (process {holder})" if holder.isdigit() else ""}; wait for it '
-          'to finish or pass another --output_dir.') from None
+      raise FolderInUseError(folder, holder) from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, str(os.getpid()).encode(), 0)
     yield
