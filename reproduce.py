@@ -343,4 +343,4 @@ if __name__ == '__main__':
             [(title, names) for title, names in cli_flags.help_groups()
              if any(s in cli_flags.APPLIES[n] for n in names
                     for s in (cli_flags.TRUSTED, cli_flags.UNTRUSTED))],
-            _validate)
+            _validate, share_output_dir=True)

@@ -109,7 +109,8 @@ def help_text(usage: str, groups: Sequence[tuple[str, Sequence[str]]]) -> str:
 
 def run(main: Callable[[list[str]], None], usage: str,
         groups: Sequence[tuple[str, Sequence[str]]] | None = None,
-        validate: Callable[[], None] | None = None) -> None:
+        validate: Callable[[], None] | None = None,
+        share_output_dir: bool = False) -> None:
   """Runs `main` as absl's `app.run` does (see the module docstring).
 
   Args:
@@ -119,6 +120,8 @@ def run(main: Callable[[list[str]], None], usage: str,
       flags as absl lists them.
     validate: checks the flag values before TensorFlow is imported; raises
       `InputError` naming the flag.
+    share_output_dir: leave --output_dir open to other invocations: `main`
+      holds each run's own folder instead (a sweep several invocations share).
   """
 
   def parse(argv: list[str]) -> list[str]:
@@ -156,7 +159,8 @@ def run(main: Callable[[list[str]], None], usage: str,
     from tff_hdp.simulation.workers import WorkerUnavailableError
     # pylint: enable=g-import-not-at-top
     try:
-      with _hold_output_dir(folder_lock):
+      with (contextlib.nullcontext() if share_output_dir else
+            _hold_output_dir(folder_lock)):
         main(argv)
     except (InputError, WorkerStartError, folder_lock.FolderInUseError) as e:
       fail(str(e))

@@ -180,7 +180,8 @@ def test_a_configuration_another_process_holds_is_left_to_it(second):
   held = _block(out, 'dp_fedavg')
   os.remove(os.path.join(held, 'summary.json'))  # unfinished
   rows_mtime = os.stat(os.path.join(held, 'rounds.csv')).st_mtime_ns
-  with folder_lock.exclusive(held):
+  # As another invocation of the command would: the run and the output folder.
+  with folder_lock.exclusive(out), folder_lock.exclusive(held):
     result = _run(*FLAGS, f'--output_dir={out}')
   assert result.returncode == 0, result.stderr[-3000:]
   assert (f'digits/lambda0.05/dp_fedavg: running in process {os.getpid()}, '
