@@ -89,12 +89,9 @@ def run() -> None:
   print(f'\n{task.name}: {len(task.client_ids)} silos, every silo every '
         f'round, {flags.ROUNDS.value} rounds, silo eps {",".join(flags.EPSILONS.value)}'
         f', best over the swept settings\n')
-  caption = tables.CLIENT_EMPIRICAL_NOTE if audited else None
-  if caption:
-    print(caption + '\n')
-  print(tables.markdown_table(header, rows))
-  tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption,
-                     records=records)
+  tables.print_and_write_table(
+      flags.OUTPUT_DIR.value, header, rows, records=records,
+      caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None)
   for algorithm, curve in curves.items():
     print(f'\n{algorithm}: best {metric} over learning rates, per lambda\n')
     print(tables.markdown_table(

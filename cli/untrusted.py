@@ -95,12 +95,9 @@ def run() -> None:
             'seconds']
   print(f'\n{task.name}: {len(task.client_ids)} clients, all in every round, '
         f'{flags.ROUNDS.value} rounds, eps ~ {flags.EPSILON_DISTRIBUTION.value}\n')
-  caption = tables.CLIENT_EMPIRICAL_NOTE if audited else None
-  if caption:
-    print(caption + '\n')
-  print(tables.markdown_table(header, rows))
-  tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption,
-                     records=records)
+  tables.print_and_write_table(
+      flags.OUTPUT_DIR.value, header, rows, records=records,
+      caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None)
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')
 
 
