@@ -14,6 +14,13 @@ is printed three ways:
 - the authors' accountant: the same formula at the z of the authors' code
   (`benchmarks/authors_accountant.py`), beside the published table.
 
+Less noise is not yet more progress: a client's epoch takes floor(n_i / b_i)
+steps, so the large-batch clients that inverse-variance weights favour also
+move the model least. The last table is what a round gains per unit of
+noise, measured: `||sum_i w_i (u_i - noise_i)|| / ||sum_i w_i noise_i||`,
+the norm of the aggregate's noise-free part (the clipped-gradient steps)
+over that of its noise, at the same eta for every rule.
+
 Robust-HDP's weights come from the RPCA estimate its aggregator runs, on the
 matrix of updates alone; the oracle's are 1 / sigma_i^2. With --output the
 tables are written as JSON for `benchmarks/paper_claims.py
@@ -109,8 +116,9 @@ def _power(weights, variances):
   return float(np.sum(weights**2 * variances))
 
 
-def _print_table(title, table, distributions):
-  print(f'\nAggregate noise power per parameter / eta^2 ({title}):')
+def _print_table(title, table, distributions,
+                 quantity='Aggregate noise power per parameter / eta^2'):
+  print(f'\n{quantity} ({title}):')
   print('alg \\ dist'.ljust(20) + ''.join(f'{d:>10}' for d in distributions))
   for rule in RULES:
     if rule in table:
@@ -138,6 +146,7 @@ def main(argv):
   p = sum(int(np.prod(v.shape)) for v in initial.trainable)
 
   measured = {r: {} for r in RULES}
+  signal_to_noise = {r: {} for r in RULES}
   formula = {r: {} for r in RULES}
   authors = {r: {} for r in RULES if r != 'robust_hdp'}
   rpca_runs = {}
@@ -169,8 +178,10 @@ def main(argv):
         weights = np.array([noise_aware.client_weight(rule, q, eta, clip, p)
                             for q in client_plans])
       weights = np.asarray(weights, np.float64) / np.sum(weights)
-      measured[rule][name] = float(np.sum((weights @ noises)**2) /
-                                   (p * eta**2))
+      noise = weights @ noises
+      measured[rule][name] = float(np.sum(noise**2) / (p * eta**2))
+      signal_to_noise[rule][name] = float(
+          np.linalg.norm(weights @ updates - noise) / np.linalg.norm(noise))
       formula[rule][name] = _power(weights, sigma2)
       if rule in authors:
         authors[rule][name] = _power(
@@ -188,12 +199,16 @@ def main(argv):
   table2 = {r: {d: v for d, v in row.items() if d in distributions}
             for r, row in published.ROBUST_HDP_TABLE2.items()}
   _print_table('published, Robust-HDP Table 2', table2, distributions)
+  _print_table(f'measured, eta = {eta}', signal_to_noise, distributions,
+               quantity='Aggregate signal / noise, ||sum_i w_i (u_i - '
+               'noise_i)|| / ||sum_i w_i noise_i||')
   result = {
       'task': task.name, 'clients': len(clients), 'num_params': p,
       'settings': {'rounds': _ROUNDS.value, 'delta': _DELTA.value,
                    'learning_rate': eta, 'clip_norm': clip, 'seed': seed},
       'distributions': distributions, 'rpca': rpca_runs,
       'measured': measured, 'formula': formula, 'authors_formula': authors,
+      'signal_to_noise': signal_to_noise,
   }
   if _OUTPUT.value:
     os.makedirs(os.path.dirname(os.path.abspath(_OUTPUT.value)),
