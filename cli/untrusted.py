@@ -171,9 +171,9 @@ def run_figure(figure, figure_dir: str) -> None:
         caption=f'Acc_g after {short.rounds} rounds on '
         f'{short.epsilon_distribution}, per learning rate.')
     choice = ', '.join(f'{rule} {lr:g}' for rule, lr in rates.items())
-  rows, elsewhere = [], []
+  done, elsewhere = {}, []  # distribution: (table row, CSV record)
   for dist in figure.distributions:
-    row = [dist]
+    row, record = [dist], {'distribution': dist}
     for rule in rules:
       summary = _finished_or_run(
           task, rule, dataclasses.replace(base, epsilon_distribution=dist,
@@ -183,14 +183,18 @@ def run_figure(figure, figure_dir: str) -> None:
         elsewhere.append(f'{dist}/{rule}')
       row.append('running elsewhere' if summary is None else
                  f"{summary['metrics']['acc_g']:.2f}")
-    rows.append(row)
-    rows.sort(key=lambda r: int(r[0].removeprefix('dist')))
+      record.update({f'acc_g_{rule}': summary and summary['metrics']['acc_g'],
+                     f'learning_rate_{rule}': rates[rule],
+                     f'seconds_{rule}': summary and round(summary['seconds'])})
+    done[dist] = row, record
+    rows, records = zip(*(done[d] for d in sorted(
+        done, key=lambda d: int(d.removeprefix('dist')))))
     caption = (f'{figure.title}: Acc_g (%) after {base.rounds} rounds, '
                f'{len(task.client_ids)} clients, c = {base.clip_norm:g}, '
                f'delta = {base.delta:g}, seed {base.seed}; learning rates: '
                f'{choice}. Published: {figure.published}.')
     tables.write_table(figure_dir, ['distribution', *rules], rows,
-                       caption=caption)
+                       caption=caption, records=records)
   print(f'\n{caption}\n\n{tables.markdown_table(["distribution", *rules], rows)}'
         f'\n\nTable and runs: {figure_dir}/')
   if elsewhere:

@@ -11,6 +11,8 @@ import matplotlib
 matplotlib.use('Agg')
 from matplotlib import image  # noqa: E402
 import numpy as np  # noqa: E402
+from absl import flags as absl_flags  # noqa: E402
+from absl.testing import flagsaver  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -199,22 +201,55 @@ def test_a_configuration_another_process_holds_is_left_to_it(second):
     assert len(list(csv.reader(f))) == 3
 
 
-def test_a_figure_run_another_process_holds_is_skipped(tmp_path, capsys):
-  # Neither the held run nor the skip needs the task: the lock comes first.
+def test_a_held_learning_rate_selection_run_stops_the_figure(tmp_path):
+  # Every distribution's runs wait for the choice; the lock comes before the
+  # task is needed, so no task is loaded here.
   settings = untrusted_setting.UntrustedSettings(rounds=2)
-  held = str(tmp_path / 'dist1' / 'weiavg')
+  held = str(tmp_path / 'weiavg')
   with folder_lock.exclusive(held):
-    assert cli_untrusted._finished_or_run(
-        None, 'weiavg', settings, str(tmp_path / 'dist1')) is None
-    assert (f'{held}: running in process {os.getpid()}, skipped here'
-            in capsys.readouterr().out)
-    # The learning-rate choice waits for its runs: a held one stops the figure.
     with pytest.raises(cli_flags.InputError,
                        match='learning-rate selection is running in another '
                        'process; .* or give --client_lr'):
-      cli_untrusted._selection_acc(None, 'weiavg', settings,
-                                   str(tmp_path / 'dist1'))
+      cli_untrusted._selection_acc(None, 'weiavg', settings, str(tmp_path))
   assert os.listdir(held) == [folder_lock.LOCK_FILE]  # nothing written
+
+
+def test_a_figure_tables_what_finished_and_leaves_held_runs_to_their_holder(
+    tmp_path, capsys):
+  figure = presets.FigurePreset(
+      'A figure', 'digits', 20, ('dist9', 'dist1'), ('weiavg',), 1, 3.0, 1e-4,
+      (0.1,), 1, 'nowhere')
+  held = str(tmp_path / 'dist1' / 'weiavg')
+  with flagsaver.flagsaver():
+    absl_flags.FLAGS([
+        'reproduce.py', '--task=digits', '--num_clients=20', '--rounds=1',
+        '--algorithms=weiavg', '--client_lr=0.1', '--deltas=1e-4',
+        '--eval_every=1', '--epsilon_distribution=dist1'])
+    with folder_lock.exclusive(held):
+      cli_untrusted.run_figure(figure, str(tmp_path))
+    out = capsys.readouterr().out
+    assert f'{held}: running in process {os.getpid()}, skipped here' in out
+    assert 'Running in other processes: dist1/weiavg. Re-run' in out
+    with open(tmp_path / 'results.csv') as f:
+      first = list(csv.DictReader(f))
+    assert [(r['distribution'], r['acc_g_weiavg'] == '') for r in first] == [
+        ('dist1', True), ('dist9', False)]
+    assert '| dist1        | running elsewhere |' in (
+        tmp_path / 'results.md').read_text()
+    cli_untrusted.run_figure(figure, str(tmp_path))  # released: run here
+  out = capsys.readouterr().out
+  assert 'dist9/weiavg: finished earlier, skipped' in out
+  assert 'Running in other processes' not in out
+  with open(tmp_path / 'results.csv') as f:
+    rows = list(csv.DictReader(f))
+  assert rows[1] == first[1]
+  for row, dist in zip(rows, ('dist1', 'dist9')):
+    with open(tmp_path / dist / 'weiavg' / 'summary.json') as f:
+      summary = json.load(f)
+    assert row == {'distribution': dist,
+                   'acc_g_weiavg': str(summary['metrics']['acc_g']),
+                   'learning_rate_weiavg': '0.1',
+                   'seconds_weiavg': str(round(summary['seconds']))}
 
 
 @pytest.mark.parametrize('flags,message', [
