@@ -84,8 +84,10 @@ class FigurePreset:
 
   The paper leaves the learning rate open (its baselines "have to use
   smaller learning rates"), so each rule gets the rate of `learning_rates`
-  whose `selection_rounds`-round run on the first distribution ends with
-  the best Acc_g; --client_lr on the command line fixes one instead.
+  that scores the best Acc_g after the first `selection_rounds` rounds of
+  the whole run on the first distribution (noise calibrated for all the
+  rounds, as in the figure's runs); --client_lr on the command line fixes
+  one instead.
   """
 
   title: str

@@ -153,9 +153,11 @@ def run_figure(figure, figure_dir: str) -> None:
     rates = {rule: base.learning_rate for rule in rules}
     choice = f'--client_lr={base.learning_rate:g} for every rule'
   else:
+    # The first rounds of the whole runs, at their noise: runs calibrated
+    # for fewer rounds add less noise a round and favour larger rates.
     short = dataclasses.replace(
         base, epsilon_distribution=figure.distributions[0],
-        rounds=min(figure.selection_rounds, base.rounds))
+        train_rounds=min(figure.selection_rounds, base.rounds))
     rates, scores = {}, []
     for rule in rules:
       accs = {lr: _selection_acc(task, rule, dataclasses.replace(
@@ -168,7 +170,8 @@ def run_figure(figure, figure_dir: str) -> None:
     tables.write_table(
         figure_dir, ['rule'] + [f'lr {lr:g}' for lr in figure.learning_rates] +
         ['chosen'], scores, stem='lr_selection',
-        caption=f'Acc_g after {short.rounds} rounds on '
+        caption=f'Acc_g after the first {short.train_rounds} of '
+        f'{short.rounds} rounds (noise calibrated for {short.rounds}) on '
         f'{short.epsilon_distribution}, per learning rate.')
     choice = ', '.join(f'{rule} {lr:g}' for rule, lr in rates.items())
   done, elsewhere = {}, []  # distribution: (table row, CSV record)

@@ -252,6 +252,34 @@ def test_a_figure_tables_what_finished_and_leaves_held_runs_to_their_holder(
                    'seconds_weiavg': str(round(summary['seconds']))}
 
 
+def test_a_figure_chooses_rates_on_the_first_rounds_of_whole_runs(tmp_path):
+  """The selection runs are the figure's runs stopped early, at the noise of
+  all their rounds: a run calibrated for fewer rounds adds less noise."""
+  figure = presets.FigurePreset(
+      'A figure', 'digits', 20, ('dist1',), ('weiavg',), 3, 3.0, 1e-4,
+      (0.03, 0.3), 1, 'nowhere')
+  with flagsaver.flagsaver():
+    absl_flags.FLAGS([
+        'reproduce.py', '--task=digits', '--num_clients=20', '--rounds=3',
+        '--algorithms=weiavg', '--deltas=1e-4', '--eval_every=1',
+        '--epsilon_distribution=dist1'])
+    cli_untrusted.run_figure(figure, str(tmp_path))
+  accs = {}
+  for lr in ('0.03', '0.3'):
+    with open(tmp_path / 'lr_selection' / f'lr{lr}' / 'weiavg' /
+              'summary.json') as f:
+      summary = json.load(f)
+    assert summary['rounds'] == 1
+    assert summary['settings']['rounds'] == 3
+    accs[lr] = summary['metrics']['acc_g']
+  with open(tmp_path / 'dist1' / 'weiavg' / 'summary.json') as f:
+    chosen = json.load(f)
+  assert chosen['rounds'] == 3
+  assert chosen['settings']['learning_rate'] == float(max(accs, key=accs.get))
+  assert (tmp_path / 'lr_selection.md').read_text().startswith(
+      'Acc_g after the first 1 of 3 rounds (noise calibrated for 3) on dist1')
+
+
 @pytest.mark.parametrize('flags,message', [
     (['--presets=cifar'], "--presets: unknown preset 'cifar'"),
     (['--presets=digits', '--ditto_lambdas=-1'],

@@ -10,17 +10,21 @@ file in its checkpoint folder first. An audit run (`--canaries`) also keeps
 its clients' canary sums in the state, so its estimates survive the kill.
 """
 
+import dataclasses
+import json
 import os
 import subprocess
 import sys
-
-import json
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import tasks
 from tests import repository
+from tff_hdp.federated_task import TaskOptions
+from tff_hdp.simulation import checkpointing
+from tff_hdp.simulation import untrusted_setting
 
 ROOT = repository.ROOT
 ROUNDS = 10
@@ -99,3 +103,31 @@ def test_a_rerun_with_another_setting_is_refused(tmp_path):
   assert result.returncode == 2
   last = result.stderr.strip().splitlines()[-1]
   assert 'holds a checkpoint of a different run (differs in: clip_norm)' in last
+
+
+def test_a_prefix_run_is_the_start_of_the_whole_run(tmp_path):
+  """`train_rounds=k` (how a figure chooses its learning rates) trains rounds
+  1..k of the whole run, at the noise calibrated for all its rounds, and
+  reports what those k rounds spent; it is not the whole run's result."""
+  task = tasks.load('digits', TaskOptions(num_clients=10, seed=3))
+  whole = untrusted_setting.UntrustedSettings(
+      rounds=4, epsilon_distribution='uniform', eval_every=1,
+      checkpoint_every=1, seed=3)
+  prefix = dataclasses.replace(whole, train_rounds=2)
+  first, full = str(tmp_path / 'prefix'), str(tmp_path / 'whole')
+  start = untrusted_setting.run_algorithm(task, 'weiavg', prefix, first,
+                                          progress=False)
+  repository.plant_secret(first, full, 'weiavg')
+  end = untrusted_setting.run_algorithm(task, 'weiavg', whole, full,
+                                        progress=False)
+  assert repository.rounds_rows(first, 'weiavg') == (
+      repository.rounds_rows(full, 'weiavg')[:2])
+  assert start['rounds'] == 2 and end['rounds'] == 4
+  assert start['target_epsilons'] == end['target_epsilons']
+  assert start['epsilon_spent_max'] < end['epsilon_spent_max']
+  # Nor is it taken for the whole run: its key says it stopped early.
+  with pytest.raises(checkpointing.CheckpointError,
+                     match='differs in: train_rounds'):
+    untrusted_setting.completed_summary(task, 'weiavg', whole, first)
+  with pytest.raises(ValueError, match=r'train_rounds must be in \[1, 4\]'):
+    dataclasses.replace(whole, train_rounds=5)

@@ -64,6 +64,19 @@ class UntrustedSettings:
   # > 0: an audit run with this many canary examples per client
   # (tff_hdp.simulation.canary_audit).
   canaries: int = 0
+  # Train only rounds 1..k of the `rounds` the noise is calibrated for: the
+  # start of the whole run, at its noise (e.g. to choose a learning rate).
+  train_rounds: int | None = None
+
+  def __post_init__(self):
+    if self.train_rounds is not None and not (
+        1 <= self.train_rounds <= self.rounds):
+      raise ValueError(f'train_rounds must be in [1, {self.rounds}] (the '
+                       f'rounds), got {self.train_rounds}.')
+
+  @property
+  def rounds_trained(self) -> int:
+    return self.train_rounds or self.rounds
 
 
 def privacy_warnings(settings: UntrustedSettings) -> list[str]:
@@ -94,7 +107,7 @@ class UntrustedRounds(round_loop.RoundProgram):
         settings.release_unprotected_stats)
     self.columns = ('round', *self._metrics, 'max_epsilon_spent',
                     *measurements)
-    self.rounds = settings.rounds
+    self.rounds = settings.rounds_trained
     self.state = state
     self._task, self._process, self._settings = task, process, settings
     self._plans, self._weights, self._seeds = plans, weights, client_seeds
@@ -167,8 +180,9 @@ def run_key(task: FederatedTask, algorithm: str,
   batch size, and the worker count."""
   key = {k: v for k, v in dataclasses.asdict(settings).items()
          if k != 'checkpoint_every'}
-  if not key['canaries']:
-    del key['canaries']  # the keys of runs from before canaries existed
+  for added in ('canaries', 'train_rounds'):  # unset: keys from before them
+    if not key[added]:
+      del key[added]
   return runtime.with_worker_count(dict(
       key, task=task.name, algorithm=algorithm, batch_size=task.batch_size,
       data=task.data_digest, loss=task.loss_fn().name,
@@ -266,15 +280,16 @@ def _run_algorithm(task, algorithm, settings, run_dir, progress):
     if files:
       files.close()
   metrics = result.final_metrics
-  spent = [p.epsilon_after(settings.rounds) for p in client_plans]
+  trained = settings.rounds_trained
+  spent = [p.epsilon_after(trained) for p in client_plans]
   empirical = canary_audit.client_estimates(
       dp_sgd.canary_scores(program.state.client_work), client_plans, spent,
-      [p.steps_per_round * settings.rounds for p in client_plans],
+      [p.steps_per_round * trained for p in client_plans],
       settings.delta, num_params) if audit else None
   summary = {
       'configuration': algorithm,
       'task': task.name,
-      'rounds': settings.rounds,
+      'rounds': trained,
       'epsilon_distribution': settings.epsilon_distribution,
       'settings': dataclasses.asdict(settings),
       'privacy_warnings': privacy_warnings(settings),
