@@ -63,6 +63,7 @@ import tff_hdp  # noqa: F401  (quiets TF before anything imports it)
 
 from cli import entry
 from cli import flags as cli_flags
+from cli import sweep_runs
 from cli import trusted as cli_trusted
 from cli import untrusted as cli_untrusted
 from cli.presets import FIGURES
@@ -201,31 +202,23 @@ def _block_name(ditto) -> str:
 
 
 def _run_or_skip(label, task, config, choices, settings, block_dir):
-  """A finished configuration's summary, training it first if need be; None
-  if another live process holds its folder (skipped here: invocations of
-  the same command share the work)."""
-  import tqdm  # pylint: disable=g-import-not-at-top
-  from tff_hdp.simulation import folder_lock  # pylint: disable=g-import-not-at-top
+  """A configuration's summary (`sweep_runs.finished_or_run`); None if
+  another process holds it."""
   from tff_hdp.simulation import run_files  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
-  try:
-    summary = trusted_setting.completed_summary(task, config, choices, settings,
-                                           block_dir)
-    if summary is not None:
-      tqdm.tqdm.write(f'{label}: finished earlier, skipped (summary.json)')
-      return summary
+
+  def train():
     managers = []
     if _TENSORBOARD.value:
       managers.append(run_files.TensorBoardRounds(
           os.path.join(block_dir, config.name, 'tensorboard')))
-    summary, _ = trusted_setting.run_configuration(
-        task, config, choices, settings, block_dir, release_managers=managers)
-    return summary
-  except folder_lock.FolderInUseError as e:
-    tqdm.tqdm.write(f'{label}: running in {e.holder}, skipped here')
-    return None
-  except trusted_setting.RUN_ERRORS as e:
-    raise cli_flags.InputError(f'{label}: {e}') from None
+    return trusted_setting.run_configuration(
+        task, config, choices, settings, block_dir,
+        release_managers=managers)[0]
+
+  return sweep_runs.finished_or_run(
+      label, lambda: trusted_setting.completed_summary(
+          task, config, choices, settings, block_dir), train)
 
 
 def _run_preset(name: str, output_dir: str,

@@ -8,6 +8,7 @@ import dataclasses
 import os
 
 from cli import flags
+from cli import sweep_runs
 
 
 # With Robust-HDP's own epsilon lists (--epsilon_distribution=distK), its
@@ -102,28 +103,15 @@ def run() -> None:
 
 
 def _finished_or_run(task, algorithm, settings, output_dir):
-  """The run's summary: an earlier invocation's if it finished (skipped),
-  else trained here (resuming from its checkpoint if interrupted); None if
-  another live process holds its folder (skipped here: invocations of the
-  same command share the work)."""
-  import tqdm  # pylint: disable=g-import-not-at-top
-  from tff_hdp.simulation import folder_lock  # pylint: disable=g-import-not-at-top
-  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  """The run's summary (`sweep_runs.finished_or_run`); None if another
+  process holds it."""
   from tff_hdp.simulation import untrusted_setting  # pylint: disable=g-import-not-at-top
-  label = f'{output_dir}/{algorithm}'
-  try:
-    summary = untrusted_setting.completed_summary(task, algorithm, settings,
-                                                  output_dir)
-    if summary is not None:
-      tqdm.tqdm.write(f'{label}: finished earlier, skipped (summary.json)')
-      return summary
-    return untrusted_setting.run_algorithm(task, algorithm, settings,
-                                           output_dir)
-  except folder_lock.FolderInUseError as e:
-    tqdm.tqdm.write(f'{label}: running in {e.holder}, skipped here')
-    return None
-  except trusted_setting.RUN_ERRORS as e:
-    raise flags.InputError(f'{label}: {e}') from None
+  return sweep_runs.finished_or_run(
+      f'{output_dir}/{algorithm}',
+      lambda: untrusted_setting.completed_summary(task, algorithm, settings,
+                                                  output_dir),
+      lambda: untrusted_setting.run_algorithm(task, algorithm, settings,
+                                              output_dir))
 
 
 def _selection_acc(task, rule, settings, output_dir) -> float:
