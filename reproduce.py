@@ -44,8 +44,9 @@ the first 20 of the 200 rounds on Dist1, at the noise of 200 rounds
 (--client_lr fixes one for all). Files, under
 <output_dir>/robust_hdp_fig2/: lr_selection/lr<lr>/<rule>/ and
 lr_selection.md (the grid and the choice), dist<k>/<rule>/ (rounds.csv,
-summary.json, checkpoints/), results.md and results.csv (Acc_g per
-distribution and rule, rewritten after each distribution). Finished runs
+summary.json, checkpoints/), results.md (Acc_g per
+distribution and rule) and results.csv (also each rule's learning rate and
+seconds), rewritten after each distribution. Finished runs
 are skipped and interrupted ones resume, so the figure can be completed
 over several sittings.
 """
