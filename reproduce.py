@@ -46,7 +46,8 @@ the first 20 of the 200 rounds on Dist1, at the noise of 200 rounds
 lr_selection.md (the grid and the choice), dist<k>/<rule>/ (rounds.csv,
 summary.json, checkpoints/), results.md (Acc_g per
 distribution and rule) and results.csv (also each rule's learning rate and
-seconds), rewritten after each distribution. Finished runs
+seconds) and plots/ (accuracy_by_distribution.png, the figure so far, and
+dist<k>_accuracy_vs_rounds.png), rewritten after each distribution. Finished runs
 are skipped and interrupted ones resume, so the figure can be completed
 over several sittings.
 """

@@ -127,6 +127,24 @@ def _selection_acc(task, rule, settings, output_dir) -> float:
   return summary['metrics']['acc_g']
 
 
+def _figure_plots(figure_dir: str, dist: str, rules, records,
+                  title: str) -> None:
+  """plots/accuracy_by_distribution.png (the figure so far) and
+  plots/<dist>_accuracy_vs_rounds.png (its rules' convergence)."""
+  from tff_hdp.reporting import plots  # pylint: disable=g-import-not-at-top
+  out = os.path.join(figure_dir, 'plots')
+  plots.accuracy_by_distribution(
+      {r['distribution']: {rule: r[f'acc_g_{rule}'] for rule in rules}
+       for r in records}, os.path.join(out, 'accuracy_by_distribution.png'),
+      title=title)
+  runs = {rule: os.path.join(figure_dir, dist, rule) for rule in rules
+          if os.path.exists(os.path.join(figure_dir, dist, rule, 'rounds.csv'))}
+  if runs:
+    plots.accuracy_vs_rounds(
+        runs, os.path.join(out, f'{dist}_accuracy_vs_rounds.png'),
+        title=f'{title}, {dist}')
+
+
 def run_figure(figure, figure_dir: str) -> None:
   """Trains (or skips) every run of `figure` (a `presets.FigurePreset`,
   its flags set): each rule's learning rate chosen on the first
@@ -186,6 +204,7 @@ def run_figure(figure, figure_dir: str) -> None:
                f'{choice}. Published: {figure.published}.')
     tables.write_table(figure_dir, ['distribution', *rules], rows,
                        caption=caption, records=records)
+    _figure_plots(figure_dir, dist, rules, records, figure.title)
   print(f'\n{caption}\n\n{tables.markdown_table(["distribution", *rules], rows)}'
         f'\n\nTable and runs: {figure_dir}/')
   if elsewhere:

@@ -236,6 +236,8 @@ def test_a_figure_tables_what_finished_and_leaves_held_runs_to_their_holder(
         ('dist1', True), ('dist9', False)]
     assert '| dist1        | running elsewhere |' in (
         tmp_path / 'results.md').read_text()
+    assert sorted(os.listdir(tmp_path / 'plots')) == [
+        'accuracy_by_distribution.png', 'dist9_accuracy_vs_rounds.png']
     cli_untrusted.run_figure(figure, str(tmp_path))  # released: run here
   out = capsys.readouterr().out
   assert 'dist9/weiavg: finished earlier, skipped' in out
@@ -243,6 +245,9 @@ def test_a_figure_tables_what_finished_and_leaves_held_runs_to_their_holder(
   with open(tmp_path / 'results.csv') as f:
     rows = list(csv.DictReader(f))
   assert rows[1] == first[1]
+  assert sorted(os.listdir(tmp_path / 'plots')) == [
+      'accuracy_by_distribution.png', 'dist1_accuracy_vs_rounds.png',
+      'dist9_accuracy_vs_rounds.png']
   for row, dist in zip(rows, ('dist1', 'dist9')):
     with open(tmp_path / dist / 'weiavg' / 'summary.json') as f:
       summary = json.load(f)

@@ -151,6 +151,22 @@ def test_sweep_plots_writes_three_files(runs, tmp_path):
   assert all(image.imread(p).shape[0] > 100 for p in paths)
 
 
+def test_accuracy_by_distribution_draws_a_line_per_rule_with_gaps(tmp_path):
+  path = str(tmp_path / 'fig2.png')
+  table = {'dist1': {'robust_hdp': 80.0, 'weiavg': 78.0},
+           'dist6': {'robust_hdp': 70.0, 'weiavg': None},
+           'dist9': {'robust_hdp': 65.0, 'weiavg': 60.0}}
+  fig = plots.accuracy_by_distribution(table, path)
+  lines = _lines(fig)
+  assert set(lines) == {'robust_hdp', 'weiavg'}
+  np.testing.assert_array_equal(lines['robust_hdp'].get_ydata(), [80, 70, 65])
+  np.testing.assert_array_equal(lines['weiavg'].get_ydata(),
+                                [78, math.nan, 60])
+  assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [
+      'dist1', 'dist6', 'dist9']
+  assert image.imread(path).shape[0] > 100
+
+
 def test_read_rounds_blank_cells_are_nan(runs):
   cols = plots.read_rounds(runs['nonprivate'])
   assert math.isnan(cols['acc_g'][0]) and cols['acc_g'][2] == 90

@@ -189,6 +189,23 @@ def metric_vs_lambda(lambdas: Sequence[float],
   return _finish(fig, ax, path)
 
 
+def accuracy_by_distribution(table: Mapping[str, Mapping[str, float | None]],
+                             path: str | None = None,
+                             title: str | None = None) -> Figure:
+  """Final Acc_g per privacy distribution, one line per rule (Robust-HDP's
+  Figure 2). `table` is {distribution: {rule: Acc_g or None}}; None (a run
+  not finished) leaves a gap."""
+  fig, ax = _new_axes(title, 'privacy distribution', 'acc_g (%)')
+  dists = list(table)
+  rules = list(dict.fromkeys(r for row in table.values() for r in row))
+  for i, rule in enumerate(rules):
+    ys = [table[d].get(rule) for d in dists]
+    ax.plot(range(len(dists)), [math.nan if y is None else y for y in ys],
+            marker='o', label=rule, **_style(i))
+  ax.set_xticks(range(len(dists)), dists)
+  return _finish(fig, ax, path)
+
+
 def sweep_plots(run_dirs: Mapping[str, str], out_dir: str,
                 prefix: str = '', title: str | None = None) -> list[str]:
   """The three figures of one sweep block; returns the files written."""
