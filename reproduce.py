@@ -41,7 +41,8 @@ Fashion-MNIST IID, 20 clients, Dist1-Dist9, robust_hdp, weiavg, pfa,
 dpfedavg and min_epsilon, 200 rounds, c = 3, delta = 1e-4. Each rule's
 learning rate is the one of 0.01, 0.03, 0.1, 0.3 that scores best after
 the first 20 of the 200 rounds on Dist1, at the noise of 200 rounds
-(--client_lr fixes one for all). Files, under
+(--client_lr fixes one for all); invocations share the selection's runs
+too, each waiting at the end for the ones another holds. Files, under
 <output_dir>/robust_hdp_fig2/: lr_selection/lr<lr>/<rule>/ and
 lr_selection.md (the grid and the choice), dist<k>/<rule>/ (rounds.csv,
 summary.json, checkpoints/), results.md (Acc_g per

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 from cli import flags
 from cli import sweep_runs
@@ -114,17 +115,40 @@ def _finished_or_run(task, algorithm, settings, output_dir):
                                               output_dir))
 
 
-def _selection_acc(task, rule, settings, output_dir) -> float:
-  """Acc_g of a learning-rate selection run; every distribution's runs wait
-  for the choice, so a selection run held by another process stops this
-  one."""
-  summary = _finished_or_run(task, rule, settings, output_dir)
-  if summary is None:
-    raise flags.InputError(
-        f'{output_dir}/{rule}: the learning-rate selection is running in '
-        'another process; run this command again when it finishes, or give '
-        '--client_lr.')
-  return summary['metrics']['acc_g']
+# How often a figure checks on the selection runs other processes hold.
+SELECTION_POLL_SECONDS = 30.0
+
+
+def _wait_for_holders() -> None:
+  """One poll interval (a function of its own, so tests can stand in)."""
+  time.sleep(SELECTION_POLL_SECONDS)
+
+
+def _selection_accs(task, rules, learning_rates, settings,
+                    figure_dir) -> dict[tuple[str, float], float]:
+  """Acc_g of each (rule, learning rate) selection run. Every distribution's
+  runs need the choice, so after training the free runs this waits for the
+  ones other processes hold: invocations of one command share the
+  selection."""
+  import tqdm  # pylint: disable=g-import-not-at-top
+  pending, accs = [(rule, lr) for rule in rules for lr in learning_rates], {}
+  while pending:
+    held = []
+    for rule, lr in pending:
+      summary = _finished_or_run(
+          task, rule, dataclasses.replace(settings, learning_rate=lr),
+          os.path.join(figure_dir, 'lr_selection', f'lr{lr:g}'))
+      if summary is None:
+        held.append((rule, lr))
+      else:
+        accs[rule, lr] = summary['metrics']['acc_g']
+    if held:
+      tqdm.tqdm.write(
+          f'Waiting for {len(held)} learning-rate selection run(s) other '
+          f'processes hold; checking every {SELECTION_POLL_SECONDS:g} s.')
+      _wait_for_holders()
+    pending = held
+  return accs
 
 
 def _figure_plots(figure_dir: str, dist: str, rules, records,
@@ -164,12 +188,11 @@ def run_figure(figure, figure_dir: str) -> None:
     short = dataclasses.replace(
         base, epsilon_distribution=figure.distributions[0],
         train_rounds=min(figure.selection_rounds, base.rounds))
+    all_accs = _selection_accs(task, rules, figure.learning_rates, short,
+                               figure_dir)
     rates, scores = {}, []
     for rule in rules:
-      accs = {lr: _selection_acc(task, rule, dataclasses.replace(
-          short, learning_rate=lr), os.path.join(
-              figure_dir, 'lr_selection', f'lr{lr:g}'))
-              for lr in figure.learning_rates}
+      accs = {lr: all_accs[rule, lr] for lr in figure.learning_rates}
       rates[rule] = max(accs, key=accs.get)
       scores.append([rule] + [f'{accs[lr]:.2f}' for lr in accs] +
                     [f'{rates[rule]:g}'])

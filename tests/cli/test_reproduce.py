@@ -1,5 +1,6 @@
 """reproduce.py end to end on the digits preset, its skip/resume, the presets."""
 
+import contextlib
 import csv
 import glob
 import json
@@ -22,7 +23,6 @@ from tff_hdp.simulation import checkpointing  # noqa: E402
 from tff_hdp.simulation import folder_lock  # noqa: E402
 from tff_hdp.simulation import untrusted_setting  # noqa: E402
 from tff_hdp.simulation import trusted_setting  # noqa: E402
-from cli import flags as cli_flags  # noqa: E402
 from cli import presets  # noqa: E402
 from cli import untrusted as cli_untrusted  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
@@ -201,17 +201,43 @@ def test_a_configuration_another_process_holds_is_left_to_it(second):
     assert len(list(csv.reader(f))) == 3
 
 
-def test_a_held_learning_rate_selection_run_stops_the_figure(tmp_path):
-  # Every distribution's runs wait for the choice; the lock comes before the
-  # task is needed, so no task is loaded here.
-  settings = untrusted_setting.UntrustedSettings(rounds=2)
-  held = str(tmp_path / 'weiavg')
-  with folder_lock.exclusive(held):
-    with pytest.raises(cli_flags.InputError,
-                       match='learning-rate selection is running in another '
-                       'process; .* or give --client_lr'):
-      cli_untrusted._selection_acc(None, 'weiavg', settings, str(tmp_path))
-  assert os.listdir(held) == [folder_lock.LOCK_FILE]  # nothing written
+def _set_figure_flags(rounds: int, *extra: str) -> None:
+  """Flags of a small WeiAvg figure on generated digits (inside flagsaver)."""
+  absl_flags.FLAGS([
+      'reproduce.py', '--task=digits', '--num_clients=20', f'--rounds={rounds}',
+      '--algorithms=weiavg', '--deltas=1e-4', '--eval_every=1',
+      '--epsilon_distribution=dist1', *extra])
+
+
+def test_a_figure_waits_for_selection_runs_another_process_holds(
+    tmp_path, capsys, monkeypatch):
+  """Every distribution's runs need the choice: the free selection runs are
+  trained here, then the held one is waited for (here: released during the
+  wait, so this process trains it)."""
+  figure = presets.FigurePreset(
+      'A figure', 'digits', 20, ('dist1',), ('weiavg',), 1, 3.0, 1e-4,
+      (0.03, 0.3), 1, 'nowhere')
+  held = str(tmp_path / 'lr_selection' / 'lr0.03' / 'weiavg')
+  waits = []
+  with contextlib.ExitStack() as holder:
+    holder.enter_context(folder_lock.exclusive(held))
+
+    def release():
+      waits.append(os.path.exists(tmp_path / 'lr_selection' / 'lr0.3' /
+                                  'weiavg' / 'summary.json'))
+      holder.close()
+
+    monkeypatch.setattr(cli_untrusted, '_wait_for_holders', release)
+    with flagsaver.flagsaver():
+      _set_figure_flags(1)
+      cli_untrusted.run_figure(figure, str(tmp_path))
+  out = capsys.readouterr().out
+  assert f'{held}: running in process {os.getpid()}, skipped here' in out
+  assert 'Waiting for 1 learning-rate selection run(s) other processes hold' in (
+      out)
+  assert waits == [True]  # the free run was trained before waiting
+  assert os.path.exists(os.path.join(held, 'summary.json'))
+  assert (tmp_path / 'dist1' / 'weiavg' / 'summary.json').exists()
 
 
 def test_a_figure_tables_what_finished_and_leaves_held_runs_to_their_holder(
@@ -221,10 +247,7 @@ def test_a_figure_tables_what_finished_and_leaves_held_runs_to_their_holder(
       (0.1,), 1, 'nowhere')
   held = str(tmp_path / 'dist1' / 'weiavg')
   with flagsaver.flagsaver():
-    absl_flags.FLAGS([
-        'reproduce.py', '--task=digits', '--num_clients=20', '--rounds=1',
-        '--algorithms=weiavg', '--client_lr=0.1', '--deltas=1e-4',
-        '--eval_every=1', '--epsilon_distribution=dist1'])
+    _set_figure_flags(1, '--client_lr=0.1')
     with folder_lock.exclusive(held):
       cli_untrusted.run_figure(figure, str(tmp_path))
     out = capsys.readouterr().out
@@ -264,10 +287,7 @@ def test_a_figure_chooses_rates_on_the_first_rounds_of_whole_runs(tmp_path):
       'A figure', 'digits', 20, ('dist1',), ('weiavg',), 3, 3.0, 1e-4,
       (0.03, 0.3), 1, 'nowhere')
   with flagsaver.flagsaver():
-    absl_flags.FLAGS([
-        'reproduce.py', '--task=digits', '--num_clients=20', '--rounds=3',
-        '--algorithms=weiavg', '--deltas=1e-4', '--eval_every=1',
-        '--epsilon_distribution=dist1'])
+    _set_figure_flags(3)
     cli_untrusted.run_figure(figure, str(tmp_path))
   accs = {}
   for lr in ('0.03', '0.3'):
