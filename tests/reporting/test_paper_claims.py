@@ -248,6 +248,7 @@ def test_figure2_gaps_within_a_tie_break_no_claim_and_one_dist_has_no_trend(
   _figure(figure_dir, {2: (80.0, 80.5, 80.8, 79, 75)})
   claims = paper_claims.figure_claims(figure_dir)
   assert [c.holds for c in claims] == [True, True]  # no trend from one
+  assert claims[0].detail.endswith('; behind within a tie on Dist2')
   with pytest.raises(ValueError, match='no distribution with all of'):
     paper_claims.figure_claims(str(tmp_path / 'nothing'))
 

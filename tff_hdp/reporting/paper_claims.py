@@ -320,12 +320,14 @@ def figure_claims(figure_dir: str,
   """Robust-HDP's Figure 2 claims on the finished distributions; a gap
   under two standard errors is a tie, which breaks no claim."""
   table = figure_table(figure_dir)
-  gaps, beaten, pfa_ahead = {}, [], []
+  gaps, beaten, tied, pfa_ahead = {}, [], [], []
   for k, acc in table.items():
     rival = max(FIGURE_RULES[1:], key=acc.get)
     gaps[k] = acc['robust_hdp'] - acc[rival]
     if -gaps[k] > tie_margin(acc['robust_hdp'], acc[rival], test_examples):
       beaten.append(f'Dist{k}')
+    elif gaps[k] < 0:
+      tied.append(f'Dist{k}')
     if (acc['pfa'] - acc['weiavg'] >
         tie_margin(acc['pfa'], acc['weiavg'], test_examples)):
       pfa_ahead.append(f'Dist{k}')
@@ -337,7 +339,8 @@ def figure_claims(figure_dir: str,
                       f'baseline {acc["robust_hdp"] - gaps[k]:.2f}'
                       for k, acc in table.items()) +
             (f"; beaten beyond a tie on {', '.join(beaten)}" if beaten
-             else '')),
+             else '') +
+            (f"; behind within a tie on {', '.join(tied)}" if tied else '')),
       Claim(f'{where}: PFA does not beat WeiAvg', not pfa_ahead,
             '; '.join(f"Dist{k} pfa {acc['pfa']:.2f}, weiavg "
                       f"{acc['weiavg']:.2f}" for k, acc in table.items()) +
