@@ -64,6 +64,32 @@ def kill_after_rows(command, output_dir: str, configuration: str, rows: int,
   return len(rounds_rows(output_dir, configuration))
 
 
+def run_losing_its_worker(command, output_dir: str, configuration: str,
+                          rows: int, kill_worker) -> tuple[int, list[str], int]:
+  """Runs `command` and calls `kill_worker(run)` (`run` its Popen) once
+  `<configuration>/rounds.csv` has `rows` rows. Returns the run's exit
+  status, the lines of its stderr that say "error", and the rows written.
+  A run still going 120 s after the kill (waiting on the lost worker) is
+  killed and fails the test, as does a traceback."""
+  run = subprocess.Popen(command, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 300
+  while (len(rounds_rows(output_dir, configuration)) < rows and
+         run.poll() is None):
+    assert time.time() < deadline, 'run made no progress'
+    time.sleep(0.05)
+  kill_worker(run)
+  try:
+    _, stderr = run.communicate(timeout=120)
+  except subprocess.TimeoutExpired:
+    run.kill()
+    run.wait()
+    raise AssertionError('the run still waits on its lost worker') from None
+  assert 'Traceback' not in stderr, stderr[-2000:]
+  errors = [line for line in stderr.splitlines() if 'error' in line.lower()]
+  return run.returncode, errors, len(rounds_rows(output_dir, configuration))
+
+
 def plant_secret(source_dir: str, target_dir: str, configuration: str) -> None:
   """Gives the run in `target_dir` the secret seed of the one in
   `source_dir` (checking that it is owner-only), so that both draw the same

@@ -1,5 +1,6 @@
 """The TFF worker of a default (local) run: reachable from this machine only,
-and gone when its driver is killed; and a worker never shares a port.
+and gone when its driver is killed; a run whose worker is killed ends naming
+it, and resumes; and a worker never shares a port.
 
 TFF 0.87's own local context starts `worker_binary` listening on every
 interface ([::]:PORT) and leaves it running (orphaned, still listening) when
@@ -68,6 +69,49 @@ def test_a_default_run_listens_on_loopback_only_and_dies_with_its_driver(
     run.wait()
   _, alive = psutil.wait_procs([w for w, _ in found], timeout=10)
   assert not alive, f'worker outlived its killed driver: {alive}'
+
+
+_ROUNDS = 40
+
+
+def _rows(output_dir):
+  return repository.rounds_rows(output_dir, 'fedhdp_r0.5')
+
+
+def test_a_killed_local_worker_ends_the_run_with_one_line_and_it_resumes(
+    tmp_path):
+  # TFF retries a call to a dead worker forever; a sweep (reproduce.py)
+  # waiting on such a run waited forever too. The kernel's out-of-memory
+  # killer is what kills a worker in practice.
+  out = str(tmp_path / 'out')
+  command = [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
+             '--task=digits', '--algorithms=fedhdp', '--r=0.5',
+             f'--rounds={_ROUNDS}', '--clients_per_round=20',
+             f'--eval_every={_ROUNDS}', '--checkpoint_every=1',
+             f'--output_dir={out}']
+  killed = []
+
+  def kill_worker(run):
+    killed.extend(_worker_processes(psutil.Process(run.pid)))
+    for worker in killed:
+      worker.send_signal(signal.SIGKILL)
+
+  status, errors, killed_at = repository.run_losing_its_worker(
+      command, out, 'fedhdp_r0.5', 3, kill_worker)
+  assert 3 <= killed_at < _ROUNDS, 'the kill must land mid-run'
+  assert len(killed) == 1
+  assert status == 3, errors
+  assert errors == [
+      f'run_experiment.py: error: the local TFF worker (process '
+      f"{killed[0].pid}) was killed (SIGKILL; the kernel's out-of-memory "
+      'killer does this when memory runs out: see `dmesg`); run the same '
+      'command again to resume from the last checkpoint']
+
+  result = subprocess.run(command, capture_output=True, text=True,
+                          timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+  rows = _rows(out)
+  assert [int(r['round']) for r in rows] == list(range(1, _ROUNDS + 1))
 
 
 def test_the_listening_check_finds_a_worker_started_as_tff_starts_it():

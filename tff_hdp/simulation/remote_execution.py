@@ -27,16 +27,20 @@ connection for `timeout` seconds while a call waits raises
 but is still computing `timeout` seconds after another finished its part. A
 worker whose computation fails is named (`WorkerFailedError`). At the start, a worker still silent after
 a couple of seconds is named on stderr with what to check, before the wait.
+The local worker of a default run gets the same care (`LocalWorkerContext`,
+otherwise TFF's own sync context): a call fails once its process has ended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import signal
 import socket
+import subprocess
 import sys
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import grpc
 import tensorflow_federated as tff
@@ -192,6 +196,22 @@ def _reason(error: BaseException) -> str:
   return lines[0] if lines else type(error).__name__
 
 
+def result_unless_lost(future: concurrent.futures.Future,
+                       lost: Callable[[], str | None]):
+  """`future`'s result; every `_CHECK_SECONDS` while it is pending,
+  `lost()` says why a worker it waits on is gone (then the call is
+  cancelled and `WorkerUnavailableError` raised with that reason) or None."""
+  while True:
+    try:
+      return future.result(timeout=_CHECK_SECONDS)
+    except concurrent.futures.TimeoutError:
+      pass
+    why = lost()
+    if why:
+      future.cancel()
+      raise WorkerUnavailableError(why)
+
+
 class WorkerContext(context_base.AsyncContext):
   """Fix 1: a worker's context on its own thread and event loop, so that its
   blocking gRPC calls do not hold up the other workers. It keeps the
@@ -256,6 +276,42 @@ async def invoke_in_slice_order(comp: mergeable.MergeableCompForm,
       list(results), result_type_spec=result_type)
 
 
+def _how_it_ended(returncode: int) -> str:
+  if returncode >= 0:
+    return f'exited with status {returncode}'
+  name = signal.Signals(-returncode).name
+  if -returncode == signal.SIGKILL:
+    return (f'was killed ({name}; the kernel\'s out-of-memory killer does '
+            'this when memory runs out: see `dmesg`)')
+  return f'was killed ({name})'
+
+
+class LocalWorkerContext(context_base.SyncContext):
+  """TFF's sync context (`SyncExecutionContext`) on this process's own
+  worker `process` at `address`, except that a call fails with
+  `WorkerUnavailableError` once that process has ended (TFF would retry
+  forever, and a sweep waiting on the run would wait too)."""
+
+  def __init__(self, address: str, process: subprocess.Popen):
+    self._process = process
+    self._context = async_execution_context.AsyncExecutionContext(
+        **context_arguments(address))
+    self._runner = async_utils.AsyncThreadRunner()
+
+  def invoke(self, comp, arg=None):
+    future = asyncio.run_coroutine_threadsafe(
+        self._context.invoke(comp, arg),
+        self._runner._event_loop)  # pylint: disable=protected-access
+    return result_unless_lost(future, self._lost)
+
+  def _lost(self) -> str | None:
+    if self._process.poll() is None:
+      return None
+    return (f'the local TFF worker (process {self._process.pid}) '
+            f'{_how_it_ended(self._process.returncode)}; run the same command '
+            'again to resume from the last checkpoint')
+
+
 class RemoteWorkersContext(context_base.SyncContext):
   """Runs each computation across `addresses`, one slice of clients each.
 
@@ -293,25 +349,23 @@ class RemoteWorkersContext(context_base.SyncContext):
     """The result, or WorkerUnavailableError if a worker stays silent or
     hangs (`_hung`)."""
     last_answer = {a: time.monotonic() for a in self.addresses}
-    while True:
-      try:
-        return future.result(timeout=_CHECK_SECONDS)
-      except concurrent.futures.TimeoutError:
-        pass
+
+    def lost() -> str | None:
       hung = self._hung()
       if hung:
-        future.cancel()
-        raise WorkerUnavailableError(hung)
+        return hung
       for address in self.addresses:
         now = time.monotonic()
         if answers(address, min(_CHECK_SECONDS, self._timeout)):
           last_answer[address] = now
         elif now - last_answer[address] >= self._timeout:
-          future.cancel()
-          raise WorkerUnavailableError(
-              f'TFF worker {address} stopped answering (no answer for '
-              f'{self._timeout:g} s, --worker_timeout); restart it and run '
-              'the same command again to resume from the last checkpoint')
+          return (f'TFF worker {address} stopped answering (no answer for '
+                  f'{self._timeout:g} s, --worker_timeout); restart it and '
+                  'run the same command again to resume from the last '
+                  'checkpoint')
+      return None
+
+    return result_unless_lost(future, lost)
 
   def _hung(self) -> str | None:
     """Why a worker is hung, or None: it answers, but is still computing its

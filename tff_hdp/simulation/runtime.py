@@ -32,11 +32,11 @@ _local_worker: subprocess.Popen | None = None
 
 
 def _local_context():
-  """TFF's sync C++ context on a worker of our own, listening on loopback."""
+  """TFF's sync C++ context on a worker of our own, listening on loopback,
+  that names the worker if it dies (`remote_execution.LocalWorkerContext`)."""
   global _local_worker
   # pylint: disable=g-import-not-at-top
   import portpicker
-  from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
   from tff_hdp.simulation import remote_execution
   # pylint: enable=g-import-not-at-top
   port = portpicker.pick_unused_port()
@@ -46,8 +46,7 @@ def _local_context():
   if not remote_execution.answers(address, _READY_SECONDS):
     raise workers_lib.WorkerStartError(
         f'the local TFF worker at {address} does not answer')
-  return sync_execution_context.SyncExecutionContext(
-      **remote_execution.context_arguments(address))
+  return remote_execution.LocalWorkerContext(address, _local_worker)
 
 
 def _set_context(context) -> None:
