@@ -7,6 +7,7 @@ import psutil
 import tensorflow_federated as tff
 
 from cli import sweep_runs
+from tests.simulation.test_local_worker import _worker_processes
 from tff_hdp.simulation import runtime
 
 
@@ -16,8 +17,7 @@ def _plus_one(x):
 
 
 def _local_workers() -> list[psutil.Process]:
-  return [c for c in psutil.Process().children()
-          if c.name() == 'worker_binary']
+  return _worker_processes(psutil.Process())
 
 
 def test_a_sweep_trains_each_run_on_a_fresh_local_worker():

@@ -196,7 +196,7 @@ def _reason(error: BaseException) -> str:
   return lines[0] if lines else type(error).__name__
 
 
-def result_unless_lost(future: concurrent.futures.Future,
+def _result_unless_lost(future: concurrent.futures.Future,
                        lost: Callable[[], str | None]):
   """`future`'s result; every `_CHECK_SECONDS` while it is pending,
   `lost()` says why a worker it waits on is gone (then the call is
@@ -302,7 +302,7 @@ class LocalWorkerContext(context_base.SyncContext):
     future = asyncio.run_coroutine_threadsafe(
         self._context.invoke(comp, arg),
         self._runner._event_loop)  # pylint: disable=protected-access
-    return result_unless_lost(future, self._lost)
+    return _result_unless_lost(future, self._lost)
 
   def _lost(self) -> str | None:
     if self._process.poll() is None:
@@ -365,7 +365,7 @@ class RemoteWorkersContext(context_base.SyncContext):
                   'checkpoint')
       return None
 
-    return result_unless_lost(future, lost)
+    return _result_unless_lost(future, lost)
 
   def _hung(self) -> str | None:
     """Why a worker is hung, or None: it answers, but is still computing its
