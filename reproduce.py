@@ -41,14 +41,17 @@ Fashion-MNIST IID, 20 clients, Dist1-Dist9, robust_hdp, weiavg, pfa,
 dpfedavg and min_epsilon, 200 rounds, c = 3, delta = 1e-4. Each rule's
 learning rate is the one of 0.01, 0.03, 0.1, 0.3 that scores best after
 the first 20 of the 200 rounds on Dist1, at the noise of 200 rounds
-(--client_lr fixes one for all); invocations share the selection's runs
-too, each waiting at the end for the ones another holds. Files, under
-<output_dir>/robust_hdp_fig2/: lr_selection/lr<lr>/<rule>/ and
-lr_selection.md (the grid and the choice), dist<k>/<rule>/ (rounds.csv,
-summary.json, checkpoints/), results.md (Acc_g per
-distribution and rule) and results.csv (also each rule's learning rate and
-seconds) and plots/ (accuracy_by_distribution.png, the figure so far, and
-dist<k>_accuracy_vs_rounds.png), rewritten after each distribution. Finished runs
+(--client_lr fixes one for all). That selection ran on 2026-11-26 and the
+preset records its choice, so the command trains at those rates; a figure
+without a recorded choice selects, invocations sharing the selection's
+runs, each waiting at the end for the ones another holds. --seed picks the
+seed and --distributions a part of the figure. Files, under
+<output_dir>/robust_hdp_fig2/: seed<s>/dist<k>/lr<lr>/<rule>/ (rounds.csv,
+summary.json, checkpoints/), results.md (Acc_g per distribution, seed and
+rule) and results.csv (also each rule's learning rate and seconds) and
+plots/ (accuracy_by_distribution.png, the figure so far, each rule's mean
+over seeds, and dist<k>_accuracy_vs_rounds.png), rewritten after each
+distribution. Finished runs
 are skipped and interrupted ones resume, so the figure can be completed
 over several sittings.
 """
@@ -94,6 +97,10 @@ _TENSORBOARD = flags.DEFINE_bool(
     'event files (tff.program.TensorBoardReleaseManager; a resumed run '
     'keeps one event per round).')
 _PLOTS = flags.DEFINE_bool('plots', True, 'Draw the figures of each block.')
+_DISTRIBUTIONS = flags.DEFINE_list(
+    'distributions', None, 'A figure preset\'s privacy distributions to '
+    'train at --seed, in order (default: all of the figure\'s); its table '
+    'lists every distribution and seed finished in the folder.')
 
 
 def _preset_names() -> list[str]:
@@ -148,6 +155,18 @@ def _check_command(names: list[str]) -> None:
       raise cli_flags.InputError(
           f'--ditto_lambdas does not apply to preset {name} (untrusted '
           'server, no Ditto); drop it.')
+    if name not in FIGURES and _DISTRIBUTIONS.present:
+      raise cli_flags.InputError(
+          f'--distributions applies to figure presets '
+          f'({", ".join(FIGURES)}), not {name}; drop it.')
+    if name in FIGURES and _DISTRIBUTIONS.present:
+      for dist in _DISTRIBUTIONS.value:
+        if dist not in FIGURES[name].distributions:
+          raise cli_flags.InputError(
+              f'--distributions: preset {name} has no {dist!r}; choose from '
+              f'{",".join(FIGURES[name].distributions)}.')
+      cli_flags.check_distinct('--distributions', _DISTRIBUTIONS.value,
+                               _DISTRIBUTIONS.value)
     if name in FIGURES and FLAGS['epsilon_distribution'].present:
       raise cli_flags.InputError(
           f'--epsilon_distribution: preset {name} runs each of '
@@ -306,7 +325,8 @@ def _validate() -> None:
     for name in presets:
       if FLAGS.dry_run and name in FIGURES:
         print(f'--dry_run: preset {name}: {cli_flags.run_summary()}, on '
-              f'{",".join(FIGURES[name].distributions)} (under {name}/).')
+              f'{",".join(_DISTRIBUTIONS.value or FIGURES[name].distributions)}'
+              f' (under {name}/).')
       elif FLAGS.dry_run:
         blocks = PRESETS[name].ditto_lambdas if lambdas is None else lambdas
         print(f'--dry_run: preset {name}: {cli_flags.run_summary()}, Ditto '
@@ -328,15 +348,16 @@ def main(argv: list[str]) -> None:
     for name in presets:
       if name in FIGURES:
         cli_untrusted.run_figure(FIGURES[name],
-                                 os.path.join(FLAGS.output_dir, name))
+                                 os.path.join(FLAGS.output_dir, name),
+                                 _DISTRIBUTIONS.value)
       else:
         _run_preset(name, FLAGS.output_dir, lambdas)
 
 
 if __name__ == '__main__':
   entry.run(main, __doc__,
-            [('reproduce.py', ['presets', 'ditto_lambdas', 'tensorboard',
-                               'plots'])] +
+            [('reproduce.py', ['presets', 'ditto_lambdas', 'distributions',
+                               'tensorboard', 'plots'])] +
             [(title, names) for title, names in cli_flags.help_groups()
              if any(s in cli_flags.APPLIES[n] for n in names
                     for s in (cli_flags.TRUSTED, cli_flags.UNTRUSTED))],

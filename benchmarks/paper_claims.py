@@ -94,14 +94,24 @@ def _print_cross_silo(directory: str) -> None:
 
 
 def _print_figure(figure_dir: str) -> None:
-  """Acc_g per finished distribution and rule."""
+  """Acc_g per finished distribution and rule (the mean over seeds), and
+  the seeds' Acc_g where there are several."""
   table = paper_claims.figure_table(figure_dir)
+  means = paper_claims.figure_means(table)
   rules = paper_claims.FIGURE_RULES
-  print(f'\n{figure_dir}: Acc_g (%) per finished distribution\n')
+  print(f'\n{figure_dir}: Acc_g (%) per finished distribution (mean over '
+        'seeds)\n')
   print(tables.markdown_table(
-      ['distribution', *rules],
-      [[f'Dist{k}', *(f'{acc[r]:.2f}' for r in rules)]
-       for k, acc in table.items()]))
+      ['distribution', 'seeds', *rules],
+      [[f'Dist{k}', ','.join(map(str, table[k])),
+        *(f'{acc[r]:.2f}' for r in rules)] for k, acc in means.items()]))
+  several = {k: seeds for k, seeds in table.items() if len(seeds) > 1}
+  if several:
+    print('\nPer seed:\n')
+    print(tables.markdown_table(
+        ['distribution', 'seed', *rules],
+        [[f'Dist{k}', seed, *(f'{acc[r]:.2f}' for r in rules)]
+         for k, seeds in several.items() for seed, acc in seeds.items()]))
 
 
 def _claims() -> list[paper_claims.Claim]:

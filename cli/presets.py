@@ -101,6 +101,10 @@ class FigurePreset:
   learning_rates: tuple[float, ...]
   selection_rounds: int
   published: str
+  # (rule, rate) pairs a finished selection chose, so later sittings and
+  # fresh clones train at the same rates instead of selecting again (whose
+  # secret DP noise would differ); None: select.
+  chosen_learning_rates: tuple[tuple[str, float], ...] | None = None
 
   def flag_values(self) -> dict[str, object]:
     """run_experiment.py flag values (lists as strings, as absl holds them)."""
@@ -125,5 +129,9 @@ FIGURES = {
         tuple(f'dist{i}' for i in (1, 6, 9, 2, 3, 4, 5, 7, 8)),
         ('robust_hdp', 'weiavg', 'pfa', 'dpfedavg', 'min_epsilon'), 200, 3.0,
         1e-4, (0.01, 0.03, 0.1, 0.3), 20,
-        'Robust-HDP Figure 2 (its appendix Tables 8-9)'),
+        'Robust-HDP Figure 2 (its appendix Tables 8-9)',
+        # The selection of 2026-11-26 (RESULTS.md §9 has its scores).
+        chosen_learning_rates=(('robust_hdp', 0.03), ('weiavg', 0.03),
+                               ('pfa', 0.1), ('dpfedavg', 0.03),
+                               ('min_epsilon', 0.01))),
 }

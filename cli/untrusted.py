@@ -151,85 +151,164 @@ def _selection_accs(task, rules, learning_rates, settings,
   return accs
 
 
-def _figure_plots(figure_dir: str, dist: str, rules, records,
-                  title: str) -> None:
-  """plots/accuracy_by_distribution.png (the figure so far) and
-  plots/<dist>_accuracy_vs_rounds.png (its rules' convergence)."""
+def figure_run_dir(figure_dir: str, seed: int, dist: str, lr: float) -> str:
+  """Where a figure keeps its runs of one seed, distribution and learning
+  rate (one folder per rule inside): every setting a sitting may change is
+  in the path, so a changed choice starts new runs beside the old ones
+  instead of stopping at their run key."""
+  return os.path.join(figure_dir, f'seed{seed}', dist, f'lr{lr:g}')
+
+
+def _figure_rates(figure, task, base, rules, figure_dir):
+  """({rule: learning rate}, how they were chosen): --client_lr, else the
+  figure's recorded choice, else a selection on its first distribution."""
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+  if flags.CLIENT_LR.present:
+    return ({rule: base.learning_rate for rule in rules},
+            f'--client_lr={base.learning_rate:g} for every rule')
+  if figure.chosen_learning_rates is not None:
+    chosen = dict(figure.chosen_learning_rates)
+    rates = {rule: chosen[rule] for rule in rules}
+    return rates, ', '.join(f'{rule} {lr:g}' for rule, lr in rates.items()) + (
+        ' (the recorded selection)')
+  # The first rounds of the whole runs, at their noise: runs calibrated for
+  # fewer rounds add less noise a round and favour larger rates.
+  short = dataclasses.replace(
+      base, epsilon_distribution=figure.distributions[0],
+      train_rounds=min(figure.selection_rounds, base.rounds))
+  all_accs = _selection_accs(task, rules, figure.learning_rates, short,
+                             figure_dir)
+  rates, scores = {}, []
+  for rule in rules:
+    accs = {lr: all_accs[rule, lr] for lr in figure.learning_rates}
+    rates[rule] = max(accs, key=accs.get)
+    scores.append([rule] + [f'{accs[lr]:.2f}' for lr in accs] +
+                  [f'{rates[rule]:g}'])
+  tables.write_table(
+      figure_dir, ['rule'] + [f'lr {lr:g}' for lr in figure.learning_rates] +
+      ['chosen'], scores, stem='lr_selection',
+      caption=f'Acc_g after the first {short.train_rounds} of '
+      f'{short.rounds} rounds (noise calibrated for {short.rounds}) on '
+      f'{short.epsilon_distribution}, per learning rate.')
+  return rates, ', '.join(f'{rule} {lr:g}' for rule, lr in rates.items())
+
+
+def _figure_seeds(figure_dir: str, seed: int) -> list[int]:
+  """The seeds with a folder in `figure_dir`, and `seed`, in order."""
+  names = os.listdir(figure_dir) if os.path.isdir(figure_dir) else []
+  return sorted({seed} | {int(n[4:]) for n in names
+                          if n.startswith('seed') and n[4:].isdigit()})
+
+
+def _figure_records(figure, task, base, rules, rates, figure_dir, held):
+  """One record per (distribution, seed) with a finished or held run:
+  each rule's Acc_g (None where not finished), rate and seconds; `held`
+  holds the (seed, distribution, rule) that other processes run. A run of
+  this command's seed counts beside its run key; one of another seed
+  (whose data split is not loaded) when its summary holds exactly these
+  settings."""
+  # pylint: disable=g-import-not-at-top
+  from tff_hdp.simulation import checkpointing
+  from tff_hdp.simulation import untrusted_setting
+  # pylint: enable=g-import-not-at-top
+  records = []
+  for dist in sorted(figure.distributions,
+                     key=lambda d: int(d.removeprefix('dist'))):
+    for seed in _figure_seeds(figure_dir, base.seed):
+      record = {'distribution': dist, 'seed': seed}
+      for rule in rules:
+        lr = rates[rule]
+        settings = dataclasses.replace(
+            base, seed=seed, epsilon_distribution=dist, learning_rate=lr)
+        run_dir = figure_run_dir(figure_dir, seed, dist, lr)
+        if seed == base.seed:
+          summary = untrusted_setting.completed_summary(task, rule, settings,
+                                                        run_dir)
+        else:  # another seed's task (its split) is not loaded here
+          summary = checkpointing.read_json_dict(
+              os.path.join(run_dir, rule, 'summary.json'))
+          if (summary.get('settings') != dataclasses.asdict(settings) or
+              (summary.get('metrics') or {}).get('acc_g') is None):
+            summary = None
+        record.update({
+            f'acc_g_{rule}': summary and summary['metrics']['acc_g'],
+            f'learning_rate_{rule}': lr,
+            f'seconds_{rule}': summary and round(summary['seconds'])})
+      if any(record[f'acc_g_{rule}'] is not None or (seed, dist, rule) in held
+             for rule in rules):
+        records.append(record)
+  return records
+
+
+def _figure_plots(figure_dir: str, runs: dict[str, str], dist: str,
+                  seed: int, rules, records, title: str) -> None:
+  """plots/accuracy_by_distribution.png (the figure so far, each rule's
+  mean over the seeds that finished it) and plots/<dist>_accuracy_vs_rounds
+  .png (the convergence of `runs`, {rule: run folder}, the finished
+  ones; seed<s>_<dist>_... for seeds other than 0)."""
   from tff_hdp.reporting import plots  # pylint: disable=g-import-not-at-top
   out = os.path.join(figure_dir, 'plots')
+  means = {}
+  for r in records:
+    for rule in rules:
+      if r[f'acc_g_{rule}'] is not None:
+        means.setdefault(r['distribution'], {}).setdefault(rule, []).append(
+            r[f'acc_g_{rule}'])
   plots.accuracy_by_distribution(
-      {r['distribution']: {rule: r[f'acc_g_{rule}'] for rule in rules}
-       for r in records}, os.path.join(out, 'accuracy_by_distribution.png'),
-      title=title)
-  runs = {rule: os.path.join(figure_dir, dist, rule) for rule in rules
-          if os.path.exists(os.path.join(figure_dir, dist, rule, 'rounds.csv'))}
+      {d: {rule: sum(v) / len(v) for rule, v in accs.items()}
+       for d, accs in means.items()},
+      os.path.join(out, 'accuracy_by_distribution.png'), title=title)
+  runs = {rule: d for rule, d in runs.items()
+          if os.path.exists(os.path.join(d, 'rounds.csv'))}
   if runs:
+    prefix = f'seed{seed}_' if seed else ''
     plots.accuracy_vs_rounds(
-        runs, os.path.join(out, f'{dist}_accuracy_vs_rounds.png'),
-        title=f'{title}, {dist}')
+        runs, os.path.join(out, f'{prefix}{dist}_accuracy_vs_rounds.png'),
+        title=f'{title}, {dist}, seed {seed}')
 
 
-def run_figure(figure, figure_dir: str) -> None:
-  """Trains (or skips) every run of `figure` (a `presets.FigurePreset`,
-  its flags set): each rule's learning rate chosen on the first
-  distribution, then every distribution with every rule; the table of
-  Acc_g is rewritten after each distribution, so an interrupted figure
-  shows what is done."""
+def run_figure(figure, figure_dir: str,
+               distributions: list[str] | None = None) -> None:
+  """Trains (or skips) the runs of `figure` (a `presets.FigurePreset`, its
+  flags set) at the command's --seed: each rule at its learning rate
+  (`_figure_rates`) on each of `distributions` (None: the figure's). The
+  table of Acc_g, one row per distribution and seed found under
+  `figure_dir`, is rewritten after each distribution, so an interrupted
+  figure shows what is done."""
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
   task = flags.load_task()
   base = learning_setup()
   rules = flags.ALGORITHMS.value
-  if flags.CLIENT_LR.present:
-    rates = {rule: base.learning_rate for rule in rules}
-    choice = f'--client_lr={base.learning_rate:g} for every rule'
-  else:
-    # The first rounds of the whole runs, at their noise: runs calibrated
-    # for fewer rounds add less noise a round and favour larger rates.
-    short = dataclasses.replace(
-        base, epsilon_distribution=figure.distributions[0],
-        train_rounds=min(figure.selection_rounds, base.rounds))
-    all_accs = _selection_accs(task, rules, figure.learning_rates, short,
-                               figure_dir)
-    rates, scores = {}, []
+  rates, choice = _figure_rates(figure, task, base, rules, figure_dir)
+  header = ['distribution', 'seed', *rules]
+  held = set()
+  for dist in distributions or figure.distributions:
     for rule in rules:
-      accs = {lr: all_accs[rule, lr] for lr in figure.learning_rates}
-      rates[rule] = max(accs, key=accs.get)
-      scores.append([rule] + [f'{accs[lr]:.2f}' for lr in accs] +
-                    [f'{rates[rule]:g}'])
-    tables.write_table(
-        figure_dir, ['rule'] + [f'lr {lr:g}' for lr in figure.learning_rates] +
-        ['chosen'], scores, stem='lr_selection',
-        caption=f'Acc_g after the first {short.train_rounds} of '
-        f'{short.rounds} rounds (noise calibrated for {short.rounds}) on '
-        f'{short.epsilon_distribution}, per learning rate.')
-    choice = ', '.join(f'{rule} {lr:g}' for rule, lr in rates.items())
-  done, elsewhere = {}, []  # distribution: (table row, CSV record)
-  for dist in figure.distributions:
-    row, record = [dist], {'distribution': dist}
-    for rule in rules:
+      run_dir = figure_run_dir(figure_dir, base.seed, dist, rates[rule])
       summary = _finished_or_run(
           task, rule, dataclasses.replace(base, epsilon_distribution=dist,
-                                          learning_rate=rates[rule]),
-          os.path.join(figure_dir, dist))
+                                          learning_rate=rates[rule]), run_dir)
       if summary is None:
-        elsewhere.append(f'{dist}/{rule}')
-      row.append('running elsewhere' if summary is None else
-                 f"{summary['metrics']['acc_g']:.2f}")
-      record.update({f'acc_g_{rule}': summary and summary['metrics']['acc_g'],
-                     f'learning_rate_{rule}': rates[rule],
-                     f'seconds_{rule}': summary and round(summary['seconds'])})
-    done[dist] = row, record
-    rows, records = zip(*(done[d] for d in sorted(
-        done, key=lambda d: int(d.removeprefix('dist')))))
+        held.add((base.seed, dist, rule))
+    records = _figure_records(figure, task, base, rules, rates, figure_dir,
+                              held)
+    rows = [[r['distribution'], r['seed'], *(
+        'running elsewhere' if (r['seed'], r['distribution'], rule) in held
+        else '-' if r[f'acc_g_{rule}'] is None
+        else f"{r[f'acc_g_{rule}']:.2f}" for rule in rules)]
+            for r in records]
     caption = (f'{figure.title}: Acc_g (%) after {base.rounds} rounds, '
                f'{len(task.client_ids)} clients, c = {base.clip_norm:g}, '
-               f'delta = {base.delta:g}, seed {base.seed}; learning rates: '
+               f'delta = {base.delta:g}, one row per seed; learning rates: '
                f'{choice}. Published: {figure.published}.')
-    tables.write_table(figure_dir, ['distribution', *rules], rows,
-                       caption=caption, records=records)
-    _figure_plots(figure_dir, dist, rules, records, figure.title)
-  print(f'\n{caption}\n\n{tables.markdown_table(["distribution", *rules], rows)}'
+    tables.write_table(figure_dir, header, rows, caption=caption,
+                       records=records)
+    _figure_plots(figure_dir, {rule: os.path.join(figure_run_dir(
+        figure_dir, base.seed, dist, rates[rule]), rule) for rule in rules},
+                  dist, base.seed, rules, records, figure.title)
+  print(f'\n{caption}\n\n{tables.markdown_table(header, rows)}'
         f'\n\nTable and runs: {figure_dir}/')
-  if elsewhere:
-    print(f'\nRunning in other processes: {", ".join(elsewhere)}. Re-run '
-          'this command after they finish for the whole table.')
+  if held:
+    print('\nRunning in other processes: ' + ', '.join(
+        f'seed{s}/{d}/{rule}' for s, d, rule in sorted(held)) +
+          '. Re-run this command after they finish for the whole table.')

@@ -237,7 +237,7 @@ def test_a_figure_waits_for_selection_runs_another_process_holds(
       out)
   assert waits == [True]  # the free run was trained before waiting
   assert os.path.exists(os.path.join(held, 'summary.json'))
-  assert (tmp_path / 'dist1' / 'weiavg' / 'summary.json').exists()
+  assert len(list(tmp_path.glob('seed0/dist1/lr0.*3/weiavg/summary.json'))) == 1
 
 
 def test_a_figure_tables_what_finished_and_leaves_held_runs_to_their_holder(
@@ -245,25 +245,25 @@ def test_a_figure_tables_what_finished_and_leaves_held_runs_to_their_holder(
   figure = presets.FigurePreset(
       'A figure', 'digits', 20, ('dist9', 'dist1'), ('weiavg',), 1, 3.0, 1e-4,
       (0.1,), 1, 'nowhere')
-  held = str(tmp_path / 'dist1' / 'weiavg')
+  held = str(tmp_path / 'seed0' / 'dist1' / 'lr0.1' / 'weiavg')
   with flagsaver.flagsaver():
     _set_figure_flags(1, '--client_lr=0.1')
     with folder_lock.exclusive(held):
       cli_untrusted.run_figure(figure, str(tmp_path))
     out = capsys.readouterr().out
     assert f'{held}: running in process {os.getpid()}, skipped here' in out
-    assert 'Running in other processes: dist1/weiavg. Re-run' in out
+    assert 'Running in other processes: seed0/dist1/weiavg. Re-run' in out
     with open(tmp_path / 'results.csv') as f:
       first = list(csv.DictReader(f))
     assert [(r['distribution'], r['acc_g_weiavg'] == '') for r in first] == [
         ('dist1', True), ('dist9', False)]
-    assert '| dist1        | running elsewhere |' in (
+    assert '| dist1        | 0    | running elsewhere |' in (
         tmp_path / 'results.md').read_text()
     assert sorted(os.listdir(tmp_path / 'plots')) == [
         'accuracy_by_distribution.png', 'dist9_accuracy_vs_rounds.png']
     cli_untrusted.run_figure(figure, str(tmp_path))  # released: run here
   out = capsys.readouterr().out
-  assert 'dist9/weiavg: finished earlier, skipped' in out
+  assert 'dist9/lr0.1/weiavg: finished earlier, skipped' in out
   assert 'Running in other processes' not in out
   with open(tmp_path / 'results.csv') as f:
     rows = list(csv.DictReader(f))
@@ -272,9 +272,10 @@ def test_a_figure_tables_what_finished_and_leaves_held_runs_to_their_holder(
       'accuracy_by_distribution.png', 'dist1_accuracy_vs_rounds.png',
       'dist9_accuracy_vs_rounds.png']
   for row, dist in zip(rows, ('dist1', 'dist9')):
-    with open(tmp_path / dist / 'weiavg' / 'summary.json') as f:
+    with open(tmp_path / 'seed0' / dist / 'lr0.1' / 'weiavg' /
+              'summary.json') as f:
       summary = json.load(f)
-    assert row == {'distribution': dist,
+    assert row == {'distribution': dist, 'seed': '0',
                    'acc_g_weiavg': str(summary['metrics']['acc_g']),
                    'learning_rate_weiavg': '0.1',
                    'seconds_weiavg': str(round(summary['seconds']))}
@@ -297,12 +298,47 @@ def test_a_figure_chooses_rates_on_the_first_rounds_of_whole_runs(tmp_path):
     assert summary['rounds'] == 1
     assert summary['settings']['rounds'] == 3
     accs[lr] = summary['metrics']['acc_g']
-  with open(tmp_path / 'dist1' / 'weiavg' / 'summary.json') as f:
+  best = max(accs, key=accs.get)
+  with open(tmp_path / 'seed0' / 'dist1' / f'lr{best}' / 'weiavg' /
+            'summary.json') as f:
     chosen = json.load(f)
   assert chosen['rounds'] == 3
-  assert chosen['settings']['learning_rate'] == float(max(accs, key=accs.get))
+  assert chosen['settings']['learning_rate'] == float(best)
   assert (tmp_path / 'lr_selection.md').read_text().startswith(
       'Acc_g after the first 1 of 3 rounds (noise calibrated for 3) on dist1')
+
+
+def test_a_recorded_choice_trains_each_seed_beside_the_others(tmp_path,
+                                                               capsys):
+  """A figure with a recorded choice selects nothing; each seed's runs get
+  folders of their own (seed and rate in the path), and the table lists
+  every seed finished in the folder."""
+  figure = presets.FigurePreset(
+      'A figure', 'digits', 20, ('dist9', 'dist1'), ('weiavg',), 1, 3.0, 1e-4,
+      (0.03, 0.3), 1, 'nowhere', chosen_learning_rates=(('weiavg', 0.3),))
+  with flagsaver.flagsaver():
+    _set_figure_flags(1)
+    cli_untrusted.run_figure(figure, str(tmp_path), ['dist1'])
+  with flagsaver.flagsaver():
+    _set_figure_flags(1, '--seed=1')
+    cli_untrusted.run_figure(figure, str(tmp_path), ['dist1'])
+  out = capsys.readouterr().out
+  assert 'weiavg 0.3 (the recorded selection)' in out
+  assert not (tmp_path / 'lr_selection').exists()
+  assert not (tmp_path / 'seed0' / 'dist9').exists()
+  with open(tmp_path / 'results.csv') as f:
+    rows = list(csv.DictReader(f))
+  assert [(r['distribution'], r['seed']) for r in rows] == [
+      ('dist1', '0'), ('dist1', '1')]
+  for row in rows:
+    with open(tmp_path / f"seed{row['seed']}" / 'dist1' / 'lr0.3' / 'weiavg' /
+              'summary.json') as f:
+      summary = json.load(f)
+    assert summary['settings']['seed'] == int(row['seed'])
+    assert row['acc_g_weiavg'] == str(summary['metrics']['acc_g'])
+  assert sorted(os.listdir(tmp_path / 'plots')) == [
+      'accuracy_by_distribution.png', 'dist1_accuracy_vs_rounds.png',
+      'seed1_dist1_accuracy_vs_rounds.png']
 
 
 @pytest.mark.parametrize('flags,message', [
@@ -315,6 +351,13 @@ def test_a_figure_chooses_rates_on_the_first_rounds_of_whole_runs(tmp_path):
      '--ditto_lambdas does not apply to preset robust_hdp_fig2'),
     (['--presets=robust_hdp_fig2', '--epsilon_distribution=dist3'],
      '--epsilon_distribution: preset robust_hdp_fig2 runs each of dist1,'),
+    (['--presets=robust_hdp_fig2', '--distributions=dist1,dist10'],
+     "--distributions: preset robust_hdp_fig2 has no 'dist10'"),
+    (['--presets=robust_hdp_fig2', '--distributions=dist2,dist2'],
+     '--distributions'),
+    (['--presets=digits', '--distributions=dist2'],
+     '--distributions applies to figure presets (robust_hdp_fig2), not '
+     'digits'),
     (['--presets=robust_hdp_fig2', '--r=0.1'],
      '--r does not apply to untrusted-server runs'),
 ])

@@ -1,6 +1,7 @@
 """The claims check on summaries written here: it holds and fails where the
 numbers say so, and refuses runs that are not comparable."""
 
+import csv
 import json
 import math
 import os
@@ -215,21 +216,26 @@ def test_table2_claims_hold_and_fail_on_the_measured_powers():
 
 
 def _figure(figure_dir, accs):
-  """Writes Figure 2 runs: `accs[k]` holds the five rules' Acc_g on Dist k."""
-  for k, row in accs.items():
-    for rule, acc in zip(paper_claims.FIGURE_RULES, row):
-      _write(os.path.join(figure_dir, f'dist{k}', rule),
-             {'configuration': rule, 'metrics': {'acc_g': acc}})
+  """Writes a Figure 2 results.csv as reproduce.py does: `accs[k]` holds the
+  five rules' Acc_g on Dist k (seed 0), or {seed: five Acc_g}."""
+  os.makedirs(figure_dir, exist_ok=True)
+  with open(os.path.join(figure_dir, 'results.csv'), 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['distribution', 'seed', *(
+        f'{c}_{rule}' for rule in paper_claims.FIGURE_RULES
+        for c in ('acc_g', 'learning_rate'))])
+    for k, row in accs.items():
+      for seed, accs_k in (row if isinstance(row, dict) else {0: row}).items():
+        writer.writerow([f'dist{k}', seed, *(
+            v for acc in accs_k for v in ('' if acc is None else acc, 0.1))])
 
 
 def test_figure2_claims_on_the_finished_distributions(tmp_path):
   figure_dir = str(tmp_path / 'robust_hdp_fig2')
-  # robust_hdp, weiavg, pfa, dpfedavg, min_epsilon; the gap grows 1 -> 9.
-  _figure(figure_dir, {1: (80, 78, 77, 76, 70), 9: (70, 60, 59, 55, 40)})
-  _write(os.path.join(figure_dir, 'dist5', 'robust_hdp'),  # unfinished
-         {'metrics': {'acc_g': 10.0}})
-  _write(os.path.join(figure_dir, 'lr_selection', 'lr0.1', 'robust_hdp'),
-         {'metrics': {'acc_g': 10.0}})
+  # robust_hdp, weiavg, pfa, dpfedavg, min_epsilon; the gap grows 1 -> 9;
+  # Dist5 unfinished.
+  _figure(figure_dir, {1: (80, 78, 77, 76, 70), 9: (70, 60, 59, 55, 40),
+                       5: (10, None, None, None, None)})
   assert list(paper_claims.figure_table(figure_dir)) == [1, 9]
   claims = paper_claims.figure_claims(figure_dir)
   assert [c.holds for c in claims] == [True, True, True]
@@ -253,6 +259,34 @@ def test_figure2_gaps_within_a_tie_break_no_claim_and_one_dist_has_no_trend(
     paper_claims.figure_claims(str(tmp_path / 'nothing'))
 
 
+def test_figure2_trend_over_seeds_must_exceed_their_spread(tmp_path):
+  """With three seeds on Dist1 and Dist9 the rules are compared on their
+  means, and the trend must beat two standard errors of the seeds' gaps."""
+  figure_dir = str(tmp_path / 'robust_hdp_fig2')
+  # Gaps over the best baseline: Dist1 +2, +0, +1; Dist9 +3, -1, +4.
+  _figure(figure_dir, {
+      1: {0: (80, 78, 1, 1, 1), 1: (79, 79, 1, 1, 1), 2: (80, 79, 1, 1, 1)},
+      9: {0: (63, 60, 1, 1, 1), 1: (60, 61, 1, 1, 1), 2: (64, 60, 1, 1, 1)}})
+  table = paper_claims.figure_table(figure_dir)
+  assert {k: list(seeds) for k, seeds in table.items()} == {
+      1: [0, 1, 2], 9: [0, 1, 2]}
+  assert paper_claims.figure_gaps(table) == {1: [2, 0, 1], 9: [3, -1, 4]}
+  assert paper_claims.figure_means(table)[9]['robust_hdp'] == (
+      pytest.approx(62.33, abs=0.01))
+  trend = paper_claims.figure_claims(figure_dir)[2]
+  # Mean gaps +1 and +2: a positive slope, but 2 SE = 2 sqrt(1/3 + 7/3).
+  assert not trend.holds
+  assert 'Dist1 +1.00 +- 1.00 (3 seeds)' in trend.detail
+  assert 'Dist9 - Dist1 +1.00, two standard errors of the difference over ' \
+      'seeds 3.27; within the run-to-run spread' in trend.detail
+  # The same spread, the gap on Dist9 far larger: shown.
+  _figure(figure_dir, {
+      1: {0: (80, 78, 1, 1, 1), 1: (79, 79, 1, 1, 1), 2: (80, 79, 1, 1, 1)},
+      9: {0: (70, 60, 1, 1, 1), 1: (66, 60, 1, 1, 1), 2: (71, 60, 1, 1, 1)}})
+  trend = paper_claims.figure_claims(figure_dir)[2]
+  assert trend.holds and 'within the run-to-run spread' not in trend.detail
+
+
 def test_command_checks_a_figure_folder(tmp_path):
   figure_dir = str(tmp_path / 'robust_hdp_fig2')
   _figure(figure_dir, {1: (80, 78, 77, 76, 70), 3: (75, 70, 69, 65, 60)})
@@ -261,5 +295,5 @@ def test_command_checks_a_figure_folder(tmp_path):
        f'--preset_dirs={figure_dir}'], capture_output=True, text=True,
       timeout=300)
   assert result.returncode == 0, result.stderr[-2000:]
-  assert '| Dist3        | 75.00' in result.stdout
+  assert '| Dist3        | 0     | 75.00' in result.stdout
   assert '3 of 3 claims hold.' in result.stdout

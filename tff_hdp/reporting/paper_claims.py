@@ -13,11 +13,12 @@ the numbers that decide it (`benchmarks/paper_claims.py` is the command):
   rate): each rule's accuracy over seeds, at the learning rate best for it,
   and whether Robust-HDP's mean is the highest.
 - Robust-HDP's Figure 2 (the reproduce.py preset folder robust_hdp_fig2,
-  one `dist<k>/<rule>/` run each), on the distributions whose five rules
-  have all finished: Robust-HDP's Acc_g is the highest; its gap over the
-  best baseline grows from Dist1 toward Dist9 (a positive least-squares
-  slope over k, from two finished distributions on); PFA does not beat
-  WeiAvg.
+  its `results.csv`: one row per distribution and seed), on the
+  distributions whose five rules have all finished, each rule's mean over
+  seeds: Robust-HDP's Acc_g is the highest; its gap over the best baseline
+  grows from Dist1 toward Dist9 (a positive least-squares slope over k,
+  from two finished distributions on, beyond the seeds' spread where
+  Dist1 and Dist9 have several); PFA does not beat WeiAvg.
 - Robust-HDP's Table 2 (the JSON benchmarks/noise_power.py writes): on every
   distribution Robust-HDP's measured aggregate noise power is within 1% of
   the oracle's, and Robust-HDP < WeiAvg < DPFedAvg < minimum eps.
@@ -30,6 +31,7 @@ difference (binomial, as if independent) are a tie, not an order.
 from __future__ import annotations
 
 import collections
+import csv
 import dataclasses
 import json
 import math
@@ -294,34 +296,62 @@ def untrusted_claim(rows: list[dict], min_seeds: int = 3) -> Claim:
 FIGURE_RULES = ('robust_hdp', 'weiavg', 'pfa', 'dpfedavg', 'min_epsilon')
 
 
-def figure_table(figure_dir: str) -> dict[int, dict[str, float]]:
-  """Acc_g by distribution number k and rule, for each `dist<k>` folder of
-  `figure_dir` where every rule of `FIGURE_RULES` has finished."""
+def figure_table(figure_dir: str) -> dict[int, dict[int, dict[str, float]]]:
+  """Acc_g by distribution number k, seed and rule, from the figure's
+  `results.csv` (one row per distribution and seed, as reproduce.py writes
+  it), for the rows where every rule of `FIGURE_RULES` has finished."""
+  path = os.path.join(figure_dir, 'results.csv')
   table = {}
-  for name in os.listdir(figure_dir) if os.path.isdir(figure_dir) else []:
-    if not (name.startswith('dist') and name[4:].isdigit()):
-      continue
-    acc = {}
-    for rule in FIGURE_RULES:
-      path = os.path.join(figure_dir, name, rule, 'summary.json')
-      if os.path.exists(path):
-        with open(path) as f:
-          acc[rule] = json.load(f)['metrics']['acc_g']
-    if len(acc) == len(FIGURE_RULES):
-      table[int(name[4:])] = acc
+  if os.path.exists(path):
+    with open(path, newline='') as f:
+      for row in csv.DictReader(f):
+        accs = {rule: row.get(f'acc_g_{rule}') for rule in FIGURE_RULES}
+        if all(accs.values()):
+          k = int(row['distribution'].removeprefix('dist'))
+          table.setdefault(k, {})[int(row.get('seed') or 0)] = {
+              rule: float(acc) for rule, acc in accs.items()}
   if not table:
-    raise ValueError(f'{figure_dir}: no distribution with all of '
+    raise ValueError(f'{path}: no distribution with all of '
                      f'{", ".join(FIGURE_RULES)} finished yet.')
-  return dict(sorted(table.items()))
+  return {k: dict(sorted(seeds.items())) for k, seeds in sorted(table.items())}
+
+
+def figure_means(table) -> dict[int, dict[str, float]]:
+  """Each rule's mean Acc_g over the seeds of each distribution."""
+  return {k: {rule: statistics.mean(acc[rule] for acc in seeds.values())
+              for rule in FIGURE_RULES} for k, seeds in table.items()}
+
+
+def figure_gaps(table) -> dict[int, list[float]]:
+  """Robust-HDP's gap over the best baseline of the same seed, per seed."""
+  return {k: [acc['robust_hdp'] - max(acc[r] for r in FIGURE_RULES[1:])
+              for acc in seeds.values()] for k, seeds in table.items()}
+
+
+def _mean_sd(values: list[float]) -> str:
+  if len(values) == 1:
+    return f'{values[0]:+.2f}'
+  return (f'{statistics.mean(values):+.2f} +- {statistics.stdev(values):.2f} '
+          f'({len(values)} seeds)')
 
 
 def figure_claims(figure_dir: str,
                   test_examples: int = 10_000) -> list[Claim]:
-  """Robust-HDP's Figure 2 claims on the finished distributions; a gap
-  under two standard errors is a tie, which breaks no claim."""
+  """Robust-HDP's Figure 2 claims on the finished distributions, each
+  rule's Acc_g the mean over the seeds that finished it; a gap under two
+  standard errors is a tie, which breaks no claim.
+
+  The trend (the gap over the best baseline grows toward Dist9) is the
+  least-squares slope of the mean gaps over k; where Dist1 and Dist9 each
+  have two seeds or more, it must also exceed the run-to-run spread: the
+  mean gap on Dist9 minus that on Dist1 above two standard errors of that
+  difference (from the seeds' standard deviations). A difference within
+  the spread shows no trend either way, and the claim is not shown.
+  """
   table = figure_table(figure_dir)
+  means, gaps_by_seed = figure_means(table), figure_gaps(table)
   gaps, beaten, tied, pfa_ahead = {}, [], [], []
-  for k, acc in table.items():
+  for k, acc in means.items():
     rival = max(FIGURE_RULES[1:], key=acc.get)
     gaps[k] = acc['robust_hdp'] - acc[rival]
     if -gaps[k] > tie_margin(acc['robust_hdp'], acc[rival], test_examples):
@@ -331,31 +361,48 @@ def figure_claims(figure_dir: str,
     if (acc['pfa'] - acc['weiavg'] >
         tie_margin(acc['pfa'], acc['weiavg'], test_examples)):
       pfa_ahead.append(f'Dist{k}')
-  where = (f'Figure 2 ({len(table)} of 9 distributions: '
-           f'{", ".join(f"Dist{k}" for k in table)})')
+  seeds = {k: len(s) for k, s in table.items()}
+  where = (f'Figure 2 ({len(table)} of 9 distributions: ' + ', '.join(
+      f'Dist{k}' + (f' x{n} seeds' if n > 1 else '')
+      for k, n in seeds.items()) + ')')
   claims = [
       Claim(f'{where}: Robust-HDP has the highest Acc_g', not beaten,
             '; '.join(f"Dist{k} robust_hdp {acc['robust_hdp']:.2f}, best "
                       f'baseline {acc["robust_hdp"] - gaps[k]:.2f}'
-                      for k, acc in table.items()) +
+                      for k, acc in means.items()) +
             (f"; beaten beyond a tie on {', '.join(beaten)}" if beaten
              else '') +
             (f"; behind within a tie on {', '.join(tied)}" if tied else '')),
       Claim(f'{where}: PFA does not beat WeiAvg', not pfa_ahead,
             '; '.join(f"Dist{k} pfa {acc['pfa']:.2f}, weiavg "
-                      f"{acc['weiavg']:.2f}" for k, acc in table.items()) +
+                      f"{acc['weiavg']:.2f}" for k, acc in means.items()) +
             (f"; PFA ahead beyond a tie on {', '.join(pfa_ahead)}"
              if pfa_ahead else '')),
   ]
   if len(gaps) > 1:
-    ks = list(gaps)
+    mean_gaps = {k: statistics.mean(g) for k, g in gaps_by_seed.items()}
+    ks = list(mean_gaps)
     mean_k = statistics.mean(ks)
-    slope = (sum((k - mean_k) * gaps[k] for k in ks) /
+    slope = (sum((k - mean_k) * mean_gaps[k] for k in ks) /
              sum((k - mean_k) ** 2 for k in ks))
+    detail = ('gaps ' + ', '.join(f'Dist{k} {_mean_sd(g)}'
+                                  for k, g in gaps_by_seed.items()) +
+              f'; slope {slope:+.3f} points per distribution')
+    holds = slope > 0
+    ends = (gaps_by_seed.get(1), gaps_by_seed.get(9))
+    if all(g and len(g) > 1 for g in ends):
+      diff = statistics.mean(ends[1]) - statistics.mean(ends[0])
+      margin = 2 * math.sqrt(sum(statistics.variance(g) / len(g)
+                                 for g in ends))
+      spread = abs(diff) <= margin
+      holds = holds and diff > margin
+      detail += (f'; Dist9 - Dist1 {diff:+.2f}, two standard errors of the '
+                 f'difference over seeds {margin:.2f}' +
+                 ('; within the run-to-run spread: no trend shown either way'
+                  if spread else ''))
     claims.append(Claim(
         f"{where}: Robust-HDP's gap over the best baseline grows toward Dist9",
-        slope > 0, f'gaps {", ".join(f"Dist{k} {g:+.2f}" for k, g in gaps.items())}'
-        f'; slope {slope:+.3f} points per distribution'))
+        holds, detail))
   return claims
 
 
