@@ -170,6 +170,54 @@ def test_a_shift_joins_every_examples_gradient_before_clipping(in_graph):
     np.testing.assert_allclose(g.numpy(), e, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize('in_graph', [True, False])
+@pytest.mark.parametrize('size', [1e3, 1e4, 1e5, 1e6])
+def test_a_gradient_nearly_cancelling_the_shift_is_still_clipped(in_graph,
+                                                                   size):
+  """An example whose gradient (of norm ~`size` c) nearly cancels the
+  shift: the norm of what it adds, in float64, is at most c (1 + 1e-6), and
+  it is the example's shifted gradient scaled to the clip (expanded float32
+  norms collapsed here, letting such an example add up to 100 c)."""
+  tf.keras.utils.set_random_seed(7)
+  model = tf.keras.Sequential([
+      tf.keras.layers.InputLayer(input_shape=(5,)),
+      tf.keras.layers.Dense(4),
+      tf.keras.layers.Dense(3)])
+  rng = np.random.default_rng(int(size))
+  variables = model.trainable_variables
+  # A loss linear in the outputs: gradients grow with the input, unsaturated.
+  v = tf.constant(rng.normal(size=(3,)), tf.float32)
+  loss_fn = lambda batch: tf.linalg.matvec(model(batch[0], training=True), v)
+  clip = 1.0
+  for trial in range(4):
+    x = (rng.normal(size=(1, 5)) * size).astype(np.float32)
+    y = rng.integers(0, 3, 1).astype(np.int32)
+    g = [t[0].numpy().astype(np.float64) for t in
+         dp_sgd.per_example_gradients(loss_fn, (x, y), variables)]
+    assert np.sqrt(sum(np.sum(t**2) for t in g)) > 0.1 * size * clip
+    # shift = -g + u, u of norm 0.5 c, 2 c (clipped) or 0.01 c.
+    target = (0.5, 2.0, 0.01, 2.0)[trial] * clip
+    u = [rng.normal(size=t.shape) for t in g]
+    u_norm = np.sqrt(sum(np.sum(t**2) for t in u))
+    shift = [tf.constant(-t + w * target / u_norm, tf.float32)
+             for t, w in zip(g, u)]
+    # The example's true shifted gradient, from the float32 values used.
+    true = [t + s.numpy().astype(np.float64) for t, s in zip(g, shift)]
+    norm = np.sqrt(sum(np.sum(t**2) for t in true))
+    call = lambda: dp_sgd.clipped_gradient_sum(loss_fn, (x, y), variables,
+                                               clip, shift)
+    got = [t.numpy().astype(np.float64) for t in
+           (tf.function(call)() if in_graph else call())]
+    added = np.sqrt(sum(np.sum(t**2) for t in got))
+    assert added <= clip * (1 + 1e-6), (size, trial, added, norm)
+    # Equal to the clipped shifted gradient up to float32's resolution of a
+    # gradient of this size (the per-layer path forms a_i g_i^T itself).
+    scale = clip / max(norm, clip)
+    for t, e in zip(got, true):
+      np.testing.assert_allclose(t, scale * e, rtol=1e-4,
+                                 atol=1e-6 * size * clip)
+
+
 def test_the_regularizer_placement_decides_where_the_pull_goes():
   model = _softmax_model_fn()()
   x, y = _data(40)

@@ -132,6 +132,13 @@ def _conv_per_example_kernel_gradients(op, output_grads):
   return tf.einsum('bhwk,bhwc->bkc', patches, output_grads)
 
 
+# Above this ratio of an example's expanded terms to its squared norm, the
+# expanded norm of a shifted gradient may have lost more than 1e-7 of its
+# value to float64 rounding (about 1e-15 of the terms): the batch's norms
+# are then taken from the materialized per-example gradients.
+_CANCELLATION_RATIO = 1e8
+
+
 def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
                          inputs, variables, clip_norm,
                          shift=None) -> list[tf.Tensor]:
@@ -140,9 +147,16 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
   With `shift` (one tensor per variable), every example's gradient is
   `g_i + shift` before it is clipped: the gradient of a loss term all
   examples share, such as MR-MTL's `lambda/2 ||w - w_bar||^2` inside the
-  per-example loss. Its norm is `||g_i||^2 + 2 <g_i, shift> + ||shift||^2`
-  (the inner product taken per layer too), and the clipped sum is
-  `sum_i s_i g_i + (sum_i s_i) shift`.
+  per-example loss. The clipped sum is `sum_i s_i g_i + (sum_i s_i) shift`.
+  A gradient that nearly cancels the shift has a small norm made of large
+  parts, so with a shift every per-example quantity is float64: a Dense
+  kernel's norm `||a_i||^2 ||g_i||^2 + 2 a_i^T S g_i + ||S||^2` (expanded,
+  never materialized), other variables' `||g_i + S||^2` directly, the
+  clipped sum too; and where the expanded terms exceed the norm by
+  `_CANCELLATION_RATIO` (float64 rounding could then hide 1e-7 of it), the
+  batch's Dense norms come from the materialized `a_i g_i^T + S`, exact up
+  to one rounding. So no example adds more than c (1 + 1e-7) however its
+  gradient cancels the shift.
 
   `per_example_gradients` runs a forward and backward pass per example. In
   graph mode (a
@@ -163,6 +177,8 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
   """
   variables = list(variables)
   batch = tf.shape(tf.nest.flatten(inputs)[0])[0]
+  wide = (lambda t: tf.cast(t, tf.float64)) if shift is not None else (
+      lambda t: t)
   ops = [None] * len(variables)
   if not tf.executing_eagerly():
     with tf.GradientTape() as tape:
@@ -180,7 +196,9 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
     for i, g in zip(rest, per_example_gradients(
         per_example_loss_fn, inputs, [variables[i] for i in rest])):
       grads[i] = g
-  squares = []
+  # A Dense kernel's squared norms, expanded (and the sizes of their terms),
+  # and every other variable's, direct.
+  expanded, magnitudes, direct = [], [], []
   pieces = {}
   for i, g in zip(layered, output_grads):
     op = ops[i]
@@ -189,12 +207,13 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
         message='per-layer gradients need one input row per example')]
     with tf.control_dependencies(checks):
       if op.type == 'MatMul':
-        a = op.inputs[0]
-        squares.append(
+        a, g = wide(op.inputs[0]), wide(g)
+        expanded.append(
             tf.reduce_sum(a * a, axis=1) * tf.reduce_sum(g * g, axis=1))
         if shift is not None:  # <a_i g_i^T, S> = a_i^T S g_i
-          squares.append(2.0 * tf.reduce_sum(
-              tf.matmul(a, shift[i]) * g, axis=1))
+          cross = 2.0 * tf.reduce_sum(tf.matmul(a, wide(shift[i])) * g, axis=1)
+          magnitudes += [expanded[-1], tf.abs(cross)]
+          expanded.append(cross)
         pieces[i] = (a, g)
       else:
         if op.type == 'BiasAdd':
@@ -205,16 +224,30 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
   for i, g in enumerate(grads):
     if g is None:
       continue
-    squares.append(tf.reduce_sum(tf.reshape(g * g, [batch, -1]), axis=1))
-    if shift is not None:
-      squares.append(2.0 * tf.reduce_sum(tf.reshape(
-          g * tf.reshape(shift[i], tf.shape(g)[1:])[tf.newaxis],
-          [batch, -1]), axis=1))
-  if shift is not None:
-    squares.append(tf.fill([batch], tf.add_n(
-        [tf.reduce_sum(t * t) for t in shift])))
-  norms = tf.sqrt(tf.maximum(tf.add_n(squares), 0.0))
-  scale, finite = clipping.safe_clip_scale(norms, clip_norm)
+    g = grads[i] = wide(g)
+    shifted = g if shift is None else (
+        g + tf.reshape(wide(shift[i]), tf.shape(g)[1:])[tf.newaxis])
+    direct.append(tf.reduce_sum(tf.reshape(shifted * shifted, [batch, -1]),
+                                axis=1))
+  if shift is not None and pieces:
+    expanded.append(tf.fill([batch], tf.add_n(
+        [tf.reduce_sum(wide(shift[i]) ** 2) for i in pieces])))
+    magnitudes.append(expanded[-1])
+  squared_norms = tf.add_n(expanded + direct)
+  if magnitudes:
+    def materialized():
+      exact = []
+      for i, (a, g) in pieces.items():
+        full = a[:, :, None] * g[:, None, :] + wide(shift[i])[tf.newaxis]
+        exact.append(tf.reduce_sum(full * full, axis=[1, 2]))
+      return tf.add_n(exact + direct)
+
+    cancelling = tf.reduce_any(
+        tf.add_n(magnitudes) > _CANCELLATION_RATIO * squared_norms)
+    squared_norms = tf.cond(cancelling, materialized, lambda: squared_norms)
+  norms = tf.sqrt(tf.maximum(squared_norms, 0.0))
+  scale, finite = clipping.safe_clip_scale(norms,
+                                           tf.cast(clip_norm, norms.dtype))
   summed = []
   for i, v in enumerate(variables):
     if i in pieces:
@@ -228,8 +261,8 @@ def clipped_gradient_sum(per_example_loss_fn: Callable[[object], tf.Tensor],
           tf.shape(v)))
   if shift is not None:
     total = tf.reduce_sum(scale)  # dropped examples have scale 0
-    summed = [s + total * t for s, t in zip(summed, shift)]
-  return summed
+    summed = [s + total * wide(t) for s, t in zip(summed, shift)]
+  return [tf.cast(s, v.dtype) for s, v in zip(summed, variables)]
 
 
 def standard_noise(variables, seed) -> list[tf.Tensor]:
