@@ -160,3 +160,40 @@ def test_without_checkpoints_the_run_key_still_guards_the_folder(tmp_path):
   with open(os.path.join(out, CONFIG, 'summary.json')) as f:
     assert f.read() == summary
   assert not glob.glob(os.path.join(out, CONFIG, 'checkpoints', 'round_*'))
+
+
+def test_the_secret_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+  """A kill between creating the secret file and renaming it into place
+  leaves no secret (the next run draws one and starts), never an empty file
+  that stops every later run; the file's bytes reach the disk first."""
+  from tff_hdp.simulation import checkpointing  # pylint: disable=g-import-not-at-top
+  directory = str(tmp_path / 'checkpoints')
+  synced, real_replace = [], os.replace
+
+  def killed(src, dst):
+    if dst.endswith('dp_secret_seed'):
+      raise KeyboardInterrupt  # the process dies here
+    real_replace(src, dst)
+
+  real_fsync = os.fsync
+
+  def fsync(fd):
+    synced.append(os.readlink(f'/proc/self/fd/{fd}'))
+    real_fsync(fd)
+
+  monkeypatch.setattr(os, 'fsync', fsync)
+  monkeypatch.setattr(os, 'replace', killed)
+  first = checkpointing.RunCheckpoint(directory, {'run': 1})
+  try:
+    first.dp_secret(lambda: 12345)
+  except KeyboardInterrupt:
+    pass
+  assert not os.path.exists(os.path.join(directory, 'dp_secret_seed'))
+  assert os.path.join(directory, 'dp_secret_seed.tmp') in synced
+  monkeypatch.setattr(os, 'replace', real_replace)
+  again = checkpointing.RunCheckpoint(directory, {'run': 1})
+  assert again.dp_secret(lambda: 678) == 678
+  assert checkpointing.RunCheckpoint(directory, {'run': 1}).dp_secret(
+      lambda: 9) == 678
+  mode = os.stat(os.path.join(directory, 'dp_secret_seed')).st_mode
+  assert stat.S_IMODE(mode) == 0o600

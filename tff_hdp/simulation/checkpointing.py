@@ -84,11 +84,20 @@ def make_private(directory: str) -> None:
 
 
 def _write_private(path: str, text: str) -> None:
-  """Writes `text` to `path` (owner-only), replacing it atomically."""
+  """Writes `text` to `path` (owner-only), replacing it atomically and
+  durably: a kill or a power cut at any moment leaves the old file or the
+  whole new one, never an empty or partial one."""
   fd = os.open(f'{path}.tmp', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
   with os.fdopen(fd, 'w') as f:
     f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
   os.replace(f'{path}.tmp', path)
+  directory = os.open(os.path.dirname(path) or '.', os.O_RDONLY)
+  try:
+    os.fsync(directory)  # the rename itself
+  finally:
+    os.close(directory)
 
 
 def _leaves_signature(structure) -> list[tuple[tuple[int, ...], str]]:
@@ -157,9 +166,7 @@ class RunCheckpoint:
     else:
       self._secret = draw()
       self._write_key()
-      fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-      with os.fdopen(fd, 'w') as f:
-        f.write(str(self._secret))
+      _write_private(path, str(self._secret))
     return self._secret
 
   def _write_key(self) -> None:
