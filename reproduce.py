@@ -306,6 +306,8 @@ def _run_preset(name: str, output_dir: str,
                                                    published_acc_g))
   print(f'\n{caption}\n\n{tables.markdown_table(header, rows)}\n\n'
         f'Table, per-round files and plots: {preset_dir}/')
+  for line in (line for s in summaries for line in tables.audit_alarms(s)):
+    print(line)
   if elsewhere:
     print(f'\nRunning in other processes, not in the table: '
           f'{", ".join(elsewhere)}. Re-run this command after they finish '

@@ -48,7 +48,7 @@ def run() -> None:
   for line in cse.privacy_warnings(settings):
     print(line)
   audited = settings.canaries > 0
-  rows, records, curves, best = [], [], {}, {}
+  rows, records, curves, best, alarms = [], [], {}, {}, []
   try:
     for algorithm in flags.ALGORITHMS.value:
       result = cse.sweep(task, algorithm, settings, lambdas, rates,
@@ -56,6 +56,8 @@ def run() -> None:
       if result['best_lambda'] is not None and len(result['curve']) > 1:
         curves[algorithm] = result['curve']
       best[algorithm] = result['best_metric']
+      alarms += [line for s in result['summaries']
+                 for line in tables.audit_alarms(s)]
       low, high = result['epsilon_spent']
       rows.append([
           algorithm,
@@ -92,6 +94,8 @@ def run() -> None:
   tables.print_and_write_table(
       flags.OUTPUT_DIR.value, header, rows, records=records,
       caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None)
+  for line in alarms:
+    print(line)
   for algorithm, curve in curves.items():
     print(f'\n{algorithm}: best {metric} over learning rates, per lambda\n')
     print(tables.markdown_table(

@@ -170,4 +170,6 @@ def run() -> None:
   print(tables.markdown_table(header, rows))
   tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption,
                      records=tables.results_records(summaries))
+  for line in (line for s in summaries for line in tables.audit_alarms(s)):
+    print(line)
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')

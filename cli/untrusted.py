@@ -69,11 +69,12 @@ def run() -> None:
     print(line)
   name = f'{tables.metric_prefix(task.metric)}_g'
   audited = settings.canaries > 0
-  rows, records = [], []
+  rows, records, alarms = [], [], []
   try:
     for algorithm in flags.ALGORITHMS.value:
       s = untrusted_setting.run_algorithm(task, algorithm, settings,
                                         flags.OUTPUT_DIR.value)
+      alarms += tables.audit_alarms(s)
       metric = s['metrics']['acc_g']
       rows.append([algorithm, tables.metric_cell(task.metric, metric),
                    f"{s['epsilon_spent_min']:.3g} - "
@@ -100,6 +101,8 @@ def run() -> None:
   tables.print_and_write_table(
       flags.OUTPUT_DIR.value, header, rows, records=records,
       caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None)
+  for line in alarms:
+    print(line)
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')
 
 

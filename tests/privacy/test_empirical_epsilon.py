@@ -1,6 +1,7 @@
 """Empirical epsilon against dp_accounting, numerical integration, hand
 counts and a Monte Carlo Gaussian mechanism with canaries."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -251,3 +252,72 @@ def test_expected_example_mu_by_monte_carlo(rate, steps, z):
   assert measured == pytest.approx(expected, abs=4 * math.sqrt(2 / canaries))
   if rate == 1.0:
     assert expected == pytest.approx(math.sqrt(steps) / z)
+
+
+@pytest.mark.parametrize('k', [100, 1000, 2000, 10_000])
+def test_lower_bound_capacity_is_the_perfect_separation_bound(k):
+  """With FN = FP = 0 at the one threshold perfectly separated scores
+  offer, the bound is log((1 - delta - U) / U), U the Jeffreys upper
+  limit on a zero count at alpha = 5% / 2: 3.67 at K = 100, 5.99 at 1,000,
+  6.68 at 2,000, 8.29 at 10,000."""
+  upper = stats.beta.ppf(1 - 0.05 / 2, 0.5, k + 0.5)
+  expected = math.log((1 - DELTA - upper) / upper)
+  got = empirical_epsilon.lower_bound_capacity(k, k, DELTA, 0.95)
+  assert got == pytest.approx(expected, rel=1e-9)
+  assert got == pytest.approx({100: 3.67, 1000: 5.99, 2000: 6.68,
+                               10_000: 8.29}[k], abs=0.01)
+  # Scores far apart, each distinct, split alpha over more thresholds and
+  # certify less.
+  rng = np.random.default_rng(k)
+  assert got - 1 < empirical_epsilon.lower_bound(
+      rng.normal(100, 1, k), rng.normal(0, 1, k), DELTA, 0.95) < got
+
+
+def _mu_of(epsilon):
+  return optimize.brentq(
+      lambda mu: empirical_epsilon.gaussian_epsilon(mu, 1, 0, 1, DELTA) -
+      epsilon, 1e-9, 50, xtol=1e-12)
+
+
+@pytest.mark.parametrize('k,printed,audits', [
+    (1000, 1.0, 1), (1000, 4.0, 1), (1000, 8.0, 1), (4000, 4.0, 1),
+    (200, 3.6, 1), (1000, 4.0, 8)])
+def test_the_alarm_fires_in_at_most_5_percent_of_correct_runs(k, printed,
+                                                              audits):
+  """At the boundary of a correct run (scores an exact mu-GDP pair whose
+  epsilon is the printed one), 2,000 runs of `audits` audits each: the
+  share of runs with any alarm is at most 5% (plus three Monte Carlo
+  standard errors), and not far below it, so the test spends its level.
+  Above the capacity of K canaries' lower bound too (8.0 at K = 1,000)."""
+  rng = np.random.default_rng(k + audits)
+  mu = _mu_of(printed)
+  # In mu, where estimate_lower_limit's epsilon is monotone (and fast).
+  assert empirical_epsilon.estimate_lower_limit(
+      rng.normal(mu + 0.5, 1, k), rng.normal(0, 1, k), 10, DELTA, 0.95) > (
+          printed)
+  runs, alarms = 2000, 0
+  for _ in range(runs):
+    fired = False
+    for _ in range(audits):
+      inserted, unseen = rng.normal(mu, 1, k), rng.normal(0, 1, k)
+      fired |= empirical_epsilon.lower_limit_mu(
+          inserted, unseen, 10, 1 - 0.05 / audits) > mu
+    alarms += fired
+  rate = alarms / runs
+  assert 0.02 < rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / runs), rate
+
+
+@pytest.mark.parametrize('k,printed', [(1000, 4.0), (1000, 8.0),
+                                       (100, 4.0)])
+def test_the_alarm_fires_on_half_the_noise(k, printed):
+  """Half the noise doubles mu: true epsilon 8.4 against a printed 4, and
+  23.5 against 8, beyond what K = 1,000 canaries' lower bound can show."""
+  rng = np.random.default_rng(int(k * printed))
+  mu = 2 * _mu_of(printed)
+  fired = 0
+  for _ in range(40):
+    inserted, unseen = rng.normal(mu, 1, k), rng.normal(0, 1, k)
+    audit = empirical_epsilon.empirical_epsilon(inserted, unseen, 10, DELTA)
+    assert audit.lower_bound <= audit.lower_bound_capacity
+    fired += empirical_epsilon.alarm(dataclasses.asdict(audit), printed)
+  assert fired == 40

@@ -94,13 +94,19 @@ def test_the_gaussian_mechanism_is_estimated_within_20_percent(one_group):
     assert 0 < audit['lower_bound'] < one_group['epsilon_spent']
     assert (audit['inserted'], audit['unseen'], audit['dim']) == (4000, 4000,
                                                                   38410)
+    assert audit['lower_bound'] < audit['lower_bound_capacity']
   assert one_group['canaries'] == 4000
+  assert not one_group['audit_alarm']
 
 
 def test_half_the_accounted_noise_is_caught(task, one_group, monkeypatch):
+  """The alarm fires: the estimate's lower limit is above the printed 4."""
   broken = _run(task, [pg.PrivacyGroup('p', 4.0, DELTA)], canaries=4000,
                 monkeypatch=monkeypatch, noise_scale=0.5)[0]
   assert broken['epsilon_spent'] == one_group['epsilon_spent']  # the ledger
+  assert broken['audit_alarm']
+  limit = broken['empirical_epsilon']['final_model']['estimate_lower_limit']
+  assert broken['epsilon_spent'] < limit < gdp(2 / broken['noise_multiplier'])
   exact = gdp(2 / broken['noise_multiplier'])  # 8.36
   for name, audit in broken['empirical_epsilon'].items():
     assert audit['estimate'] > 1.5 * broken['epsilon_spent']

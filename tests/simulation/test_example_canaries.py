@@ -8,8 +8,9 @@ q = 1, so every canary example is in every step: over T rounds the updates
 a client sends hold T c v / n against noise N(0, T (z c / n)^2) on its direction, which is
 mu-GDP with mu = sqrt(T) / z (z the client's own noise multiplier). Each
 client's estimate must land near that closed form (within 20% of its
-epsilon where mu >= 0.3), its lower bound below the printed epsilon, and
-its estimate above the printed epsilon when the noise is secretly halved.
+epsilon where mu >= 0.3), its lower bound below the printed epsilon, no alarm, and its estimate
+above the printed epsilon with the alarm firing when the noise is secretly
+halved.
 """
 
 
@@ -125,11 +126,15 @@ def test_each_client_is_estimated_near_its_gaussian_mechanism(audited):
       assert client['estimate'] == pytest.approx(gdp(mu), rel=0.2)
     assert 0 < client['lower_bound'] < client['epsilon_spent']
     assert (client['inserted'], client['unseen']) == (CANARIES, CANARIES)
+    assert not client['alarm']
+  assert audit['alarms'] == 0
   # Heterogeneity is visible: the targets spread over [1, 10].
   assert audit['rank_correlation'] > 0.9
 
 
 def test_half_the_accounted_noise_is_caught(task, audited, monkeypatch):
+  """Every client's alarm fires (its estimate's lower limit, at 95% split
+  over the 8 clients, lies above its printed epsilon)."""
   setting, right_run, _ = audited
   broken, _ = _run(task, setting, monkeypatch, noise_scale=0.5)
   for client, right in zip(broken['empirical_epsilon']['clients'],
@@ -137,3 +142,5 @@ def test_half_the_accounted_noise_is_caught(task, audited, monkeypatch):
     assert client['epsilon_spent'] == right['epsilon_spent']  # the ledger
     assert client['estimate'] > client['epsilon_spent']
     assert client['lower_bound'] > right['lower_bound']
+    assert client['alarm'], setting
+  assert broken['empirical_epsilon']['alarms'] == 8

@@ -17,7 +17,18 @@ direction) give two numbers a user can see next to the accounted epsilon:
   the exact 3.70 into 4.08, and 0.95 into 4.97.
 * a lower bound at a stated confidence: thresholding the scores is a
   membership test, and every test bounds TPR <= e^eps FPR + delta (Jagielski
-  et al. 2020). An accounted epsilon below it is a privacy bug.
+  et al. 2020). An accounted epsilon below it is a privacy bug. With K
+  canaries a side it can never exceed `lower_bound_capacity` (about 6 at
+  K = 1,000 and delta 1e-5: even perfectly separated scores certify no
+  more), so it cannot flag a printed epsilon above that.
+* an alarm that can fire at any epsilon: the estimate's own lower
+  confidence limit (`estimate_lower_limit`: mu's one-sided limit from the
+  sampling distribution of the standardized mean difference, as mu-GDP's
+  epsilon). A Gaussian-shaped audit of a mechanism that meets the printed
+  epsilon has mu at most that epsilon's mu, so the limit exceeds the
+  printed epsilon in at most 1 - confidence of correct runs (measured by
+  Monte Carlo at that boundary in the tests); a run splits its
+  1 - confidence over the groups or clients it audits (Bonferroni).
 """
 
 from __future__ import annotations
@@ -186,6 +197,40 @@ def _upper(k, n: int, alpha: float, interval: str):
   raise ValueError(f'unknown interval {interval!r}.')
 
 
+def lower_limit_mu(inserted, unseen, dim: int, confidence: float) -> float:
+  """A one-sided `confidence` lower limit on the mu that `gdp_estimate`
+  reads.
+
+  The standardized mean difference d of n1 inserted and n2 unseen scores
+  has variance 1/n1 + 1/n2 + d^2 / (2 (n1 + n2)) for Gaussian scores
+  (Hedges & Olkin 1985, eq. 5.15; n2 infinite with the closed-form null);
+  the limit is d - z_confidence times its root, at least 0.
+  """
+  (m_in, v_in), (m_out, v_out) = _mean_and_variance(inserted, unseen, dim)
+  d = abs(m_in - m_out) / math.sqrt((v_in + v_out) / 2)
+  n1 = len(inserted)
+  n2 = math.inf if unseen is None else len(unseen)
+  variance = 1 / n1 + 1 / n2 + d * d / (2 * (n1 + n2))
+  return max(0.0, d - stats.norm.ppf(confidence) * math.sqrt(variance))
+
+
+def estimate_lower_limit(inserted, unseen, dim: int, delta: float,
+                         confidence: float) -> float:
+  """mu-GDP's epsilon at `delta` of `lower_limit_mu`."""
+  mu = lower_limit_mu(inserted, unseen, dim, confidence)
+  return gaussian_epsilon(mu, 1.0, 0.0, 1.0, delta) if mu > 0 else 0.0
+
+
+def lower_bound_capacity(inserted: int, unseen: int, delta: float,
+                         confidence: float,
+                         interval: str = 'jeffreys') -> float:
+  """The largest `lower_bound` that `inserted` and `unseen` canaries can
+  certify: that of perfectly separated scores at one threshold (more
+  thresholds only split alpha further)."""
+  return lower_bound(np.ones(inserted), np.zeros(unseen), delta, confidence,
+                     interval=interval)
+
+
 def threshold_grid(inserted) -> np.ndarray:
   """The scanned thresholds: inserted scores whose rank from the top or from
   the bottom is a power of two. The best test sits in a tail, where counts
@@ -249,17 +294,37 @@ class EmpiricalEpsilon:
   inserted: int
   unseen: int   # 0: the closed-form null was used
   dim: int
+  # The most `lower_bound` can certify with these counts (None: the
+  # closed-form null, which has no such cap).
+  lower_bound_capacity: float | None
+  estimate_lower_limit: float  # `estimate_lower_limit`, at:
+  alarm_confidence: float
 
 
 def empirical_epsilon(inserted, unseen, dim: int, delta: float,
-                      confidence: float = 0.95) -> EmpiricalEpsilon:
-  """Estimate and lower bound of one run's canary scores."""
+                      confidence: float = 0.95,
+                      audits: int = 1) -> EmpiricalEpsilon:
+  """Estimate, lower bound and the estimate's lower limit of one set of
+  canary scores, one of `audits` a run makes (the limit's 1 - confidence is
+  split over them)."""
   bound = lower_bound(inserted, unseen, delta, confidence,
                       dim=dim if unseen is None else None)
+  alarm_confidence = 1 - (1 - confidence) / audits
   return EmpiricalEpsilon(
       estimate=gdp_estimate(inserted, unseen, dim, delta),
       estimate_two_gaussians=estimate_from_scores(inserted, unseen, dim,
                                                   delta),
       lower_bound=bound, confidence=confidence, delta=delta,
       inserted=len(inserted), unseen=0 if unseen is None else len(unseen),
-      dim=dim)
+      dim=dim,
+      lower_bound_capacity=None if unseen is None else lower_bound_capacity(
+          len(inserted), len(unseen), delta, confidence),
+      estimate_lower_limit=estimate_lower_limit(inserted, unseen, dim, delta,
+                                                alarm_confidence),
+      alarm_confidence=alarm_confidence)
+
+
+def alarm(audit: dict, printed_epsilon: float) -> bool:
+  """Whether an audit (`EmpiricalEpsilon` as a dict) refutes the printed
+  epsilon: its estimate's lower limit lies above it."""
+  return bool(audit['estimate_lower_limit'] > printed_epsilon)

@@ -39,12 +39,20 @@ EPSILON_NOTE = ('eps spent (target) per group: epsilon spent at the group\'s '
 
 
 EMPIRICAL_HEADER = 'eps empirical (final / all rounds)'
+AUDIT_NOTE = (
+    'An estimate is no bound. A lower bound above the printed epsilon is a '
+    'privacy bug, but K canaries a side can certify at most "max" (the '
+    'bound of perfectly separated scores), so it cannot flag a printed '
+    'epsilon above that. ALARM: the estimate\'s lower confidence limit '
+    '(its sampling error split over the run\'s audits) lies above the '
+    'printed epsilon, which a correct run shows in at most 5% of runs: the '
+    'noise is not what the ledger says.')
 EMPIRICAL_NOTE = (
     f'{EMPIRICAL_HEADER} per private group: the canaries\' estimate '
     '(mu-GDP fit of inserted against unseen canaries\' scores) with only the '
     'final model released / with every round\'s model released, then the '
-    'lower bounds those scores certify at the stated confidence. An estimate '
-    'is no bound; a lower bound above the printed epsilon is a privacy bug.')
+    'lower bounds those scores certify at the stated confidence. ' +
+    AUDIT_NOTE)
 
 
 CLIENT_EMPIRICAL_HEADER = 'eps empirical (updates)'
@@ -52,9 +60,10 @@ CLIENT_EMPIRICAL_NOTE = (
     f'{CLIENT_EMPIRICAL_HEADER}: each client\'s (silo\'s) canary examples\' '
     'estimate from every update it sent (mu-GDP fit of inserted against '
     'unseen canaries\' scores): their range, their Spearman rank '
-    'correlation with the clients\' printed epsilons, and how many lower '
-    'bounds at the stated confidence exceed the printed epsilon (a privacy '
-    'bug if any); per client in <run>/empirical_epsilon.md.')
+    'correlation with the clients\' printed epsilons, how many lower '
+    'bounds at the stated confidence exceed the printed epsilon and how '
+    'many alarms fired; per client in <run>/empirical_epsilon.md. ' +
+    AUDIT_NOTE)
 
 
 EXPECTED_NOTE = (
@@ -74,9 +83,11 @@ def client_empirical_cell(summary: dict) -> str:
   estimates = [c['estimate'] for c in clients]
   rho = audit['rank_correlation']
   over = sum(c['lower_bound'] > c['epsilon_spent'] for c in clients)
+  caps = [c['lower_bound_capacity'] for c in clients]
   return (f'{min(estimates):.3g} - {max(estimates):.3g}, rank corr. '
           + ('-' if rho is None else f'{rho:.2f}')
-          + f', {over} bounds above')
+          + f', {over} bounds above (max {min(caps):.3g}), '
+          + (f"{audit['alarms']} ALARMS" if audit['alarms'] else '0 alarms'))
 
 
 def client_empirical_record(summary: dict) -> dict:
@@ -89,6 +100,9 @@ def client_empirical_record(summary: dict) -> dict:
           'empirical_rank_correlation': audit['rank_correlation'],
           'lower_bounds_above_spent': sum(
               c['lower_bound'] > c['epsilon_spent'] for c in clients),
+          'lower_bound_capacity': min(c['lower_bound_capacity']
+                                      for c in clients),
+          'audit_alarms': audit['alarms'],
           'canaries_per_client': summary['canaries']['per_client'],
           'lower_bound_confidence': summary['canaries']['confidence']}
 
@@ -101,13 +115,39 @@ def write_client_empirical_table(run_dir: str, summary: dict,
   for client, c in zip(client_ids, summary['empirical_epsilon']['clients']):
     rows.append([str(client), f"{c['epsilon_spent']:.3g}",
                  f"{c['estimate']:.3g}", f"{c['expected_estimate']:.3g}",
-                 f"{c['lower_bound']:.3g}"])
+                 f"{c['lower_bound']:.3g}",
+                 f"{c['estimate_lower_limit']:.3g}" + (
+                     ' ALARM' if c['alarm'] else '')])
     records.append({'client': client, **c})
   write_table(run_dir, ['client', 'eps spent', 'eps empirical',
-                        'expected estimate', 'lower bound'], rows,
+                        'expected estimate', 'lower bound',
+                        'estimate\'s lower limit'], rows,
               stem='empirical_epsilon',
               caption=CLIENT_EMPIRICAL_NOTE + ' ' + EXPECTED_NOTE,
               records=records)
+
+
+def audit_alarms(summary: dict) -> list[str]:
+  """One line for each group or client whose audit refutes its printed
+  epsilon (`empirical_epsilon.alarm`); none for a run without canaries."""
+  lines = []
+  for g in summary.get('groups', ()):
+    if g.get('audit_alarm'):
+      limit = g['empirical_epsilon']['final_model']
+      lines.append(
+          f"AUDIT ALARM: {summary['configuration']}, group {g['name']}: the "
+          f"estimate's {limit['alarm_confidence']:.4g} lower limit "
+          f"{limit['estimate_lower_limit']:.3g} is above the printed epsilon "
+          f"{g['epsilon_spent']:.3g}: the noise is not what the ledger says.")
+  audit = summary.get('empirical_epsilon') or {}
+  for i, c in enumerate(audit.get('clients', ())):
+    if c['alarm']:
+      lines.append(
+          f"AUDIT ALARM: {summary['configuration']}, client {i}: the "
+          f"estimate's {c['alarm_confidence']:.4g} lower limit "
+          f"{c['estimate_lower_limit']:.3g} is above the printed epsilon "
+          f"{c['epsilon_spent']:.3g}: the noise is not what the ledger says.")
+  return lines
 
 
 def table_notes(release_unprotected: bool, metric: str = 'accuracy',
@@ -218,7 +258,9 @@ def _empirical(summary: dict) -> str:
     if audit:
       est = ' / '.join(f"{audit[k]['estimate']:.3g}" for _, k in _AUDITS)
       low = ' / '.join(f"{audit[k]['lower_bound']:.3g}" for _, k in _AUDITS)
-      cells.append(f"{g['name']}: {est} (bound {low})")
+      cap = audit['final_model']['lower_bound_capacity']
+      cells.append(f"{g['name']}: {est} (bound {low}, max {cap:.3g})" +
+                   (' ALARM' if g['audit_alarm'] else ''))
   return ', '.join(cells) or '-'
 
 
@@ -363,6 +405,13 @@ def results_records(summaries: Sequence[dict],
         record[f"empirical_epsilon_{label}_{g['name']}"] = audit['estimate']
         record[f"empirical_lower_bound_{label}_{g['name']}"] = (
             audit['lower_bound'])
+      if g.get('empirical_epsilon'):
+        audit = g['empirical_epsilon']
+        record[f"empirical_lower_limit_{g['name']}"] = (
+            audit['final_model']['estimate_lower_limit'])
+        record[f"lower_bound_capacity_{g['name']}"] = (
+            audit['final_model']['lower_bound_capacity'])
+        record[f"audit_alarm_{g['name']}"] = g['audit_alarm']
     if s.get('canaries'):
       record.update(canaries_per_group=s['canaries']['per_group'],
                     lower_bound_confidence=s['canaries']['confidence'])

@@ -134,17 +134,19 @@ class CanaryAudit:
                 ) -> dict[str, dict]:
     """Per private group: the empirical epsilon of the final model's scores
     and of the all-rounds scores (`empirical_epsilon.EmpiricalEpsilon`,
-    as dicts)."""
+    as dicts); the estimates' lower limits split their confidence over the
+    groups."""
     k = self.per_group
+    private = self._private()
     out = {}
-    for p, j in enumerate(self._private()):
+    for p, j in enumerate(private):
       group = self.assignment.groups[j]
       inserted = slice(2 * k * p, 2 * k * p + k)
       unseen = slice(2 * k * p + k, 2 * k * (p + 1))
       out[group.name] = {
           name: dataclasses.asdict(empirical_epsilon.empirical_epsilon(
               scores[inserted], scores[unseen], self.directions.num_params,
-              group.delta, CONFIDENCE))
+              group.delta, CONFIDENCE, audits=len(private)))
           for name, scores in (('final_model', np.asarray(final_cosines)),
                                ('all_rounds', np.asarray(max_cosines)))}
     return out
@@ -158,9 +160,11 @@ def client_estimates(scores: np.ndarray, plans: Sequence[ClientPrivacy],
   accounted epsilon `spent` and, from its plan's noise multiplier and
   sampling rate over the `steps_seen` DP-SGD steps its sent updates hold,
   the epsilon the estimate reads in expectation
-  (`empirical_epsilon.expected_example_mu`); and the Spearman rank
-  correlation of the estimates with the accounted epsilons (None when
-  either is constant, as when every client has the same target)."""
+  (`empirical_epsilon.expected_example_mu`), and whether its estimate
+  refutes `spent` (`empirical_epsilon.alarm`, over all clients at the
+  run's confidence); and the Spearman rank correlation of the estimates
+  with the accounted epsilons (None when either is constant, as when every
+  client has the same target)."""
   scores = np.asarray(scores)
   k = scores.shape[1] // 2
   clients = []
@@ -172,13 +176,16 @@ def client_estimates(scores: np.ndarray, plans: Sequence[ClientPrivacy],
         expected_estimate=empirical_epsilon.gaussian_epsilon(
             expected, 1.0, 0.0, 1.0, delta),
         **dataclasses.asdict(empirical_epsilon.empirical_epsilon(
-            row[:k], row[k:], num_params, delta, CONFIDENCE))))
+            row[:k], row[k:], num_params, delta, CONFIDENCE,
+            audits=len(scores)))))
+    clients[-1]['alarm'] = empirical_epsilon.alarm(clients[-1], eps)
   estimates = [c['estimate'] for c in clients]
   # Equal targets are spent up to the accountant's search tolerance.
   constant = np.ptp(estimates) == 0 or np.ptp(spent) <= 1e-6 * max(spent)
   return {
       'threat_model': UPDATES_THREAT_MODEL,
       'clients': clients,
+      'alarms': sum(c['alarm'] for c in clients),
       'rank_correlation': None if constant else float(
           stats.spearmanr(spent, estimates)[0]),
   }

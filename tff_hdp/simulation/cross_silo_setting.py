@@ -516,5 +516,6 @@ def sweep(task: FederatedTask, algorithm_name: str, settings: CrossSiloSettings,
       'best_summary': best_summary,
       'curve': [(lam, lr, m) for lam, (lr, m) in curve.items()],
       'runs': results,
+      'summaries': summaries,
       'epsilon_spent': (min(spent), max(spent)),
   }

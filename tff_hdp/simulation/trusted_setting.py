@@ -26,6 +26,7 @@ from tff_hdp.learning import ditto
 from tff_hdp.learning import fedhdp
 from tff_hdp.learning.execution import Execution
 from tff_hdp.privacy import accounting
+from tff_hdp.privacy import empirical_epsilon
 from tff_hdp.privacy import dp_randomness
 from tff_hdp.privacy import release_policy
 from tff_hdp.privacy.privacy_groups import GroupAssignment
@@ -398,8 +399,12 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
           'noise_multiplier': z,
           'epsilon_spent': (epsilons[g.name] if plan.accounted
                             else None),
+          # The alarm reads the final model's scores: the all-rounds ones,
+          # maxima over rounds, are not Gaussian-shaped.
           **({'canaries': settings.canaries,
-              'empirical_epsilon': empirical[g.name]}
+              'empirical_epsilon': empirical[g.name],
+              'audit_alarm': empirical_epsilon.alarm(
+                  empirical[g.name]['final_model'], epsilons[g.name])}
              if g.name in empirical else {}),
       } for g, n, z in zip(assignment.groups, assignment.group_sizes(),
                            plan.noise_multipliers)],
