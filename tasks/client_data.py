@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import hashlib
 import os
+import re
 import sqlite3
 from typing import Callable, Hashable, Sequence
 
@@ -92,12 +93,18 @@ class ClientDataSource(ClientSource):
                evaluation_clients: int = EVALUATION_CLIENTS,
                cache_clients: int = 64,
                stored: Stored | None = None,
-               names: Sequence[Hashable] | None = None):
+               names: Sequence[Hashable] | None = None,
+               file_ids: Sequence[str] | None = None,
+               read_many: Callable[[str, Sequence[str]],
+                                   dict[str, tf.data.Dataset]] | None = None):
     """`stored`, if given, lets TFF workers read clients themselves
     (`ClientSource.workers_read`); `names`, if given, are the clients' ids
     in the run, in the order of the file's ids (`write_task` keeps a task's
-    ids, which need not be strings)."""
-    file_ids = list(train.client_ids)
+    ids, which need not be strings); `file_ids`, if given, are the ids of
+    `train` the run trains (default: all); `read_many(split, ids)`, if
+    given, reads many clients' serialized examples at once (a bulk read of
+    the evaluation clients' test sets instead of one query each)."""
+    file_ids = list(train.client_ids if file_ids is None else file_ids)
     if not file_ids:
       raise ValueError(f'{description} has no clients.')
     self.client_ids = file_ids if names is None else list(names)
@@ -117,6 +124,8 @@ class ClientDataSource(ClientSource):
     self._task_name = description
     self._stored = stored
     self._preprocess = preprocess
+    self._read_many = read_many
+    self._evaluation_tests: dict[Hashable, Arrays] | None = None
 
   def check(self, task_name: str) -> None:
     self._task_name = task_name  # Each client is checked as it is read.
@@ -129,11 +138,21 @@ class ClientDataSource(ClientSource):
     try:
       arrays = tuple(a.numpy() for a in self._read_fn[split](
           self._file_id[client_id]))
-    except tf.errors.InvalidArgumentError as e:  # e.g. another number of x
+    except READ_ERRORS as e:  # another number of x, a damaged file
       raise ValueError(
           f'task {self._task_name!r}: client {client_id!r}\'s {split} data '
-          f'in {self.description} do not fit the task\'s layout: '
-          f'{e.message.splitlines()[0]}') from None
+          f'in {self.description} cannot be read: {op_error_reason(e)}'
+      ) from None
+    arrays = self._checked(split, client_id, arrays)
+    self._cache[key] = arrays
+    if len(self._cache) > self._cache_clients:
+      self._cache.popitem(last=False)
+    return arrays
+
+  def _checked(self, split: str, client_id: Hashable,
+               arrays: Arrays) -> Arrays:
+    """`arrays` if a run can use them, else a ValueError naming the
+    client."""
     if split == 'training' and not len(arrays[0]):
       raise ValueError(f'task {self._task_name!r}: client {client_id!r} has no '
                        f'training examples in {self.description}; drop it '
@@ -143,10 +162,27 @@ class ClientDataSource(ClientSource):
     if problem:
       raise ValueError(f'task {self._task_name!r}: client {client_id!r}\'s '
                        f'{split} data in {self.description} {problem}.')
-    self._cache[key] = arrays
-    if len(self._cache) > self._cache_clients:
-      self._cache.popitem(last=False)
     return arrays
+
+  def test_sets(self, client_ids: Sequence[Hashable]) -> dict[Hashable, Arrays]:
+    """The test sets of `client_ids`, read at once where the storage allows
+    (one query for all, not one per client), each checked."""
+    ids = [c for c in client_ids if self.has_test(c)]
+    if self._read_many is None:
+      return {c: self.test(c) for c in ids}
+    datasets = self._read_many('test', [self._file_id[c] for c in ids])
+    out = {}
+    for c in ids:
+      try:
+        arrays = tuple(a.numpy() for a in _whole_client(
+            datasets[self._file_id[c]], self._preprocess).get_single_element())
+      except READ_ERRORS as e:
+        raise ValueError(
+            f'task {self._task_name!r}: client {c!r}\'s test data in '
+            f'{self.description} cannot be read: {op_error_reason(e)}'
+        ) from None
+      out[c] = self._checked('test', c, arrays)
+    return out
 
   def train(self, client_id: Hashable) -> Arrays:
     return self._read('training', client_id)
@@ -167,6 +203,12 @@ class ClientDataSource(ClientSource):
     return self._file_id[client_id] in self._test_ids
 
   def test(self, client_id: Hashable) -> Arrays:
+    if self._evaluation_tests is None and self.evaluation_clients:
+      # Every evaluation scores the same seeded subset: read it once, in bulk.
+      self._evaluation_tests = self.test_sets(
+          seeded_subset(self.client_ids, self.evaluation_clients))
+    if self._evaluation_tests and client_id in self._evaluation_tests:
+      return self._evaluation_tests[client_id]
     if self.has_test(client_id):
       return self._read('test', client_id)
     x, y = self.train(self.client_ids[0])
@@ -185,9 +227,42 @@ def file_fingerprint(path: str) -> str:
   return digest.hexdigest()
 
 
-def _first_sql_example(path: str) -> bytes:
-  """A serialized example of the file's 'train' split; a one-line
-  ValueError naming the file when it is no SqlClientData with clients."""
+# What reading a client's examples can raise: TensorFlow's errors, and a
+# UnicodeDecodeError where TensorFlow's own message quotes bytes of a
+# damaged example that are not UTF-8.
+READ_ERRORS = (tf.errors.OpError, UnicodeDecodeError)
+
+
+def op_error_reason(error: Exception) -> str:
+  """The line of a TensorFlow error that says what went wrong (a graph's
+  error starts with 'Graph execution error:' and where it was traced)."""
+  if isinstance(error, UnicodeDecodeError):
+    return ('an example is not a serialized tf.train.Example (the file is '
+            'damaged or holds other data).')
+  lines = [re.sub(r'^(\{\{[^}]*\}\}\s*)?(Name: <unknown>,\s*)?', '',
+                  line.strip()) for line in error.message.splitlines()]
+  skip = ('Graph execution error', 'Detected at node', 'File ', '[[', '{{',
+          'Traceback', 'Stack trace', 'Aborted')
+  reasons = [line for line in lines if line and not line.startswith(skip)
+             and not line.endswith(':') and not line.startswith('"')]
+  return (reasons[-1] if reasons else lines[0]).rstrip('.') + '.'
+
+
+# How the splits of a file are laid out (what `save_to_sql_client_data`
+# and a FilePerUserClientData folder can hold): every client in 'train'
+# with its own 'test' split (the server's test set: the evaluation clients'
+# test examples); 'train' clients and other, 'test' clients (the server's
+# test set: their examples); or training clients only ('train', or TFF's
+# 'default_split' when no split was given: held-out clients' examples are
+# the server's test set).
+PER_CLIENT_TEST, TEST_CLIENTS, HELD_OUT = 'per-client test', 'test clients', (
+    'held out')
+
+
+def _sql_layout(path: str) -> tuple[str, str]:
+  """(the split to train on, `PER_CLIENT_TEST` / `TEST_CLIENTS` /
+  `HELD_OUT`) of an SqlClientData file; a one-line ValueError naming it
+  when it is none, or has splits it cannot use."""
   try:
     with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as connection:
       tables = {r[0] for r in connection.execute(
@@ -195,14 +270,109 @@ def _first_sql_example(path: str) -> bytes:
       if not {'examples', 'client_metadata'} <= tables:
         raise ValueError(f'{path} is not a TFF SqlClientData file (no '
                          "'examples' and 'client_metadata' tables).")
-      row = connection.execute(
-          "SELECT serialized_example_proto FROM examples WHERE "
-          "split_name = 'train' LIMIT 1").fetchone()
-  except sqlite3.DatabaseError as e:
-    raise ValueError(f'{path} is not a TFF SqlClientData file ({e}).') from None
-  if row is None:
+      ids = collections.defaultdict(set)
+      for split, client in connection.execute(
+          'SELECT DISTINCT split_name, client_id FROM client_metadata'):
+        ids[split].add(client)
+  except sqlite3.DatabaseError as e:  # not SQLite, or a row not UTF-8
+    raise ValueError(f'{path} is not a TFF SqlClientData file, or a damaged '
+                     f'one ({e}).') from None
+  if not ids:
     raise ValueError(f"{path} has no clients with 'train' examples.")
+  train = 'train' if 'train' in ids else 'default_split'
+  unused = sorted(set(ids) - {train, 'test'})
+  if train not in ids or unused or (train == 'default_split' and 'test' in ids):
+    raise ValueError(
+        f'{path} has the splits {sorted(ids) or "(none)"}; a run reads '
+        "'train' and optionally 'test' (the same clients' test examples, or "
+        "clients of their own), or 'default_split' alone "
+        '(save_to_sql_client_data without split names). Give every client '
+        "a 'train' or 'test' split (its split_names_by_client_id).")
+  return train, _test_layout(path, ids[train], ids.get('test', set()))
+
+
+def _test_layout(where: str, train: set, test: set) -> str:
+  """Where the server's test set comes from, given the train and test
+  splits' client ids."""
+  if not test:
+    return HELD_OUT
+  if test <= train:
+    return PER_CLIENT_TEST
+  if not test & train:
+    return TEST_CLIENTS
+  raise ValueError(
+      f"{where}: some 'test' clients also have 'train' examples and some do "
+      "not; either every 'test' client is a 'train' client too (its own "
+      "test split) or none is (clients kept for testing).")
+
+
+def _first_sql_example(path: str, split: str) -> bytes:
+  """A serialized example of the file's `split`; a one-line ValueError
+  naming the file when there is none."""
+  with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as connection:
+    row = connection.execute(
+        'SELECT serialized_example_proto FROM examples WHERE split_name = ? '
+        'LIMIT 1', (split,)).fetchone()
+  if row is None:
+    raise ValueError(f"{path} has no clients with '{split}' examples.")
   return row[0]
+
+
+def _has_client_index(path: str) -> bool:
+  """Whether an index of `examples` starts with client_id (else reading a
+  client scans the whole table)."""
+  with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as connection:
+    for index in connection.execute("PRAGMA index_list('examples')"):
+      columns = [row[2] for row in connection.execute(
+          f"PRAGMA index_info('{index[1]}')")]
+      if columns[:1] == ['client_id']:
+        return True
+  return False
+
+
+def indexed_copy(path: str, fingerprint: str, folder: str) -> str:
+  """An SqlClientData file with an index on examples(client_id,
+  split_name): `path` if it has one, else a copy of it under `folder`,
+  named by its fingerprint and built once (the user's file is never
+  modified; the copy is the owner's alone, as it holds their examples)."""
+  if _has_client_index(path):
+    return path
+  os.makedirs(folder, exist_ok=True)
+  copy = os.path.join(folder, f'client_data-{fingerprint}.sqlite')
+  if not os.path.exists(copy):
+    tmp = f'{copy}.{os.getpid()}.tmp'
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    try:
+      with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as source, \
+          sqlite3.connect(tmp) as target:
+        source.backup(target)
+        target.execute('CREATE INDEX examples_by_client ON examples '
+                       '(client_id, split_name)')
+    except BaseException:
+      os.remove(tmp)
+      raise
+    os.replace(tmp, copy)
+  return copy
+
+
+def _sql_read_many(path: str):
+  """`read_many` of an SqlClientData file: many clients' examples of one
+  split in a few queries, each client's in stored order."""
+
+  def read_many(split: str, ids: Sequence[str]) -> dict[str, tf.data.Dataset]:
+    rows = collections.defaultdict(list)
+    with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as connection:
+      for start in range(0, len(ids), 500):  # SQLite's parameter limit
+        part = list(ids[start:start + 500])
+        for client, proto in connection.execute(
+            'SELECT client_id, serialized_example_proto FROM examples WHERE '
+            f'split_name = ? AND client_id IN ({",".join("?" * len(part))}) '
+            'ORDER BY rowid', [split, *part]):
+          rows[client].append(proto)
+    return {c: tf.data.Dataset.from_tensor_slices(
+        tf.constant(rows[c], tf.string, shape=[len(rows[c])])) for c in ids}
+
+  return read_many
 
 
 def _client_files(path: str, split: str) -> dict[str, str]:
@@ -256,25 +426,62 @@ def folder_fingerprint(path: str) -> str:
   return digest.hexdigest()
 
 
-def _open(path: str):
-  """(train, test, d, fingerprint, stored) of an SqlClientData file or a
-  FilePerUserClientData folder of TFRecords (`ClientDataSource`)."""
+@dataclasses.dataclass(frozen=True)
+class _Opened:
+  """What `load_task` needs of a file or folder."""
+  train: tff.simulation.datasets.ClientData
+  test: tff.simulation.datasets.ClientData | None
+  num_features: int
+  fingerprint: str
+  stored: Stored
+  layout: str  # PER_CLIENT_TEST, TEST_CLIENTS or HELD_OUT
+  train_split: str  # the split `read_many` names the training examples
+  read_many: Callable[[str, Sequence[str]], dict[str, tf.data.Dataset]]
+  notes: tuple[str, ...] = ()
+
+
+def _folder_read_many(files: dict[str, dict[str, str]]):
+  """`read_many` of a FilePerUserClientData folder ({split: {id: file}})."""
+
+  def read_many(split: str, ids: Sequence[str]) -> dict[str, tf.data.Dataset]:
+    return {c: tf.data.TFRecordDataset(files[split][c]) for c in ids}
+
+  return read_many
+
+
+def _open(path: str, cache_folder: str) -> _Opened:
+  """An SqlClientData file or a FilePerUserClientData folder of TFRecords,
+  opened for `ClientDataSource`; an unindexed file is read from its indexed
+  copy under `cache_folder` (`indexed_copy`)."""
   datasets = tff.simulation.datasets
   if os.path.isdir(path):
     d = _num_features(path, _first_folder_example(path))
-    train_files = _client_files(path, 'train')
-    test_files = _client_files(path, 'test')
-    return (datasets.FilePerUserClientData(train_files,
-                                           tf.data.TFRecordDataset),
-            datasets.FilePerUserClientData(test_files, tf.data.TFRecordDataset)
-            if test_files else None, d, folder_fingerprint(path),
-            (train_files.__getitem__, tf.data.TFRecordDataset))
+    files = {split: _client_files(path, split) for split in ('train', 'test')}
+    return _Opened(
+        datasets.FilePerUserClientData(files['train'],
+                                       tf.data.TFRecordDataset),
+        datasets.FilePerUserClientData(files['test'], tf.data.TFRecordDataset)
+        if files['test'] else None, d, folder_fingerprint(path),
+        (files['train'].__getitem__, tf.data.TFRecordDataset),
+        _test_layout(path, set(files['train']), set(files['test'])),
+        'train', _folder_read_many(files))
   if not os.path.isfile(path):
     raise ValueError(f'{path}: no such file or folder.')
-  d = _num_features(path, _first_sql_example(path))
-  train = datasets.SqlClientData(path, split_name='train')
-  return (train, datasets.SqlClientData(path, split_name='test'), d,
-          file_fingerprint(path), (str, train.serializable_dataset_fn))
+  train_split, layout = _sql_layout(path)
+  d = _num_features(path, _first_sql_example(path, train_split))
+  fingerprint = file_fingerprint(path)
+  notes = ()
+  read_from = indexed_copy(path, fingerprint, cache_folder)
+  if read_from != path:
+    notes = (f'{path} has no index on examples(client_id, split_name), so '
+             'reading a client would scan the whole file: reading an indexed '
+             f'copy, {read_from} (built once; the file is not modified).',)
+  train = datasets.SqlClientData(read_from, split_name=train_split)
+  return _Opened(
+      train, datasets.SqlClientData(read_from, split_name='test')
+      if layout != HELD_OUT else None, d, fingerprint,
+      (str, train.serializable_dataset_fn), layout, train_split,
+      _sql_read_many(read_from), notes)
 
 
 def _field(number: int, payload: bytes) -> bytes:
@@ -357,14 +564,31 @@ _TASK_TABLE = 'tff_hdp_task'
 _CLIENTS_PER_CHUNK = 1000
 
 
-def _written_digest(path: str) -> str | None:
+def _written_digest(path: str) -> str:
+  """The data digest `write_task` kept in the file at `path`; a one-line
+  ValueError saying what the file is when it is not one it wrote."""
+  if os.path.isdir(path):
+    raise ValueError(f'{path} is a folder; name the file the task\'s clients '
+                     'are written to (written on first use).')
   try:
     with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as connection:
-      row = connection.execute(
-          f'SELECT data_digest FROM {_TASK_TABLE}').fetchone()
+      tables = {r[0] for r in connection.execute(
+          "SELECT name FROM sqlite_master WHERE type='table'")}
+      if _TASK_TABLE in tables:
+        row = connection.execute(
+            f'SELECT data_digest FROM {_TASK_TABLE}').fetchone()
+        if row:
+          return row[0]
   except sqlite3.DatabaseError:
-    return None
-  return row and row[0]
+    raise ValueError(f'{path} is not a file this option wrote (not an SQLite '
+                     'file); name a file that does not exist yet, and the '
+                     'task\'s clients are written there.') from None
+  if {'examples', 'client_metadata'} <= tables:
+    raise ValueError(f'{path} is a ClientData file this option did not '
+                     'write; to train on its clients use --client_data='
+                     f'{path} (without --task), or name a new file here.')
+  raise ValueError(f'{path} is an SQLite file this option did not write; '
+                   'name a file that does not exist yet.')
 
 
 def _holds_classes(task: FederatedTask) -> bool:
@@ -438,9 +662,10 @@ def stored_task(task: FederatedTask, path: str) -> FederatedTask:
     write_task(task, path, classes)
   written = _written_digest(path)
   if written != task.data_digest:
-    raise ValueError(f'{path} holds other clients than task {task.name!r} '
-                     'with these options (it was not written for them); '
-                     'delete it or name another file.')
+    raise ValueError(f'{path} was written by this option for other data '
+                     f'than task {task.name!r} with these options; name '
+                     'another file (or delete that one, which tff-hdp wrote, '
+                     'to write these clients there).')
   x, y = task.train_arrays(task.client_ids[0])
   train = tff.simulation.datasets.SqlClientData(path, split_name='train')
   test = tff.simulation.datasets.SqlClientData(path, split_name='test')
@@ -497,40 +722,101 @@ def logits_loss() -> tf.keras.losses.Loss:
   return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def load_task(path: str, name: str, batch_size: int,
-                  num_classes: int | None = None,
-                  server_test: Arrays | None = None,
-                  evaluation_clients: int = EVALUATION_CLIENTS
-                  ) -> FederatedTask:
-  """A softmax-regression task on the 'x'/'y' examples of an SqlClientData
-  file or a FilePerUserClientData folder (train/ and test/ TFRecord files).
+# Classes a softmax regression of `load_task` may have: K is taken from the
+# labels, so a stray large label would otherwise size the model.
+MAX_CLASSES = 2**16
 
-  Without `server_test`, the server test set is the 'test' examples of the
-  evaluation clients (a seeded subset); without `num_classes`, K is one more
-  than the largest label the server test set holds. A label a client holds
-  outside [0, K) is an error naming the client when it is read.
+
+def load_task(path: str, name: str, batch_size: int,
+              num_classes: int | None = None,
+              server_test: Arrays | None = None,
+              evaluation_clients: int = EVALUATION_CLIENTS,
+              cache_folder: str | None = None) -> FederatedTask:
+  """A softmax-regression task on the 'x'/'y' examples of an SqlClientData
+  file or a FilePerUserClientData folder (train/ and test/ TFRecord files),
+  in any layout TFF's `save_to_sql_client_data` writes (`_Opened.layout`).
+
+  Without `server_test` the server's test set is: the 'test' examples of
+  the evaluation clients (a seeded subset), when clients have their own
+  test split; the 'test' clients' examples (a seeded subset of as many),
+  when the test clients are others; else the training examples of a seeded
+  subset of the clients (`evaluation_clients`, at most a tenth of them),
+  held out from training. The source's `notes` say which. Without
+  `num_classes`, K is one more than the largest label of that test set, at
+  most `MAX_CLASSES`. A label a client holds outside [0, K) is an error
+  naming the client when it is read. `cache_folder` (default: the task
+  cache) holds indexed copies of files without an index.
   """
-  train, test, num_features, fingerprint, stored = _open(path)
-  if (test is None or not test.client_ids) and server_test is None:
-    raise ValueError(f"{path} has no 'test' examples to evaluate on.")
-  parse = parse_examples(num_features)
-  source = ClientDataSource(train, test, parse, fingerprint,
-                            f'{path} ({len(train.client_ids)} clients)',
-                            evaluation_clients, stored=stored)
+  if cache_folder is None:
+    from tasks import population  # pylint: disable=g-import-not-at-top
+    cache_folder = population.cache_dir()
+  opened = _open(path, cache_folder)
+  parse = parse_examples(opened.num_features)
+  described = f'{path} ({len(opened.train.client_ids)} clients)'
+  notes = list(opened.notes)
+  file_ids = list(opened.train.client_ids)
+  held_out = []
+  if opened.layout == HELD_OUT and server_test is None:
+    held_out = seeded_subset(file_ids, max(1, min(evaluation_clients,
+                                                  len(file_ids) // 10)))
+    if len(held_out) == len(file_ids):
+      raise ValueError(f"{path} has no 'test' examples and too few clients "
+                       'to hold some out for testing.')
+    kept = set(held_out)
+    file_ids = [c for c in file_ids if c not in kept]
+    notes.append(f"{path} has no 'test' split: the training examples of "
+                 f'{len(held_out)} of its {len(opened.train.client_ids)} '
+                 'clients (a seeded subset) are the server\'s test set, and '
+                 'they are not trained on.')
+  test = opened.test if opened.layout == PER_CLIENT_TEST else None
+  source = ClientDataSource(opened.train, test, parse, opened.fingerprint,
+                            described, evaluation_clients,
+                            stored=opened.stored, file_ids=file_ids,
+                            read_many=opened.read_many)
+  source.notes = tuple(notes)
+  source.check(name)
   if server_test is None:
-    chosen = [c for c in seeded_subset(source.client_ids, evaluation_clients)
-              if source.has_test(c)]
-    server_test = tuple(np.concatenate(a) for a in
-                        zip(*(source.test(c) for c in chosen)))
-    if not len(server_test[0]):
-      raise ValueError(f"{path}: its evaluation clients have no 'test' "
+    if opened.layout == PER_CLIENT_TEST:
+      sets = source.test_sets(seeded_subset(source.client_ids,
+                                            evaluation_clients))
+    else:
+      split = 'test' if opened.layout == TEST_CLIENTS else 'training'
+      ids = (held_out or seeded_subset(list(opened.test.client_ids),
+                                       evaluation_clients))
+      if opened.layout == TEST_CLIENTS:
+        source.notes += (
+            f"{path}: its 'test' clients are others than its 'train' ones: "
+            f'the examples of {len(ids)} of its {len(opened.test.client_ids)}'
+            ' test clients (a seeded subset) are the server\'s test set; '
+            'clients have no test split of their own, so per-client '
+            'metrics are empty.',)
+      datasets = opened.read_many(
+          'test' if split == 'test' else opened.train_split, ids)
+      sets = {}
+      for c in ids:
+        try:
+          arrays = tuple(a.numpy() for a in _whole_client(
+              datasets[c], parse).get_single_element())
+        except READ_ERRORS as e:
+          raise ValueError(f'client {c!r}\'s examples in {path} cannot be '
+                           f'read: {op_error_reason(e)}') from None
+        sets[c] = check_client(name, c, split, arrays)
+    sets = [a for a in sets.values() if len(a[0])]
+    if not sets:
+      raise ValueError(f"{path}: the clients of its server test set have no "
                        'examples.')
+    server_test = tuple(np.concatenate(a) for a in zip(*sets))
   if num_classes is None:
     num_classes = int(server_test[1].max()) + 1
+    if num_classes > MAX_CLASSES:
+      raise ValueError(
+          f'{path}: its test examples hold the label {num_classes - 1}; '
+          f'labels are class indices, at most {MAX_CLASSES - 1} here (the '
+          'model has one output per class up to the largest label).')
   source.validate = functools.partial(_labels_outside, num_classes)
   return FederatedTask(
       name=name, client_train=None, client_test=None, server_test=server_test,
-      keras_model_fn=lambda: models.softmax_regression(num_features,
+      keras_model_fn=lambda: models.softmax_regression(opened.num_features,
                                                        num_classes),
       loss_fn=logits_loss,
       batch_size=batch_size, clients=source)

@@ -67,12 +67,14 @@ class ClientSource(abc.ABC):
   `client_ids` is the population in its fixed order (sampling and group
   assignment depend on it). `evaluation_clients` bounds how many clients'
   test sets a per-client metric reads (None: all, for sources held in
-  memory); `description` says what the source is, for the run's output.
+  memory); `description` says what the source is, and `notes` what the run
+  should know of how it is read, for the run's output.
   """
 
   client_ids: Sequence[Hashable]
   evaluation_clients: int | None = None
   description: str = 'arrays in memory'
+  notes: tuple[str, ...] = ()  # what a run says of the data before it trains
 
   @abc.abstractmethod
   def check(self, task_name: str) -> None:

@@ -69,10 +69,15 @@ def test_own_model_scores_equal_scoring_each_client_in_turn(
   assert any(abs(same[c] - got[c]) > 1 for c in got)
 
 
-def test_a_client_without_test_examples_scores_nan_and_none_is_empty():
+def test_a_client_without_test_examples_has_no_score_and_none_is_empty():
+  """A client with no test examples is left out of the per-client metrics
+  (a NaN score made its whole group's mean NaN), with its own model or the
+  global one."""
   task = _task([4, 0, 3])
   weights_of = _own_weights(task.keras_model_fn(), task.client_ids)
   got = evaluation.own_model_scores(task, task.keras_model_fn(), weights_of)
-  assert np.isnan(got['c1']) and not np.isnan(got['c0'])
+  assert list(got) == ['c0', 'c2'] and not np.isnan(got['c0'])
   assert got['c2'] == pytest.approx(_one_at_a_time(task, weights_of)['c2'])
   assert evaluation.own_model_scores(task, task.keras_model_fn(), {}) == {}
+  assert list(evaluation.client_scores(task, task.keras_model_fn(),
+                                       task.client_ids)) == ['c0', 'c2']

@@ -258,8 +258,9 @@ def test_a_client_of_another_feature_count_is_named_when_read(tmp_path):
     con.execute("INSERT INTO client_metadata VALUES ('wide', 'train', 2)")
   task = _load(path)
   with pytest.raises(ValueError, match=r"client 'wide'\'s training data in "
-                     r".*wide.sqlite \(2 clients\) do not fit the task's "
-                     r'layout: .*'):
+                     r".*wide.sqlite \(2 clients\) cannot be read: .*Number "
+                     r'of float values != expected\.  Values size: 5 but '
+                     r'output shape: \[3\]\.$'):
     task.train_arrays('wide')
 
 
@@ -272,3 +273,157 @@ def test_a_written_file_is_its_owners_alone(tmp_path):
     os.umask(old)
   assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
   assert os.listdir(tmp_path) == ['c.sqlite']
+
+
+def _tff_file(path, splits, seed=0):
+  """A file written by TFF's own `save_to_sql_client_data`: 20 clients of
+  5-8 examples (3 features, labels 0-3), each id in the split `splits`
+  gives it (None: TFF's 'default_split'); no index, as TFF writes it."""
+  import collections  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  ids = [f'c{i:02d}' for i in range(20)]
+  data = {c: (rng.normal(size=(5 + i % 4, 3)).astype(np.float32),
+              rng.integers(0, 4, 5 + i % 4)) for i, c in enumerate(ids)}
+  tff.simulation.datasets.save_to_sql_client_data(
+      ids, lambda c: tf.data.Dataset.from_tensor_slices(
+          collections.OrderedDict(x=data[c][0], y=data[c][1])), str(path),
+      split_names_by_client_id=splits and {c: splits(i)
+                                           for i, c in enumerate(ids)})
+  return str(path), data
+
+
+@pytest.mark.parametrize('layout', ['test_clients', 'train_only',
+                                    'default_split'])
+def test_every_layout_tffs_writer_makes_trains(tmp_path, layout):
+  """Train clients with test clients of their own: the test clients'
+  examples are the server's test set. Train only, or TFF's 'default_split':
+  a seeded tenth of the clients is held out, never trained on, and its
+  examples are the server's test set. Either way the notes say so, and the
+  unindexed file is read through an indexed copy in the cache."""
+  splits = {'test_clients': lambda i: 'test' if i >= 15 else 'train',
+            'train_only': lambda i: 'train', 'default_split': None}[layout]
+  path, data = _tff_file(tmp_path / f'{layout}.sqlite', splits)
+  before = client_data.file_fingerprint(path)
+  task = client_data.load_task(path, 'tff_written', 2,
+                               cache_folder=str(tmp_path / 'cache'))
+  if layout == 'test_clients':
+    trained, tested = sorted(data)[:15], sorted(data)[15:]
+    assert 'its \'test\' clients are others' in task.clients.notes[-1]
+  else:
+    held = set(client_data.seeded_subset(sorted(data), 2))
+    trained = [c for c in sorted(data) if c not in held]
+    tested = sorted(held)
+    assert 'are the server\'s test set, and they are not trained on' in (
+        task.clients.notes[-1])
+  assert task.client_ids == trained
+  x, y = task.server_test
+  assert sorted(map(tuple, x.tolist())) == sorted(
+      tuple(row) for c in tested for row in data[c][0].tolist())
+  assert 'has no index on examples(client_id, split_name)' in (
+      task.clients.notes[0])
+  assert client_data.file_fingerprint(path) == before  # not modified
+  np.testing.assert_array_equal(task.train_arrays(trained[3])[0],
+                                data[trained[3]][0])
+  assert all(len(task.test_arrays(c)[1]) == 0 for c in trained)
+  rounds, _ = seeded_fedhdp_run(task, str(tmp_path / 'run'), rounds=2,
+                                rate=0.5)
+  assert rounds.count('\n') == 3
+  header, *rows = [r.split(',') for r in rounds.splitlines()]
+  acc = rows[-1][header.index('acc_g')]
+  assert 0 <= float(acc) <= 100
+
+
+def test_the_index_is_built_once_in_the_cache(tmp_path):
+  """An unindexed file is read through one indexed copy, built on first use
+  and reused; a file with an index is read as it is."""
+  path, _ = _tff_file(tmp_path / 'plain.sqlite', lambda i: 'train')
+  cache = tmp_path / 'cache'
+  client_data.load_task(path, 'a', 2, cache_folder=str(cache))
+  copies = list(cache.iterdir())
+  assert len(copies) == 1 and stat.S_IMODE(copies[0].stat().st_mode) == 0o600
+  built = copies[0].stat().st_mtime_ns
+  again = client_data.load_task(path, 'a', 2, cache_folder=str(cache))
+  assert copies[0].stat().st_mtime_ns == built
+  assert str(copies[0]) in again.clients.notes[0]
+  with sqlite3.connect(copies[0]) as con:
+    plan = ' '.join(str(r) for r in con.execute(
+        "EXPLAIN QUERY PLAN SELECT serialized_example_proto FROM examples "
+        "WHERE client_id = 'c01' AND split_name = 'train'"))
+  assert 'USING INDEX' in plan
+  indexed = population.cached_file(50, 0, str(tmp_path))
+  assert not client_data.load_task(indexed, 'p', 2,
+                                   cache_folder=str(cache)).clients.notes
+  assert len(list(cache.iterdir())) == 1
+
+
+def test_a_file_with_other_splits_or_mixed_test_clients_is_one_line(tmp_path):
+  path, _ = _tff_file(tmp_path / 'three.sqlite',
+                      lambda i: ('train', 'test', 'holdout')[i % 3])
+  with pytest.raises(ValueError, match=r"three.sqlite has the splits "
+                     r"\['holdout', 'test', 'train'\]; a run reads 'train'"):
+    _load(path)
+  mixed = _file(tmp_path / 'mixed.sqlite', {'a': _client(3), 'b': _client(4)})
+  with sqlite3.connect(mixed) as con:
+    con.execute("INSERT INTO client_metadata VALUES ('z', 'test', 1)")
+  with pytest.raises(ValueError, match=r"some 'test' clients also have "
+                     r"'train' examples and some do not"):
+    _load(mixed)
+
+
+def test_a_label_too_large_for_a_model_is_refused(tmp_path):
+  """K is one more than the largest label: a stray 10^9 would size a model
+  of 10^9 outputs (a 99-line gRPC error), so it is refused naming it."""
+  path = _file(tmp_path / 'huge.sqlite', {'a': _client(3), 'b': _client(2)})
+  huge = tf.train.Example(features=tf.train.Features(feature={
+      'x': tf.train.Feature(float_list=tf.train.FloatList(value=[0.0] * 3)),
+      'y': tf.train.Feature(int64_list=tf.train.Int64List(value=[10**9]))}))
+  with sqlite3.connect(path) as con:
+    con.execute("UPDATE examples SET serialized_example_proto = ? WHERE "
+                "client_id = 'b' AND split_name = 'test'",
+                (huge.SerializeToString(),))
+  with pytest.raises(ValueError, match=r'huge.sqlite: its test examples hold '
+                     r'the label 1000000000; labels are class indices, at '
+                     r'most 65535'):
+    _load(path)
+
+
+def test_damaged_files_are_one_line_naming_the_file_and_client(tmp_path):
+  clients = {'a': _client(4, label=2), 'b': _client(3, label=1)}
+  folder = _folder(tmp_path / 'folder', clients)
+  data = open(os.path.join(folder, 'train', 'b'), 'rb').read()
+  with open(os.path.join(folder, 'train', 'b'), 'wb') as f:
+    f.write(data[:-7])  # cut short
+  task = _load(folder)
+  with pytest.raises(ValueError, match=r"client 'b'\'s training data in "
+                     r'.*folder \(2 clients\) cannot be read: .*'
+                     r'(corrupted|truncated)'):
+    task.train_arrays('b')
+  path = _file(tmp_path / 'rows.sqlite', clients)
+  with sqlite3.connect(path) as con:
+    con.execute("UPDATE examples SET serialized_example_proto = X'ff00ff' "
+                "WHERE client_id = 'b' AND split_name = 'train'")
+  with pytest.raises(ValueError, match=r"client 'b'\'s training data in "
+                     r'.*rows.sqlite \(2 clients\) cannot be read: an '
+                     r'example is not a serialized tf.train.Example'):
+    _load(path).train_arrays('b')
+  renamed = _file(tmp_path / 'names.sqlite', clients)
+  other = tf.train.Example(features=tf.train.Features(feature={
+      'features': tf.train.Feature(float_list=tf.train.FloatList(
+          value=[1.0, 2.0, 3.0])),
+      'y': tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
+  with sqlite3.connect(renamed) as con:
+    con.execute("UPDATE examples SET serialized_example_proto = ? WHERE "
+                "client_id = 'b'", (other.SerializeToString(),))
+  with pytest.raises(ValueError, match=r"client 'b'\'s test data in "
+                     r'.*names.sqlite \(2 clients\) cannot be read: Feature: '
+                     r'x \(data type: float\) is required but could not be '
+                     r'found\.$'):
+    _load(renamed)
+  with sqlite3.connect(path) as con:
+    con.execute("UPDATE client_metadata SET client_id = CAST(X'ff61' AS TEXT)"
+                " WHERE client_id = 'a'")
+  with pytest.raises(ValueError, match=r'rows.sqlite is not a TFF '
+                     r'SqlClientData file, or a damaged one \(Could not '
+                     r"decode to UTF-8 column 'client_id'"):
+    _load(path)

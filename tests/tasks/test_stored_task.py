@@ -5,6 +5,7 @@ layout cannot hold, are refused."""
 
 import dataclasses
 import os
+import sqlite3
 
 import numpy as np
 import pytest
@@ -55,16 +56,33 @@ def test_an_untrusted_run_of_a_stored_task_equals_the_task_in_memory(tmp_path):
   assert summaries[0]['metrics']['acc_g'] > 0.2  # it trained
 
 
-def test_a_file_of_other_data_is_refused(tmp_path):
+def test_a_file_of_other_data_is_refused_saying_what_it_is(tmp_path):
+  """Written for other data: name another file. A user's own ClientData,
+  another SQLite file, a text file or a folder is diagnosed as what it is
+  (never the advice to delete it)."""
   path = str(tmp_path / 'digits.sqlite')
   client_data.stored_task(_digits(), path)
-  with pytest.raises(ValueError, match=r"digits.sqlite holds other clients "
-                     r"than task 'digits' with these options"):
+  with pytest.raises(ValueError, match=r"digits.sqlite was written by this "
+                     r"option for other data than task 'digits' with these "
+                     r'options; name another file'):
     client_data.stored_task(_digits(seed=1), path)
-  other = str(tmp_path / 'population.sqlite')
-  client_data.write_sql(other, [])  # a ClientData file, but not a task's
-  with pytest.raises(ValueError, match='population.sqlite holds other'):
-    client_data.stored_task(_digits(), other)
+  mine = str(tmp_path / 'mine.sqlite')
+  client_data.write_sql(mine, [])  # a ClientData file, but not a task's
+  text, other = tmp_path / 'notes.txt', tmp_path / 'other.sqlite'
+  text.write_text('not a database\n' * 100)
+  with sqlite3.connect(other) as con:
+    con.execute('CREATE TABLE t (a)')
+  for given, message in (
+      (mine, r'mine.sqlite is a ClientData file this option did not write; '
+             r'to train on its clients use --client_data=.*mine.sqlite'),
+      (str(text), r'notes.txt is not a file this option wrote \(not an '
+                  r'SQLite file\)'),
+      (str(other), r'other.sqlite is an SQLite file this option did not '
+                   r'write'),
+      (str(tmp_path), r'is a folder; name the file')):
+    with pytest.raises(ValueError, match=message) as raised:
+      client_data.stored_task(_digits(), given)
+    assert 'delete' not in str(raised.value)
 
 
 @pytest.mark.parametrize('algorithm', ['mrmtl', 'ifca'])

@@ -27,11 +27,13 @@ def _predict(model: tf.keras.Model, x: np.ndarray) -> np.ndarray:
 
 def client_scores(task: FederatedTask, model: tf.keras.Model,
                   client_ids: Sequence[Hashable]) -> dict[Hashable, float]:
-  """Each client's mean score on its own test set."""
-  tests = [task.test_arrays(c) for c in client_ids]
-  if not tests:
+  """Each client's mean score on its own test set (clients without test
+  examples have none)."""
+  tests = {c: task.test_arrays(c) for c in client_ids}
+  client_ids = [c for c in client_ids if len(tests[c][1])]
+  if not client_ids:
     return {}
-  xs, ys = zip(*tests)
+  xs, ys = zip(*(tests[c] for c in client_ids))
   scores = task.metric_record.score(_predict(model, np.concatenate(xs)),
                                     np.concatenate(ys))
   bounds = np.cumsum([0] + [len(y) for y in ys])
@@ -70,7 +72,8 @@ def _build_own_model_predictor(model: tf.keras.Model, x_spec: tf.TensorSpec):
 def own_model_scores(task: FederatedTask, model: tf.keras.Model,
                      weights_of: Mapping[Hashable, Sequence[np.ndarray]]
                      ) -> dict[Hashable, float]:
-  """Each client's mean score on its own test set with its own model.
+  """Each client's mean score on its own test set with its own model
+  (clients without test examples have none).
 
   `weights_of[c]` is client c's trainable then non-trainable weights (in
   `model`'s order). Clients are scored in chunks of stacked weights by one
@@ -93,8 +96,7 @@ def own_model_scores(task: FederatedTask, model: tf.keras.Model,
     outputs = predict(stacked, np.concatenate(xs), bounds).numpy()
     scores = task.metric_record.score(outputs, np.concatenate(ys))
     out.update({c: float(scores[bounds[i]:bounds[i + 1]].mean())
-                if bounds[i + 1] > bounds[i] else float('nan')
-                for i, c in enumerate(part)})
+                for i, c in enumerate(part) if bounds[i + 1] > bounds[i]})
   return out
 
 
