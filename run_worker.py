@@ -4,7 +4,9 @@ Usage: python run_worker.py --listen=ADDRESS:PORT
 
 Runs TensorFlow Federated 0.87's C++ worker (`worker_binary`), answering on
 ADDRESS only (an IP address of this machine, e.g. its private network's, or
-127.0.0.1 behind an SSH tunnel), until Ctrl-C or SIGTERM. The worker runs any
+127.0.0.1 behind an SSH tunnel), until Ctrl-C or SIGTERM. It ends with this
+process however that ends (`kill -9` included): an orphaned worker would
+keep the port and serve runs with nothing showing it. The worker runs any
 TensorFlow computation a connecting driver sends and its protocol has no TLS
 or authentication: never give it an address that untrusted machines reach.
 Every machine needs the same pinned install (`make install`, which also
@@ -55,7 +57,8 @@ def main(argv: list[str]) -> None:
   host, port = _address()
   try:
     process = workers.start_worker(
-        port, host, max_concurrent_computation_calls=MAX_CALLS.value)
+        port, host, die_with_parent=True,
+        max_concurrent_computation_calls=MAX_CALLS.value)
   except workers.WorkerStartError as e:
     raise entry.InputError(f'--listen={LISTEN.value}: {e}') from None
   print(f'TFF worker listening on {LISTEN.value} (pid {process.pid}); '

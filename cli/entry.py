@@ -5,7 +5,8 @@ expects. `--help` (and `-h`, `--helpshort`, `--helpfull`) prints the usage
 and the flags grouped by setting and exits 0 before TensorFlow is imported,
 so it is instant. A bad flag value is one line, `<program>: error: ...`, with
 exit status 2, also before TensorFlow is imported where the check needs no
-data. Ctrl-C ends with one line saying how to resume, not a traceback.
+data. Ctrl-C ends with one line saying how to resume, not a traceback, and so
+does a full disk, naming the file it could not write.
 
 TensorFlow is imported by the flag parser, after the flags are read: Keras
 2.14 cannot build functional or Sequential models when TensorFlow is first
@@ -15,6 +16,7 @@ imported inside `app.run`'s main.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import textwrap
@@ -27,6 +29,7 @@ HELP_FLAGS = ('--help', '-h', '-?', '--helpshort', '--helpfull')
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 EXIT_WORKER_LOST = 3
+_RESUME = 're-run the same command to resume from the last checkpoint'
 
 
 class InputError(ValueError):
@@ -44,12 +47,26 @@ def fail(message: str) -> None:
 
 
 def file_error(error: OSError) -> str:
-  """'<file>: <OS error>' for an `OSError` (both files when it names two)."""
-  if error.filename is None:
-    return str(error)
+  """'<file>: <OS error>' for an `OSError` (both files when it names two).
+
+  A full disk also says so and how to go on; when its error names no file
+  (a write not named on the way, e.g. the folder's lock), it names
+  --output_dir, where the run writes.
+  """
+  full = error.errno == errno.ENOSPC
   names = ' -> '.join(str(f) for f in (error.filename, error.filename2)
-                      if f is not None)
+                      if f is not None) or (full and _output_dir())
+  if not names:
+    return str(error)
+  if full:
+    return (f'{names}: {error.strerror} (the disk is full); free space, then '
+            f'{_RESUME}')
   return f'{names}: {error.strerror or error}'
+
+
+def _output_dir() -> str | None:
+  flags = absl_flags.FLAGS
+  return flags.output_dir if 'output_dir' in flags else None
 
 
 def check_writable(folder: str) -> None:
@@ -75,7 +92,7 @@ def _hold_output_dir(folder_lock):
   """The run's hold on its --output_dir (`folder_lock`): a second command
   into the same folder stops at once, before it loads data or writes."""
   flags = absl_flags.FLAGS
-  folder = flags.output_dir if 'output_dir' in flags else None
+  folder = _output_dir()
   dry_run = 'dry_run' in flags and flags.dry_run
   if not folder or dry_run or not os.path.isdir(folder):
     return contextlib.nullcontext()
@@ -181,6 +198,5 @@ def run(main: Callable[[list[str]], None], usage: str,
   try:
     app.run(guarded_main, flags_parser=parse)
   except KeyboardInterrupt:
-    sys.stderr.write(f'\n{program()}: interrupted; re-run the same command '
-                     'to resume from the last checkpoint.\n')
+    sys.stderr.write(f'\n{program()}: interrupted; {_RESUME}.\n')
     sys.exit(EXIT_INTERRUPTED)

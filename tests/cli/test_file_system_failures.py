@@ -5,11 +5,16 @@ Read-only files in `--output_dir` are found before training
 (`cli.entry.check_writable`); a file that becomes read-only while the run
 trains is reported after everything else was saved. Root writes read-only
 files, so under root the runs are started without the capabilities that
-let it (`setpriv`), subject to file modes as any other user.
+let it (`setpriv`), subject to file modes as any other user. A full disk is
+a small tmpfs mounted for the test, which needs root (skipped, saying why,
+without it); the same command resumes once space is freed.
 """
 
 import csv
+import errno
+import glob
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -17,9 +22,11 @@ import sys
 import time
 
 import pytest
+import tensorflow as tf
 
 from tests import repository
 from tff_hdp.reporting import tables
+from tff_hdp.simulation import checkpointing
 
 RUN = [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
        '--task=digits', '--algorithms=fedhdp', '--r=1',
@@ -161,7 +168,9 @@ entry.run(main, 'usage')
      'ckpt_temp; Permission denied\\n\\t [[{{node SaveV2}}]]")',
      'out/checkpoints/ckpt_temp; Permission denied'),
     ('raise OSError(28, "No space left on device", "out/rounds.csv")',
-     'out/rounds.csv: No space left on device'),
+     'out/rounds.csv: No space left on device (the disk is full); free '
+     'space, then re-run the same command to resume from the last '
+     'checkpoint'),
     ('raise OSError(18, "Invalid cross-device link", "a.tmp", None, "out/a")',
      'a.tmp -> out/a: Invalid cross-device link'),
 ])
@@ -181,3 +190,74 @@ def test_a_table_file_that_cannot_be_written_does_not_stop_the_other(
     tables.write_table(str(tmp_path), ['a'], [[1]])
   assert raised.value.filename == str(tmp_path / 'results.md')
   assert (tmp_path / 'results.csv').read_text() == 'a\n1\n'
+
+
+_DISK_FULL = ('No space left on device (the disk is full); free space, then '
+              're-run the same command to resume from the last checkpoint')
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 1 MiB tmpfs: a disk the test can fill (and free) at will."""
+  if os.geteuid() != 0 or shutil.which('mount') is None:
+    pytest.skip('a full disk: mounting a small tmpfs needs root and `mount`')
+  disk = tmp_path / 'disk'
+  disk.mkdir()
+  mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=1m', 'tmpfs',
+                            str(disk)], capture_output=True, text=True)
+  if mounted.returncode != 0:
+    pytest.skip(f'a full disk: cannot mount a tmpfs: {mounted.stderr.strip()}')
+  try:
+    yield disk
+  finally:
+    subprocess.run(['umount', '--lazy', str(disk)], check=True)
+
+
+def _fill(disk):
+  """Writes `disk`/filler until the disk is full."""
+  with open(disk / 'filler', 'wb', buffering=0) as f:
+    try:
+      while True:
+        f.write(bytes(1 << 16))
+    except OSError as e:
+      assert e.errno == errno.ENOSPC, e
+
+
+def test_a_disk_full_mid_run_is_one_line_naming_the_file_then_resumes(
+    small_disk):
+  out = small_disk / 'out'
+  command = RUN + ['--rounds=5', '--checkpoint_every=1', f'--output_dir={out}']
+  status, errors, _ = repository.run_losing_its_worker(
+      command, str(out), CONFIG, 2, lambda run: _fill(small_disk))
+  assert status == 2, errors
+  [line] = errors
+  # Which write meets the full disk first is a race: the checkpoint, its
+  # key or its seconds, a row.
+  assert re.fullmatch(rf'run_experiment\.py: error: {re.escape(str(out))}/'
+                      rf'{CONFIG}/\S+: {re.escape(_DISK_FULL)}', line), line
+  assert not glob.glob(str(out / CONFIG / 'checkpoints' / '*_temp*'))
+
+  os.remove(small_disk / 'filler')
+  result = subprocess.run(command, capture_output=True, text=True,
+                          timeout=300)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'resuming from round' in result.stdout
+  rows = repository.rounds_rows(str(out), CONFIG)
+  assert [int(r['round']) for r in rows] == [1, 2, 3, 4, 5]
+
+
+def test_a_new_run_into_a_full_disk_is_one_line_naming_its_folder(
+    small_disk):
+  _fill(small_disk)
+  out = small_disk / 'out'
+  line = _one_error(_run('--rounds=2', f'--output_dir={out}', timeout=120))
+  assert line == f'run_experiment.py: error: {out}: {_DISK_FULL}'
+
+
+def test_tf_file_ops_on_a_full_disk_fail_naming_the_file(small_disk):
+  # TF raises ResourceExhaustedError, which was a 61-line traceback.
+  _fill(small_disk)
+  path = str(small_disk / 'tensor')
+  with pytest.raises(OSError) as raised, checkpointing.writing(path):
+    tf.io.write_file(path, 'x' * 100_000)
+  assert (raised.value.errno, raised.value.filename) == (errno.ENOSPC, path)

@@ -1,6 +1,6 @@
 """The TFF worker of a default (local) run: reachable from this machine only,
-and gone when its driver is killed; a run whose worker is killed ends naming
-it, and resumes; and a worker never shares a port.
+and gone when its driver is killed, as run_worker.py's is with it; a run whose
+worker is killed ends naming it, and resumes; and a worker never shares a port.
 
 TFF 0.87's own local context starts `worker_binary` listening on every
 interface ([::]:PORT) and leaves it running (orphaned, still listening) when
@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from tests import repository
+from tff_hdp.simulation import remote_execution
 from tff_hdp.simulation import worker_shim
 from tff_hdp.simulation import workers
 
@@ -69,6 +70,28 @@ def test_a_default_run_listens_on_loopback_only_and_dies_with_its_driver(
     run.wait()
   _, alive = psutil.wait_procs([w for w, _ in found], timeout=10)
   assert not alive, f'worker outlived its killed driver: {alive}'
+
+
+def test_a_killed_run_worker_takes_its_worker_along_and_frees_the_port():
+  # An orphan kept the port and went on serving runs, seen by no one.
+  address = f'{workers.LOOPBACK}:{portpicker.pick_unused_port()}'
+  server = subprocess.Popen(
+      [sys.executable, os.path.join(repository.ROOT, 'run_worker.py'),
+       f'--listen={address}'],
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    assert remote_execution.answers(address, 120), 'run_worker.py never served'
+    [worker] = _worker_processes(psutil.Process(server.pid))
+  finally:
+    server.send_signal(signal.SIGKILL)
+    server.wait()
+  _, alive = psutil.wait_procs([worker], timeout=5)
+  for orphan in alive:  # not left holding the port after a failure
+    orphan.kill()
+  assert not alive, f'worker outlived its killed run_worker.py: {alive}'
+  with socket.socket() as probe:
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC
+    probe.bind(workers.parse_address(address))  # raises if still held
 
 
 _ROUNDS = 40

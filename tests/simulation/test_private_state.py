@@ -6,11 +6,13 @@ state) and Ditto's noise-free personal models: every folder and file in it
 must be its owner's alone, and no released file may hold the secret. The
 secret is written before round 1, so a run killed before its first
 checkpoint, re-run, releases rounds 1..k again with the same values (not a
-second, independent noisy copy), and TensorBoard keeps one event per round.
+second, independent noisy copy), and TensorBoard keeps one event per round,
+also when its events were cut short.
 Without checkpoints (`--checkpoint_every=0`) the run key is kept all the
 same, so a different run into the folder is refused.
 """
 
+import asyncio
 import glob
 import os
 import stat
@@ -141,6 +143,20 @@ def test_a_run_killed_before_its_first_checkpoint_repeats_its_rounds(
   # What TensorBoard shows is what rounds.csv says.
   assert float(rows[2]['clip_norm']) == float(
       f"{after[('clip_norm', 3)][0]:.6g}")
+
+
+def test_events_cut_short_give_their_intact_rounds_to_the_resume(tmp_path):
+  # A full disk or a kill can cut the last event short; reading it failed
+  # every later resume.
+  from tff_hdp.simulation import run_files  # pylint: disable=g-import-not-at-top
+  directory = str(tmp_path / 'tensorboard')
+  released = run_files.TensorBoardRounds(directory)
+  for round_num in range(1, 5):
+    asyncio.run(released.release({'clip_norm': float(round_num)}, round_num))
+  [path] = glob.glob(os.path.join(directory, '*tfevents*'))
+  os.truncate(path, os.path.getsize(path) - 3)  # round 4's event
+  run_files.TensorBoardRounds(directory).keep_through(3)
+  assert _events(directory) == {('clip_norm', r): [float(r)] for r in (1, 2, 3)}
 
 
 def test_without_checkpoints_the_run_key_still_guards_the_folder(tmp_path):

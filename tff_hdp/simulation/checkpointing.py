@@ -22,11 +22,14 @@ intact one before it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import glob
 import json
 import os
 import shutil
 import stat
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -45,6 +48,25 @@ _SECONDS_FILE = 'seconds.json'
 _PREFIX = 'round_'  # of each saved round's folder
 
 
+@contextlib.contextmanager
+def writing(path: str) -> Iterator[None]:
+  """Re-raises what fails while writing `path` as an `OSError` naming it.
+
+  A write or flush that fails raises an `OSError` without a file name (e.g.
+  `[Errno 28] No space left on device`), and TF's file ops raise
+  `ResourceExhaustedError` for a full disk (or quota); either left the user
+  without the path to free space for.
+  """
+  try:
+    yield
+  except tf.errors.ResourceExhaustedError:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path) from None
+  except OSError as e:
+    if e.filename is not None:
+      raise
+    raise OSError(e.errno, e.strerror, path) from None
+
+
 def read_json_dict(path: str | None) -> dict:
   """The JSON object in `path`, or {} if there is none or it cannot be read
   (a file that only saves time is rebuilt rather than trusted)."""
@@ -59,7 +81,7 @@ def read_json_dict(path: str | None) -> dict:
 def write_json_atomically(path: str, value) -> None:
   """Writes `value` as JSON; a crash mid-write leaves the previous file."""
   os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-  with open(f'{path}.tmp', 'w') as f:
+  with writing(path), open(f'{path}.tmp', 'w') as f:
     json.dump(value, f, indent=0, sort_keys=True)
   os.replace(f'{path}.tmp', path)
 
@@ -88,7 +110,7 @@ def _write_private(path: str, text: str) -> None:
   durably: a kill or a power cut at any moment leaves the old file or the
   whole new one, never an empty or partial one."""
   fd = os.open(f'{path}.tmp', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-  with os.fdopen(fd, 'w') as f:
+  with writing(path), os.fdopen(fd, 'w') as f:
     f.write(text)
     f.flush()
     os.fsync(f.fileno())
@@ -263,8 +285,18 @@ class RunCheckpoint:
     """
     self._write_key()
     if personal is not None:
-      personal.save(self.personal_path(round_num))
-    asyncio.run(self._manager.save(state, round_num))
+      with writing(self.personal_path(round_num)):
+        personal.save(self.personal_path(round_num))
+    folder = os.path.join(self._directory, f'{_PREFIX}{round_num}')
+    try:
+      with writing(folder):
+        asyncio.run(self._manager.save(state, round_num))
+    except OSError:
+      # TFF writes into a temporary folder it renames when complete; a
+      # partial one (a full disk) is never read but would hold its space.
+      for partial in glob.glob(f'{folder}_temp*'):
+        shutil.rmtree(partial, ignore_errors=True)
+      raise
     kept = set(asyncio.run(self._manager.get_versions()) or [])
     for name in os.listdir(self._directory):
       if name.startswith('personal_round_') and name.endswith('.npz'):

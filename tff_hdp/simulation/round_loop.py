@@ -121,8 +121,8 @@ def run_rounds(program: RoundProgram,
   csv_file = writer = None
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)
-    csv_file, writer = run_files.open_csv(
-        os.path.join(output_dir, 'rounds.csv'), program.columns, done)
+    csv_path = os.path.join(output_dir, 'rounds.csv')
+    csv_file, writer = run_files.open_csv(csv_path, program.columns, done)
   rows = []
   metrics = None
   earlier = checkpoint.seconds_through(done) if checkpoint and done else 0.0
@@ -148,9 +148,10 @@ def run_rounds(program: RoundProgram,
         bar.set_postfix(program.postfix(metrics))
       rows.append(row)
       if writer:
-        writer.writerow({k: run_files.csv_cell(row.get(k))
-                         for k in program.columns})
-        csv_file.flush()
+        with checkpointing.writing(csv_path):
+          writer.writerow({k: run_files.csv_cell(row.get(k))
+                           for k in program.columns})
+          csv_file.flush()
       for manager in release_managers:
         asyncio.run(manager.release(
             run_files.releasable(row, program.columns), key=round_num))
@@ -162,7 +163,8 @@ def run_rounds(program: RoundProgram,
         checkpoint.record_seconds(round_num, earlier + time.time() - start)
   finally:
     if csv_file:
-      csv_file.close()
+      with checkpointing.writing(csv_path):
+        csv_file.close()
   if metrics is None:  # Resumed after the last round: nothing was evaluated.
     metrics = program.evaluate(program.rounds)
   return LoopResult(rows, metrics, earlier + time.time() - start)

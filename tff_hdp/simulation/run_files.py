@@ -4,7 +4,8 @@ TensorBoard events.
 `rounds.csv` is appended one flushed row per round, so the file a person reads
 is complete up to the last finished round; a resumed run first drops the rows
 (and TensorBoard events, `TensorBoardRounds`) written after its checkpoint,
-so every round appears exactly once.
+so every round appears exactly once. Every write here that fails raises an
+`OSError` naming its file (`checkpointing.writing`), e.g. on a full disk.
 """
 
 from __future__ import annotations
@@ -42,12 +43,17 @@ def open_csv(path: str, columns: Sequence[str], keep_through: int):
       raise checkpointing.CheckpointError(
           f'{path} lacks rows of rounds before the checkpoint (round '
           f'{keep_through}); delete the output folder to start over.')
-  csv_file = open(path, 'w', newline='')
-  writer = csv.DictWriter(csv_file, fieldnames=columns)
-  writer.writeheader()
-  writer.writerows(kept)
-  csv_file.flush()
-  return csv_file, writer
+  # Rewritten beside it and renamed: truncated in place, it lost the rows
+  # before the checkpoint to a kill or a full disk mid-write, and every later
+  # resume stopped on it.
+  with checkpointing.writing(path):
+    with open(f'{path}.tmp', 'w', newline='') as f:
+      writer = csv.DictWriter(f, fieldnames=columns)
+      writer.writeheader()
+      writer.writerows(kept)
+    os.replace(f'{path}.tmp', path)
+    csv_file = open(path, 'a', newline='')
+  return csv_file, csv.DictWriter(csv_file, fieldnames=columns)
 
 
 def csv_cell(value):
@@ -86,22 +92,32 @@ class TensorBoardRounds(tff.program.ReleaseManager):
     paths = sorted(glob.glob(os.path.join(self._directory, '*tfevents*')))
     kept = []
     for path in paths:
-      for record in tf.data.TFRecordDataset(path):
-        event = tf.compat.v1.Event.FromString(record.numpy())
-        if event.step <= round_num and event.HasField('summary'):
-          kept.append(record.numpy())
+      try:
+        for record in tf.data.TFRecordDataset(path):
+          event = tf.compat.v1.Event.FromString(record.numpy())
+          if event.step <= round_num and event.HasField('summary'):
+            kept.append(record.numpy())
+      except tf.errors.DataLossError:
+        pass  # its last record cut short (a full disk, a kill): the rest kept
     if kept:
-      name = f'events.out.tfevents.{time.time():.0f}.kept_through_{round_num}'
-      with tf.io.TFRecordWriter(os.path.join(self._directory, name)) as f:
-        for record in kept:
-          f.write(record)
+      name = os.path.join(
+          self._directory,
+          f'events.out.tfevents.{time.time():.0f}.kept_through_{round_num}')
+      # Written under a name the glob above skips: one cut short is not read.
+      partial = os.path.join(self._directory, f'kept_through_{round_num}.tmp')
+      with checkpointing.writing(name):
+        with tf.io.TFRecordWriter(partial) as f:
+          for record in kept:
+            f.write(record)
+        os.replace(partial, name)
     for path in paths:
       os.remove(path)
 
   async def release(self, value, key: int) -> None:
-    if self._inner is None:
-      self._inner = tff.program.TensorBoardReleaseManager(self._directory)
-    await self._inner.release(value, key=key)
+    with checkpointing.writing(self._directory):
+      if self._inner is None:
+        self._inner = tff.program.TensorBoardReleaseManager(self._directory)
+      await self._inner.release(value, key=key)
 
 
 def save_model(path: str, weights: tff.learning.models.ModelWeights) -> None:
@@ -110,7 +126,8 @@ def save_model(path: str, weights: tff.learning.models.ModelWeights) -> None:
             for i, w in enumerate(weights.trainable)}
   arrays.update({f'non_trainable_{i}': np.asarray(w)
                  for i, w in enumerate(weights.non_trainable)})
-  np.savez(path, **arrays)
+  with checkpointing.writing(path):
+    np.savez(path, **arrays)
 
 
 def write_summary(path: str, summary: dict) -> None:
@@ -125,5 +142,5 @@ def write_summary(path: str, summary: dict) -> None:
       return [clean(x) for x in v]
     return v
 
-  with open(path, 'w') as f:
+  with checkpointing.writing(path), open(path, 'w') as f:
     json.dump(clean(summary), f, indent=2)

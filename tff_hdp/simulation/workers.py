@@ -5,8 +5,9 @@ it, without TLS or authentication, and listens on every interface; TFF's
 own local context starts one for every run and leaves it running when its
 driver is killed. Workers started here load the shim built from
 `worker_shim.c` at install time (worker_shim.py), which binds them to the
-given address only, keeps gRPC from sharing a port that is in use, and, for
-the driver's own local worker, ends them with the driver however it ends.
+given address only, keeps gRPC from sharing a port that is in use, and
+(`die_with_parent`, as runs and run_worker.py ask) ends them with the process
+that started them, however it ends.
 `start_worker` then checks what the process actually listens on and refuses
 a worker that is reachable elsewhere.
 """
@@ -113,7 +114,10 @@ def start_worker(port: int, bind_address: str = LOOPBACK, *,
   Refuses at once an address that is taken or not this machine's. Waits
   until it listens (at most a minute) and checks that it listens on
   `bind_address` and nowhere else; otherwise kills it and raises
-  `WorkerStartError`.
+  `WorkerStartError`. With `die_with_parent` the kernel kills the worker
+  when the thread calling this ends, however it ends (the shim's
+  PR_SET_PDEATHSIG): call it from the thread that lives as long as the
+  process, as the main one does.
   """
   try:
     shim = worker_shim.installed_library()
