@@ -121,19 +121,12 @@ def _preset_names() -> list[str]:
 
 
 def _lambdas_flag() -> list[float] | None:
-  """--ditto_lambdas as numbers (None: not given), checked before any work."""
+  """--ditto_lambdas as numbers (None: not given), checked before any work:
+  each is a Ditto lambda (--ditto_lambda_p), which lands in float32."""
   if _DITTO_LAMBDAS.value is None:
     return None
-  try:
-    lambdas = [float(v) for v in _DITTO_LAMBDAS.value]
-  except ValueError:
-    raise cli_flags.InputError(
-        '--ditto_lambdas must be comma-separated numbers, got '
-        f'{",".join(_DITTO_LAMBDAS.value)!r}.') from None
-  for lam in lambdas:
-    if not lam >= 0:
-      raise cli_flags.InputError(
-          f'--ditto_lambdas must be >= 0, got {lam}.')
+  lambdas = cli_flags.floats(_DITTO_LAMBDAS, 0, cli_flags.MAX_FLOAT32,
+                             allow_empty=True)
   cli_flags.check_distinct('--ditto_lambdas', lambdas, _DITTO_LAMBDAS.value)
   return lambdas
 

@@ -15,6 +15,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 
 from absl import flags as absl_flags
 
@@ -210,7 +211,9 @@ OUTPUT_DIR = absl_flags.DEFINE_string(
 DRY_RUN = absl_flags.DEFINE_bool(
     'dry_run', False, 'Only check the flags (reproduce.py: with each preset '
     'applied), print what the command would run and where it would write, '
-    'and exit: no data is loaded, nothing is trained or written. Checks that '
+    'and exit: no data is loaded (but for the number of clients, when '
+    '--clip_count_stddev without --output_dir needs it to name the folder), '
+    'nothing is trained or written. Checks that '
     'need the data (clients per round against the clients, delta against '
     '1/N) run when the command does.')
 TRIALS = absl_flags.DEFINE_integer(
@@ -234,6 +237,16 @@ MAX_COUNT = 2**31 - 1
 # Largest target epsilon: far past any guarantee (use nonprivate), and above
 # ~1e5 dp_accounting cannot calibrate the noise at all.
 MAX_EPSILON = 1000.0
+# TensorFlow computes in float32, whose largest finite value is ~3.4e38 (TFF
+# refuses a float32 constant from 3.4e38 up): a value it receives may be at
+# most MAX_FLOAT32, one it squares at most MAX_SQUARED, one a count (up to
+# MAX_COUNT) multiplies at most MAX_PER_COUNT and one it exponentiates at
+# most MAX_EXPONENT (e^88.7 is float32's largest). Past them a run trains on
+# inf and NaN and reports a meaningless model.
+MAX_FLOAT32 = 1e38
+MAX_SQUARED = 1e19
+MAX_PER_COUNT = 1e29
+MAX_EXPONENT = 88.0
 # Flags that do not change what a run computes, so not part of the default
 # output folder's name: where it goes and how it is executed.
 _NOT_IN_FOLDER_NAME = ('output_dir', 'dry_run', 'workers', 'worker_timeout',
@@ -307,8 +320,10 @@ def help_groups() -> list[tuple[str, list[str]]]:
   return [(title(k), sorted(grouped[k])) for k in keys]
 
 
-def floats(flag, allow_empty: bool = False) -> list[float]:
-  """The flag's comma-separated values as finite floats."""
+def floats(flag, low: float = -math.inf, high: float = math.inf,
+           low_open: bool = False, allow_empty: bool = False) -> list[float]:
+  """The flag's comma-separated values as finite floats, each in the
+  interval (`_value_in`)."""
   if not flag.value and not allow_empty:
     raise InputError(f'--{flag.name} needs at least one number.')
   try:
@@ -319,6 +334,7 @@ def floats(flag, allow_empty: bool = False) -> list[float]:
         f'{",".join(flag.value)!r}.') from None
   for v in values:
     check(math.isfinite(v), f'--{flag.name} must be finite numbers, got {v}.')
+    _value_in(f'--{flag.name}', v, low, high, low_open)
   return values
 
 
@@ -336,17 +352,24 @@ def _in(flag, low: float, high: float = math.inf, low_open: bool = False,
     return
   if isinstance(v, int):
     high = min(high, MAX_COUNT)
+  _value_in(f'--{flag.name}', v, low, high, low_open, high_open)
+
+
+def _value_in(name: str, v: float, low: float, high: float = math.inf,
+              low_open: bool = False, high_open: bool = False) -> None:
+  """`v`, a value of the flag `name`, lies in the interval, finite."""
   ok = (math.isfinite(v) and (v > low if low_open else v >= low) and
         (v < high if high_open else v <= high))
   if not ok:
     interval = ('(' if low_open else '[') + f'{_number(low)}, ' + (
         'inf)' if high == math.inf else _number(high) + (
             ')' if high_open else ']'))
-    check(False, f'--{flag.name} must be in {interval}, got {v}.')
+    check(False, f'{name} must be in {interval}, got {v}.')
 
 
 def _number(x: float) -> str:
-  return str(int(x)) if float(x).is_integer() else f'{x:g}'
+  """`x` as written in an interval: a whole number in full, unless huge."""
+  return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f'{x:g}'
 
 
 def run_setting() -> str:
@@ -393,18 +416,22 @@ def _check_applies(current: str) -> None:
           f'folder {folder}.')
 
 
-def default_output_dir(name: str, extra_flags: tuple[str, ...] = ()) -> str:
+def default_output_dir(name: str, extra_flags: tuple[str, ...] = (),
+                       as_default: tuple[str, ...] = ()) -> str:
   """`results/<name>-<hash>`, the folder of a run given no --output_dir.
 
   The hash covers every flag the run's setting reads (and `extra_flags`)
   except where and how it executes, so two different runs never share a
   folder (one would refuse the other's checkpoints, and overwrite its
-  table) while the same command finds its own checkpoints again.
+  table) while the same command finds its own checkpoints again. Flags in
+  `as_default` were given their default's value: the same run, hashed as
+  not given.
   """
   current = run_setting()
   names = sorted(n for n, s in APPLIES.items()
                  if current in s and n not in _NOT_IN_FOLDER_NAME)
-  text = json.dumps([(n, absl_flags.FLAGS[n].value)
+  text = json.dumps([(n, absl_flags.FLAGS[n].default if n in as_default else
+                      absl_flags.FLAGS[n].value)
                      for n in names + list(extra_flags)], default=str)
   digest = hashlib.sha256(text.encode()).hexdigest()[:8]
   return os.path.join('results', f'{name}-{digest}')
@@ -412,7 +439,9 @@ def default_output_dir(name: str, extra_flags: tuple[str, ...] = ()) -> str:
 
 def _check_output_dir() -> None:
   if OUTPUT_DIR.value is None:
-    absl_flags.FLAGS['output_dir'].value = default_output_dir(TASK.value)
+    absl_flags.FLAGS['output_dir'].value = default_output_dir(
+        TASK.value, as_default=('clip_count_stddev',)
+        if _gives_default_clip_count_stddev() else ())
   path = os.path.abspath(OUTPUT_DIR.value)
   check(bool(OUTPUT_DIR.value), '--output_dir must not be empty.')
   existing = path
@@ -429,6 +458,34 @@ def _check_output_dir() -> None:
   except OSError as e:
     check(False, f'--output_dir={OUTPUT_DIR.value}: cannot create it '
           f'({e.strerror}).')
+
+
+def _gives_default_clip_count_stddev() -> bool:
+  """Whether --clip_count_stddev is given the value the run takes without
+  it (`plans.default_clip_count_stddev`, compared as `cli.trusted` does).
+  That value depends on the task's number of clients: this loads the data."""
+  if (run_setting() != TRUSTED or CLIP_COUNT_STDDEV.value is None or
+      CLIP_LR.value == 0):
+    return False
+  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top
+  n = len(_own_task().client_ids)
+  if CLIENTS_PER_ROUND.value > n:
+    return False  # refused once the run has the data
+  try:
+    value, _ = plans.default_clip_count_stddev(
+        private_levels(), client_sampling(n), ROUNDS.value, n)
+  except accounting.InfeasiblePrivacyTargetError:
+    return False  # no default; the run says why
+  return math.isclose(CLIP_COUNT_STDDEV.value, value, rel_tol=1e-9)
+
+
+def client_sampling(n: int):
+  """How --sampling draws --clients_per_round of `n` clients each round."""
+  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
+  if SAMPLING.value == 'poisson':
+    return accounting.PoissonSampling(CLIENTS_PER_ROUND.value / n)
+  return accounting.FixedSizeSampling(n, CLIENTS_PER_ROUND.value)
 
 
 def validate_flags() -> None:
@@ -451,22 +508,22 @@ def _check_values(current: str) -> None:
   _in(CHECKPOINT_EVERY, 0)
   if current == POINT_ESTIMATION:
     _check_ratios()
-    _in(TRIALS, 1)
-    _in(PE_CLIENTS, 1)
-    _in(PE_PRIVATE, 0, PE_CLIENTS.value)
-    _in(PE_SAMPLES, 1)
-    for flag in (PE_TAU2, PE_BETA2, PE_GAMMA2):
-      _in(flag, 0)
+    _check_point_estimation()
     return
   _in(NUM_CLIENTS, 1)
   _in(ROUNDS, 1)
   _in(BATCH_SIZE, 1)
-  _in(CLIENT_LR, 0, low_open=True)
+  # Untrusted: squared in the update's noise variance, whose inverse weighs
+  # a client (`plans.ClientPrivacy.update_noise_variance`).
+  _in(CLIENT_LR, 0, MAX_SQUARED if current == UNTRUSTED else MAX_FLOAT32,
+      low_open=True)
   _in(EVAL_EVERY, 1)
+  _in(CANARIES, 0)
   _check_workers()
   for d in floats(DELTAS):
     check(0 < d < 1, f'--deltas must be in (0, 1), got {d}.')
   if current in (TRUSTED, CROSS_SILO):
+    _in(COHORT_SIZE, 0)
     for e in floats(EPSILONS):
       check(e > 0, f'--epsilons must be > 0, got {e}.')
       check(e <= MAX_EPSILON, f'--epsilons must be in (0, {MAX_EPSILON:g}], '
@@ -475,37 +532,41 @@ def _check_values(current: str) -> None:
   if current == TRUSTED:
     _level_targets()
   if current in (UNTRUSTED, CROSS_SILO):
-    _in(DP_SGD_CLIP, 0, low_open=True)
+    # Squared in a client's update noise variance, as --client_lr.
+    _in(DP_SGD_CLIP, 0, MAX_SQUARED, low_open=True)
     check(len(DELTAS.value) == 1,
           f'--deltas: the {_SETTING_NAMES[current]} setting has one delta '
           f'for every {"client" if current == UNTRUSTED else "silo"}, got '
           f'{",".join(DELTAS.value)}.')
   if current == UNTRUSTED:
     _in(RPCA_FREEZE_AFTER_ROUND, 1)
-    check(RPCA_FREEZE_AFTER_ROUND.value is None or
-          'robust_hdp' in ALGORITHMS.value,
-          '--rpca_freeze_after_round is read by robust_hdp only, which '
-          f'--algorithms={",".join(ALGORITHMS.value)} does not run; drop it.')
+    _read_by(('rpca_freeze_after_round',), ('robust_hdp',))
   if current == TRUSTED:
     _check_ratios()
-    check(not R.present or 'fedhdp' in ALGORITHMS.value,
-          '--r is read by fedhdp only, which '
-          f'--algorithms={",".join(ALGORITHMS.value)} does not run; drop it.')
+    _read_by(('r',), ('fedhdp',))
     _in(CLIENTS_PER_ROUND, 1)
     _in(OPT_OUT, 0, 1)
     check(not (OPT_OUT.value == 1 and 'fedhdp' in ALGORITHMS.value),
           '--opt_out_fraction=1 leaves fedhdp no private clients; give a '
           'fraction below 1.')
     _in(LOCAL_EPOCHS, 1)
-    _in(COHORT_SIZE, 0)
-    _in(SERVER_LR, 0, low_open=True)
-    _in(CLIP_NORM, 0, low_open=True)
+    _in(SERVER_LR, 0, MAX_FLOAT32, low_open=True)
+    # The noise, z_j S a coordinate, reaches the model's deltas, whose norms
+    # square it (the canary audit's scores).
+    _in(CLIP_NORM, 0, MAX_SQUARED, low_open=True)
     _in(TARGET_QUANTILE, 0, 1)
-    _in(CLIP_LR, 0)
-    _in(CLIP_COUNT_STDDEV, 0, low_open=CLIP_LR.value > 0)
+    # S changes by a factor exp(eta_b (kappa - b_bar)), up to exp(eta_b).
+    _in(CLIP_LR, 0, MAX_EXPONENT)
+    # Noise on a count of clients: more than any count (MAX_COUNT) estimates
+    # nothing, and the accountant's z_eff = (z^-2 + (2 z_b)^-2)^-1/2 search
+    # never ends once 2 z_b overflows.
+    _in(CLIP_COUNT_STDDEV, 0, MAX_COUNT, low_open=CLIP_LR.value > 0)
     for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP):
-      _in(flag, 0)
-    _in(DITTO_LR, 0, low_open=True)
+      _in(flag, 0, MAX_FLOAT32)
+    _in(DITTO_LR, 0, MAX_FLOAT32, low_open=True)
+    check(DITTO_LR.value is None or DITTO_LAMBDA_P.value is not None or
+          DITTO_LAMBDA_NP.value is not None, '--ditto_lr applies only with '
+          '--ditto_lambda_p or --ditto_lambda_np (Ditto on); drop it.')
     if LEVEL_FRACTIONS.value:
       fractions = floats(LEVEL_FRACTIONS)
       check(len(fractions) == len(EPSILONS.value),
@@ -517,15 +578,17 @@ def _check_values(current: str) -> None:
             'no level) and sum to 1, got '
             f'{",".join(LEVEL_FRACTIONS.value)}.')
   if current == CROSS_SILO:
-    lambdas = floats(LAMBDAS)
-    for lam in lambdas:
-      check(lam >= 0, f'--lambdas must be >= 0, got {lam}.')
+    lambdas = floats(LAMBDAS, 0, MAX_FLOAT32)
     check_distinct('--lambdas', lambdas, LAMBDAS.value)
     if CLIENT_LRS.value is not None:
-      rates = floats(CLIENT_LRS)
-      for lr in rates:
-        check(lr > 0, f'--client_lrs must be > 0, got {lr}.')
+      rates = floats(CLIENT_LRS, 0, MAX_FLOAT32, low_open=True)
       check_distinct('--client_lrs', rates, CLIENT_LRS.value)
+    _read_by(('lambdas', 'regularizer_placement'), tuple(
+        a.name for a in algorithms.REGISTRY.values()
+        if a.setting == CROSS_SILO and a.regularized))
+    _read_by(('num_clusters', 'selection_fraction', 'selection_share'), tuple(
+        a.name for a in algorithms.REGISTRY.values()
+        if a.setting == CROSS_SILO and a.clustered))
     _in(NUM_CLUSTERS, 1)
     _in(SELECTION_FRACTION, 0, 1)
     _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
@@ -539,7 +602,8 @@ def _check_workers() -> None:
     except ValueError as e:
       check(False, f'--workers: {e}; write host:port,host:port,...')
   check_distinct('--workers', addresses, addresses)
-  _in(WORKER_TIMEOUT, 0, low_open=True)
+  # Waited for by threads and gRPC, which take at most TIMEOUT_MAX seconds.
+  _in(WORKER_TIMEOUT, 0, threading.TIMEOUT_MAX, low_open=True)
   check(not (WORKER_TIMEOUT.present and not addresses),
         '--worker_timeout applies only with --workers; drop it.')
 
@@ -551,10 +615,52 @@ def init_runtime() -> None:
 
 
 def _check_ratios() -> None:
-  ratios = floats(R)
-  for r in ratios:
-    check(r >= 0, f'--r must be >= 0, got {r}.')
+  # FedHDP weighs a group r_j N_j, in float32.
+  ratios = floats(R, 0, MAX_PER_COUNT)
   check_distinct('--r', ratios, R.value)
+
+
+def _check_point_estimation() -> None:
+  """The sizes and variances of point estimation, whose Monte Carlo runs
+  FedHDP's float32 aggregator on every trial at once
+  (`tff_hdp.estimation.point_estimation`)."""
+  _in(TRIALS, 1)
+  _in(PE_CLIENTS, 2)
+  _in(PE_PRIVATE, 1, PE_CLIENTS.value - 1)  # both groups, as the theory
+  _in(PE_SAMPLES, 1)
+  # lambda_np* = beta^2 / (n_s tau^2); the private group's noise std is
+  # N_p gamma, in float32 (gamma at most MAX_PER_COUNT).
+  _in(PE_TAU2, 0, low_open=True)
+  _in(PE_BETA2, 0, low_open=True)
+  _in(PE_GAMMA2, 0, 1e58)
+  # The aggregator's clip norm, 1e6, must never clip: a client's estimates
+  # (phi = 1) over the trials, of squared norm about trials (1 + tau^2 +
+  # beta^2 / n_s), stay below a tenth of it.
+  check(TRIALS.value * (1 + PE_TAU2.value + PE_BETA2.value / PE_SAMPLES.value)
+        <= 1e10, f'--pe_tau2={PE_TAU2.value:g}, --pe_beta2={PE_BETA2.value:g} '
+        f'and --trials={TRIALS.value}: a client\'s estimates over the trials '
+        'would reach the norm at which the Monte Carlo\'s aggregator clips '
+        '(1e6); keep trials x (1 + tau^2 + beta^2 / pe_samples) at most 1e10.')
+  # Its draws, N x n_s x trials float64 numbers, twice, fit in memory.
+  need = 16 * PE_CLIENTS.value * PE_SAMPLES.value * TRIALS.value / 2**30
+  have = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30
+  check(need <= have, f'--trials={TRIALS.value}, --pe_clients='
+        f'{PE_CLIENTS.value} and --pe_samples={PE_SAMPLES.value}: the Monte '
+        f'Carlo\'s draws take {need:,.0f} GiB, more than this machine\'s '
+        f'{have:.3g} GiB of memory.')
+
+
+def _read_by(names: tuple[str, ...], readers: tuple[str, ...]) -> None:
+  """The flags `names`, which only the algorithms `readers` read, are given
+  only when --algorithms runs one of them: else they would change nothing."""
+  if any(a in ALGORITHMS.value for a in readers):
+    return
+  runs = f'--algorithms={",".join(ALGORITHMS.value)}'
+  for name in names:
+    check(not absl_flags.FLAGS[name].present,
+          f'--{name} is read by {", ".join(readers)} only, ' + (
+              f'which {runs} does not run' if len(readers) == 1 else
+              f'none of which {runs} runs') + '; drop it.')
 
 
 def check_distinct(name: str, values, written: list[str]) -> None:
@@ -601,17 +707,13 @@ def load_task():
   themselves (--client_data, --worker_data), each has been checked to read
   them (`runtime.check_workers_read`)."""
   from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
+  task = _own_task()
   if CLIENT_DATA.value:
     path = os.path.abspath(CLIENT_DATA.value)
-    from tasks import client_data  # pylint: disable=g-import-not-at-top
-    try:
-      task = client_data.load_task(path, os.path.basename(path),
-                                   BATCH_SIZE.value)
-    except ValueError as e:
-      raise InputError(f'--client_data: {e}') from None
+    for note in task.clients.notes:
+      print(f'--client_data: {note}')
     runtime.check_workers_read(task, path)
     return task
-  task = _load_registered_task()
   if WORKER_DATA.value:
     path = os.path.abspath(WORKER_DATA.value)
     from tasks import client_data  # pylint: disable=g-import-not-at-top
@@ -621,6 +723,20 @@ def load_task():
       raise InputError(f'--worker_data: {e}') from None
     runtime.check_workers_read(task, path)
   return task
+
+
+def _own_task():
+  """The task the flags name, as this process reads it (`load_task` adds
+  the workers' reading)."""
+  if not CLIENT_DATA.value:
+    return _load_registered_task()
+  path = os.path.abspath(CLIENT_DATA.value)
+  from tasks import client_data  # pylint: disable=g-import-not-at-top
+  try:
+    return client_data.load_task(path, os.path.basename(path),
+                                 BATCH_SIZE.value)
+  except ValueError as e:
+    raise InputError(f'--client_data: {e}') from None
 
 
 def _load_registered_task():

@@ -11,6 +11,9 @@ import sys
 import numpy as np
 import pytest
 from tests import repository
+from tff_hdp.privacy import accounting
+from tff_hdp.privacy import plans
+from tff_hdp.privacy.privacy_groups import PrivacyGroup
 
 
 ROOT = repository.ROOT
@@ -124,6 +127,32 @@ def test_a_given_clip_count_noise_equal_to_the_default_is_the_same_run(
   other = _run(*flags, f'--clip_count_stddev={float(printed) * 2}')
   assert other.returncode == 2 and 'different run' in other.stderr, (
       other.stderr[-2000:])
+
+
+@pytest.mark.parametrize('clients_per_round,rounds,derived', [
+    (10, 60, True),  # z* of the target: 5% of 10 clients is too little
+    (50, 5, False),  # TFF's 5% of the expected clients per round
+])
+def test_a_given_clip_count_noise_equal_to_the_default_is_the_same_folder(
+    clients_per_round, rounds, derived):
+  # Without --output_dir the folder is named by the flags: the default's
+  # value, given, must find the same run's folder, or it trains again. The
+  # default depends on the task's 100 clients, so these dry runs read them.
+  value, is_derived = plans.default_clip_count_stddev(
+      [PrivacyGroup('private', 3.6, 1e-4)],
+      accounting.PoissonSampling(clients_per_round / 100), rounds, 100)
+  assert is_derived == derived
+
+  def folder(*flags):
+    result = _run('--dry_run', f'--clients_per_round={clients_per_round}',
+                  f'--rounds={rounds}', *flags)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return re.search(r'files in (results/digits-[0-9a-f]{8})/',
+                     result.stdout).group(1)
+
+  default = folder()
+  assert folder(f'--clip_count_stddev={value}') == default
+  assert folder(f'--clip_count_stddev={value * 2}') != default
 
 
 def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path):

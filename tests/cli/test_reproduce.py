@@ -344,7 +344,7 @@ def test_a_recorded_choice_trains_each_seed_beside_the_others(tmp_path,
 @pytest.mark.parametrize('flags,message', [
     (['--presets=cifar'], "--presets: unknown preset 'cifar'"),
     (['--presets=digits', '--ditto_lambdas=-1'],
-     '--ditto_lambdas must be >= 0, got -1.0.'),
+     '--ditto_lambdas must be in [0, 1e+38], got -1.0.'),
     (['--presets=robust_hdp_fig2', '--algorithms=fedhdp'],
      "preset robust_hdp_fig2 runs untrusted-server algorithms"),
     (['--presets=robust_hdp_fig2', '--ditto_lambdas=0.1'],

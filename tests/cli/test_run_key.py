@@ -109,6 +109,8 @@ REPRODUCE_NOT_IN_KEY = {
                      'lambdas (the key holds them too)',
     'tensorboard': 'writes the released rows again as TensorBoard events',
     'plots': 'draws figures of finished runs',
+    'distributions': 'picks which of a figure\'s runs to train, each in a '
+                     'folder of its own',
 }
 
 

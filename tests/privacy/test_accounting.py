@@ -128,6 +128,10 @@ def test_effective_multiplier_closed_form():
     (3.6, 1e-4, 0.05, 500, 5.0),
     (0.6, 1e-4, 0.03, 100, 20.0),
     (8.0, 1e-5, 0.1, 300, None),
+    # Clip-count noise so large that dp_accounting's divergence at the
+    # limit z_eff -> 2 z_b rounds below zero (it raised there).
+    (3.6, 1e-4, 0.1, 10, 2.0**31 - 1),
+    (3.6, 1e-4, 1e-6, 10, 1e9),
 ])
 def test_calibration_round_trips(eps, delta, q, rounds, z_b):
   sampling = accounting.PoissonSampling(q)

@@ -409,8 +409,14 @@ def calibrate_noise_multiplier(target_epsilon: float, target_delta: float,
     # The best any z_j can do is z_eff -> 2 z_b; check that limit first so the
     # error says why instead of failing inside the search.
     best = _new_accountant(sampling)
-    best.compose(dp_event(2.0 * clip_count_stddev, sampling, rounds, other))
-    best_eps = best.get_epsilon(target_delta)
+    try:
+      best.compose(dp_event(2.0 * clip_count_stddev, sampling, rounds, other))
+      best_eps = best.get_epsilon(target_delta)
+    except ValueError:
+      # So much noise that dp_accounting's Renyi divergence rounds below
+      # zero: the limit spends about nothing. Only a diagnostic is skipped;
+      # the search below meets the target by dp_accounting's own bounds.
+      best_eps = 0.0
     if best_eps > target_epsilon:
       raise InfeasiblePrivacyTargetError(
           f'(epsilon={target_epsilon}, delta={target_delta}) over {rounds} '
