@@ -1,0 +1,188 @@
+"""Seconds from a command's start to the end of its first round on a large
+ClientData file as TFF's own writer lays it out, tff-hdp beside TFF's own
+training loop on the same file.
+
+The file: `--clients` clients of the `population` task's data (5-20 training
+examples of 20 features, 10 classes), every tenth a test client ('test'
+split) and the rest training clients ('train'), each id in one split, as
+`tff.simulation.datasets.save_to_sql_client_data` writes them with
+`split_names_by_client_id`, and, as it writes them, without an index
+(written here with SQLite directly: TFF's writer takes hours at 10^5
+clients). Cached under $TFF_HDP_CACHE.
+
+Timed, each a fresh process, `--repeats` times (median):
+- tff: TFF's own loop: `SqlClientData(file, 'train')`, a softmax regression,
+  `build_unweighted_fed_avg` with `DifferentiallyPrivateFactory.
+  gaussian_adaptive`, 100 clients drawn at random, one round.
+- tff-hdp: `run_experiment.py --client_data=FILE --rounds=1
+  --clients_per_round=100` (FedHDP, accounting, the server test set read,
+  the round, its evaluation and files).
+on the unindexed file (tff-hdp builds its indexed copy once: the first
+run's time is shown apart; TFF's loop scans the file for every client) and
+on the same file with an index.
+
+  .venv/bin/python benchmarks/client_data_setup.py --clients=100000
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+_CLIENTS = flags.DEFINE_integer('clients', 100_000, 'Clients in the file.')
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed runs of each command.')
+_TFF_LOOP = flags.DEFINE_string('tff_loop', None, 'Internal: run TFF\'s own '
+                                'loop on this file and exit.')
+
+
+def _write_tff_layout(path: str, num_clients: int) -> None:
+  """The population's clients, each id in one split, without an index."""
+  from tasks import client_data  # pylint: disable=g-import-not-at-top
+  from tasks import population  # pylint: disable=g-import-not-at-top
+  tmp = f'{path}.{os.getpid()}.tmp'
+  with sqlite3.connect(tmp) as con:
+    con.execute('CREATE TABLE examples (split_name TEXT NOT NULL, client_id '
+                'TEXT NOT NULL, serialized_example_proto BLOB NOT NULL)')
+    con.execute('CREATE TABLE client_metadata (client_id TEXT NOT NULL, '
+                'split_name TEXT NOT NULL, num_examples INTEGER NOT NULL)')
+    # pylint: disable-next=protected-access
+    for start, x, y, owner, _ in population._chunks(num_clients, 0):
+      rows = client_data.example_rows(x, y)
+      ids = [population.client_id(start + k) for k in range(owner.max() + 1)]
+      split = ['test' if (start + k) % 10 == 9 else 'train'
+               for k in range(len(ids))]
+      con.executemany('INSERT INTO examples VALUES (?, ?, ?)',
+                      ((split[o], ids[o], r.tobytes())
+                       for o, r in zip(owner, rows)))
+      counts = [int(n) for n in
+                __import__('numpy').bincount(owner, minlength=len(ids))]
+      con.executemany('INSERT INTO client_metadata VALUES (?, ?, ?)',
+                      zip(ids, split, counts))
+  os.replace(tmp, path)
+
+
+def _tff_loop(path: str) -> None:
+  """TFF's own loop on the file: one round of DP-FedAvg, 100 clients."""
+  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow as tf
+  import tensorflow_federated as tff
+  # pylint: enable=g-import-not-at-top
+  data = tff.simulation.datasets.SqlClientData(path, split_name='train')
+  spec = {'x': tf.io.FixedLenFeature([20], tf.float32),
+          'y': tf.io.FixedLenFeature([], tf.int64)}
+
+  def client_dataset(client_id):
+    return data.create_tf_dataset_for_client(client_id).batch(10).map(
+        lambda s: (tf.io.parse_example(s, spec)['x'],
+                   tf.io.parse_example(s, spec)['y']))
+
+  def model_fn():
+    keras = tf.keras.Sequential([tf.keras.layers.InputLayer((20,)),
+                                 tf.keras.layers.Dense(10)])
+    return tff.learning.models.from_keras_model(
+        keras, loss=tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True),
+        input_spec=(tf.TensorSpec([None, 20], tf.float32),
+                    tf.TensorSpec([None], tf.int64)))
+
+  process = tff.learning.algorithms.build_unweighted_fed_avg(
+      model_fn, tff.learning.optimizers.build_sgdm(0.1),
+      model_aggregator=tff.aggregators.DifferentiallyPrivateFactory
+      .gaussian_adaptive(1.0, 100))
+  state = process.initialize()
+  clients = np.random.default_rng().choice(data.client_ids, 100,
+                                           replace=False)
+  process.next(state, [client_dataset(c) for c in clients])
+
+
+def _seconds(command: list[str]) -> float:
+  """Wall seconds of `command`, in a session of its own that is killed
+  after it: TFF's own launcher leaves its worker running at exit, holding
+  the command's output open (so that is a file, not a pipe)."""
+  with tempfile.TemporaryFile('w+') as errors:
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
+                               stderr=errors, cwd=ROOT,
+                               start_new_session=True)
+    process.wait()
+    seconds = time.perf_counter() - start
+    try:
+      os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+    if process.returncode:
+      errors.seek(0)
+      raise RuntimeError(f'{command} failed: {errors.read()[-2000:]}')
+  return seconds
+
+
+def main(argv):
+  del argv
+  if _TFF_LOOP.value:
+    _tff_loop(_TFF_LOOP.value)
+    return
+  from tasks import population  # pylint: disable=g-import-not-at-top
+  from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+  cache = population.cache_dir()
+  os.makedirs(cache, exist_ok=True)
+  plain = os.path.join(cache, f'tff_layout-{_CLIENTS.value}.sqlite')
+  if not os.path.exists(plain):
+    _write_tff_layout(plain, _CLIENTS.value)
+  indexed = os.path.join(cache, f'tff_layout-{_CLIENTS.value}-indexed.sqlite')
+  if not os.path.exists(indexed):
+    shutil.copyfile(plain, f'{indexed}.tmp')
+    with sqlite3.connect(f'{indexed}.tmp') as con:
+      con.execute('CREATE INDEX examples_by_client ON examples '
+                  '(client_id, split_name)')
+    os.replace(f'{indexed}.tmp', indexed)
+  python = sys.executable
+  out = tempfile.mkdtemp()
+
+  def ours(path):
+    return [python, 'run_experiment.py', f'--client_data={path}',
+            '--rounds=1', '--clients_per_round=100',
+            f'--output_dir={tempfile.mkdtemp(dir=out)}']
+
+  rows = []
+  for name, path in (('unindexed (as TFF writes it)', plain),
+                     ('indexed', indexed)):
+    first = None
+    if path == plain:  # the copy is built by the first run only
+      for copy in os.listdir(cache):
+        if copy.startswith('client_data-'):
+          os.remove(os.path.join(cache, copy))
+      first = _seconds(ours(path))
+    tff_times = [_seconds([python, __file__, f'--tff_loop={path}'])
+                 for _ in range(_REPEATS.value)]
+    our_times = [_seconds(ours(path)) for _ in range(_REPEATS.value)]
+    mine, theirs = statistics.median(our_times), statistics.median(tff_times)
+    rows.append([name, f'{os.path.getsize(path) / 2**20:.0f}',
+                 f'{theirs:.1f}', f'{mine:.1f}',
+                 '-' if first is None else f'{first:.1f}',
+                 f'{mine / theirs:.2f}'])
+    print(rows[-1], flush=True)
+  shutil.rmtree(out, ignore_errors=True)
+  print(f'\n{_CLIENTS.value} clients, 100 a round; seconds from the start '
+        f'of the command to the end of round 1, median of '
+        f'{_REPEATS.value}.\n')
+  print(tables.markdown_table(
+      ['file', 'MB', "TFF's own loop", 'tff-hdp', 'tff-hdp, first run',
+       'ratio'], rows))
+
+
+if __name__ == '__main__':
+  app.run(main)
