@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-requirements
 
-.PHONY: install shim demo test clean
+.PHONY: install shim demo test test-fast clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { \
@@ -34,8 +34,15 @@ demo: install
 	  --rounds=40 --clients_per_round=20 \
 	  --output_dir=results/demo
 
+# The whole suite, on both cores (pytest-xdist), the 25 slowest tests listed
+# at the end so they stay in sight.
 test: install
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25 tests
+
+# The edit loop's tier: every test that needs no TensorFlow, in no process
+# (tests/conftest.py makes TensorFlow unimportable here). Nothing else runs it.
+test-fast: install
+	TFF_HDP_FAST_TIER=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not tf" tests
 
 clean:
 	rm -rf $(VENV) results

@@ -349,7 +349,9 @@ def main(argv: list[str]) -> None:
         _run_preset(name, FLAGS.output_dir, lambdas)
 
 
-if __name__ == '__main__':
+def run() -> None:
+  """The command line (a user script that registers its own algorithm or
+  task calls this after registering)."""
   entry.run(main, __doc__,
             [('reproduce.py', ['presets', 'ditto_lambdas', 'distributions',
                                'tensorboard', 'plots'])] +
@@ -357,3 +359,7 @@ if __name__ == '__main__':
              if any(s in cli_flags.APPLIES[n] for n in names
                     for s in (cli_flags.TRUSTED, cli_flags.UNTRUSTED))],
             _validate, share_output_dir=True)
+
+
+if __name__ == '__main__':
+  run()

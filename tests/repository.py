@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -99,3 +100,75 @@ def plant_secret(source_dir: str, target_dir: str, configuration: str) -> None:
   assert mode == 0o600, oct(mode)
   os.makedirs(os.path.dirname(os.path.join(target_dir, secret)))
   shutil.copy(os.path.join(source_dir, secret), os.path.join(target_dir, secret))
+
+
+# Entry points whose `run()` a test may call in this process (`run_program`).
+_PROGRAMS = ('run_experiment.py', 'reproduce.py')
+# TFF's local worker keeps memory from every run it serves (about 45 MB a
+# short digits run): a fresh one after this many runs in this process.
+_RUNS_PER_WORKER = 10
+_runs_here = 0
+
+
+def run_program(program: str, *flags: str,
+                cwd: str | None = None) -> subprocess.CompletedProcess:
+  """Runs `program` (run_experiment.py, reproduce.py) with `flags` in this
+  test process, as its command line would in its own: its exit status, and
+  what it wrote to stdout and stderr (a traceback and status 1 for an
+  exception that escapes). A fresh process pays about 8 s importing
+  TensorFlow and TFF and starting a worker; tests that check what a command
+  computes and prints run here, and those about a process's life (kills,
+  signals, locks held by two runs, workers that die) in their own.
+
+  Flags start from their defaults, and every flag value, the working folder
+  and the TFF context (a run with --workers installs its own) are restored
+  after."""
+  global _runs_here
+  # pylint: disable=g-import-not-at-top
+  import contextlib
+  import importlib.util
+  import io
+  import traceback
+  from absl import flags as absl_flags
+  from absl.testing import flagsaver
+  # pylint: enable=g-import-not-at-top
+  if program not in _PROGRAMS:
+    raise ValueError(f'{program} runs in a process of its own.')
+  module = sys.modules.get(f'_program_{program[:-3]}')
+  if module is None:
+    spec = importlib.util.spec_from_file_location(
+        f'_program_{program[:-3]}', os.path.join(ROOT, program))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+  out, err = io.StringIO(), io.StringIO()
+  old_cwd, old_argv = os.getcwd(), sys.argv
+  code = 0
+  with flagsaver.flagsaver():
+    absl_flags.FLAGS.unparse_flags()
+    sys.argv = [program, *flags]
+    try:
+      os.chdir(cwd or ROOT)
+      with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+          module.run()
+        except SystemExit as e:
+          code = e.code if isinstance(e.code, int) else (0 if e.code is None
+                                                           else 1)
+          if isinstance(e.code, str):
+            err.write(e.code + '\n')
+        except BaseException:  # pylint: disable=broad-except
+          traceback.print_exc(file=err)
+          code = 1
+    finally:
+      os.chdir(old_cwd)
+      sys.argv = old_argv
+      absl_flags.FLAGS.unparse_flags()
+  if 'tensorflow_federated' in sys.modules:  # the run trained (no dry run)
+    from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
+    runtime.init()  # the test process's own context, if a run replaced it
+    _runs_here += 1
+    if _runs_here % _RUNS_PER_WORKER == 0:
+      runtime.renew_local_worker()
+  return subprocess.CompletedProcess([program, *flags], code, out.getvalue(),
+                                     err.getvalue())

@@ -11,8 +11,6 @@ seeded initial model) and tests/tasks/test_mnist.py (pixels in [0, 1])."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,6 +19,8 @@ import tensorflow as tf
 from tasks import cross_silo
 from tests import repository
 from tff_hdp.privacy import plans
+
+pytestmark = pytest.mark.tf
 
 
 @pytest.mark.parametrize('n,b,steps', [(48, 32, 1), (63, 32, 1), (64, 32, 2),
@@ -45,12 +45,11 @@ def test_schools_loss_has_the_half():
 
 def _untrusted(tmp_path, *extra, rounds=1, summary=False):
   out = tmp_path / f'out{len(extra)}'
-  result = subprocess.run(
-      [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
-       '--task=digits', '--num_clients=20', '--algorithms=weiavg',
-       '--epsilon_distribution=dist1', f'--rounds={rounds}',
-       '--checkpoint_every=0', f'--output_dir={out}', *extra],
-      capture_output=True, text=True, timeout=600)
+  result = repository.run_program(  # what the run writes: in this process
+      'run_experiment.py', '--task=digits', '--num_clients=20',
+      '--algorithms=weiavg', '--epsilon_distribution=dist1',
+      f'--rounds={rounds}', '--checkpoint_every=0', f'--output_dir={out}',
+      *extra)
   assert result.returncode == 0, result.stderr[-2000:]
   with open(out / 'weiavg' / 'summary.json') as f:
     run = json.load(f)

@@ -9,6 +9,8 @@ import pytest
 
 from tests import repository
 
+pytestmark = pytest.mark.tf
+
 
 def _pytest_without_data(tmp_path, ci: bool):
   env = dict(os.environ, TFF_HDP_DATA=str(tmp_path / 'no_data_here'))

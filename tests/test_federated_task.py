@@ -6,6 +6,8 @@ import tensorflow as tf
 
 from tff_hdp.federated_task import FederatedTask
 
+pytestmark = pytest.mark.tf
+
 
 def _task(client_x, server_x=None):
   y = np.zeros((len(client_x),), np.int32)

@@ -21,6 +21,8 @@ from tests.learning import test_dp_sgd
 from tests.learning import test_noise_aware
 from tests.simulation import test_cross_silo_setting
 
+pytestmark = pytest.mark.tf
+
 SHAPES = collections.OrderedDict(w=[2, 3], b=[3])
 CLIP = 1.0
 

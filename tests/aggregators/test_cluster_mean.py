@@ -17,6 +17,8 @@ from tests.aggregators import signatures
 from tests.aggregators.signatures import VALUE
 from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
 
+pytestmark = pytest.mark.tf
+
 G = 3
 WEIGHT = tff.TensorType(np.float32, [G])
 

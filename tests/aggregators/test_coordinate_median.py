@@ -19,6 +19,8 @@ from tff_hdp.learning import algorithms
 from tff_hdp.learning import noise_aware
 from tests import repository
 
+pytestmark = pytest.mark.tf
+
 ROOT = repository.ROOT
 # As a model update reaches an aggregator: a Python container of tensors.
 VALUE = tff.types.to_type(collections.OrderedDict(

@@ -10,6 +10,8 @@ from tests.aggregators import signatures
 from tff_hdp.aggregators import CohortHeterogeneousDPFactory
 from tff_hdp.aggregators import HeterogeneousDPFactory
 
+pytestmark = pytest.mark.tf
+
 VEC = tff.TensorType(np.float32, [4])
 
 

@@ -1,6 +1,7 @@
 """A client whose update is NaN/Inf is dropped before aggregation and counted."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -8,6 +9,8 @@ from tasks import digits
 from tff_hdp.learning import client_work
 from tff_hdp.learning import fedhdp
 from tff_hdp.aggregators import HeterogeneousDPFactory
+
+pytestmark = pytest.mark.tf
 
 
 def test_nan_client_is_excluded_and_model_stays_finite():

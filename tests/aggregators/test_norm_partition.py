@@ -11,6 +11,8 @@ from tff_hdp.learning import dp_sgd
 from tff_hdp.privacy import heterogeneity
 from tff_hdp.aggregators import norm_partition
 
+pytestmark = pytest.mark.tf
+
 NUM_CLIENTS, EXAMPLES, FEATURES, CLASSES, BATCH = 10, 256, 20, 4, 32
 ROUNDS, DELTA = 20, 1e-5
 

@@ -8,11 +8,14 @@ tests/learning/test_noise_aware.py."""
 import collections
 
 import numpy as np
+import pytest
 import tensorflow_federated as tff
 
 from tests.aggregators import signatures
 from tests.aggregators.signatures import VALUE
 from tff_hdp.aggregators.pfa import PFAFactory
+
+pytestmark = pytest.mark.tf
 
 def test_type_signatures_show_a_stateless_server_that_sees_only_updates():
   signatures.assert_signatures(

@@ -15,6 +15,8 @@ from tests.aggregators import signatures
 from tests.aggregators.signatures import VALUE
 from tff_hdp.aggregators.robust_hdp import RobustHDPFactory
 
+pytestmark = pytest.mark.tf
+
 @pytest.mark.parametrize('freeze_after_round', [None, 1])
 def test_type_signatures_show_the_server_sees_only_updates(freeze_after_round):
   per_client = tff.TensorType(np.float32, [None])  # clients in the round

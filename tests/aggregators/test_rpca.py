@@ -5,6 +5,8 @@ import pytest
 
 from tff_hdp.aggregators import rpca
 
+pytestmark = pytest.mark.tf
+
 
 def _planted(p=200, n=100, rank=2, fraction=0.05, seed=0):
   rng = np.random.default_rng(seed)

@@ -15,14 +15,16 @@ from tff_hdp.privacy import accounting
 from tff_hdp.privacy import plans
 from tff_hdp.privacy.privacy_groups import PrivacyGroup
 
+pytestmark = pytest.mark.tf
+
 
 ROOT = repository.ROOT
 
 
 def _run(*flags, cwd=ROOT):
-  return subprocess.run(
-      [sys.executable, os.path.join(ROOT, 'run_experiment.py'), *flags],
-      cwd=cwd, capture_output=True, text=True, timeout=600)
+  """run_experiment.py in this process: what a command computes and prints
+  (test_ctrl_c starts its own process, whose signal is the point)."""
+  return repository.run_program('run_experiment.py', *flags, cwd=cwd)
 
 
 @pytest.mark.parametrize('flags,message', [

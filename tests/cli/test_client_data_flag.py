@@ -4,20 +4,19 @@ the file, with exit status 2."""
 
 import os
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
 from tasks import client_data, population
 from tests import repository
 
+pytestmark = pytest.mark.tf
 
-def _run(*flags):
-  return subprocess.run(
-      [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
-       *flags], capture_output=True, text=True, timeout=600,
-      cwd=repository.ROOT)
+
+def _run(*flags, cwd=repository.ROOT):
+  """run_experiment.py in this process (what it trains and prints is the
+  claim); without --output_dir its folder is under `cwd`."""
+  return repository.run_program('run_experiment.py', *flags, cwd=cwd)
 
 
 def _one_line_error(done, *fragments):
@@ -43,10 +42,12 @@ def test_a_short_run_on_a_client_data_file(tmp_path):
 
 
 def test_a_missing_file_and_a_task_are_refused_before_training(tmp_path):
-  _one_line_error(_run(f'--client_data={tmp_path}/none.sqlite'),
+  _one_line_error(_run(f'--client_data={tmp_path}/none.sqlite',
+                       cwd=tmp_path),
                   '--client_data=', 'none.sqlite: no such file')
   path = population.cached_file(150, 0, str(tmp_path))
-  _one_line_error(_run(f'--client_data={path}', '--task=digits'),
+  _one_line_error(_run(f'--client_data={path}', '--task=digits',
+                       cwd=tmp_path),
                   '--client_data replaces --task', 'drop --task')
 
 
@@ -64,5 +65,5 @@ def test_a_file_that_is_no_usable_client_data_is_one_line(tmp_path, kind):
   else:
     client_data.write_sql(path, [])
     fragment = "has no clients with 'train' examples"
-  _one_line_error(_run(f'--client_data={path}', '--rounds=1'),
+  _one_line_error(_run(f'--client_data={path}', '--rounds=1', cwd=tmp_path),
                   '--client_data:', f'{kind}.sqlite', fragment)

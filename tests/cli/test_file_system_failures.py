@@ -28,6 +28,8 @@ from tests import repository
 from tff_hdp.reporting import tables
 from tff_hdp.simulation import checkpointing
 
+pytestmark = pytest.mark.tf
+
 RUN = [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
        '--task=digits', '--algorithms=fedhdp', '--r=1',
        '--clients_per_round=10']

@@ -5,7 +5,6 @@ import csv
 import glob
 import json
 import os
-import subprocess
 import sys
 
 import matplotlib
@@ -30,6 +29,8 @@ from tff_hdp.federated_task import TaskOptions  # noqa: E402
 from tff_hdp.privacy.privacy_groups import PrivacyGroup  # noqa: E402
 from tests import repository
 
+pytestmark = pytest.mark.tf
+
 ROOT = repository.ROOT
 # Two configurations with Ditto (one lambda block), 2 rounds, every round
 # evaluated: the whole pipeline in about a minute.
@@ -39,10 +40,10 @@ CONFIGS = ('dp_fedavg', 'fedhdp_r0.5')
 
 
 def _run(*flags):
-  return subprocess.run(
-      [sys.executable, os.path.join(ROOT, 'reproduce.py'), *flags],
-      cwd=ROOT, capture_output=True, text=True, timeout=900,
-      env=dict(os.environ, MPLBACKEND='Agg'))
+  """reproduce.py in this process (what it trains, skips and writes is the
+  claim; a folder another invocation holds is held here by `flock` on its
+  own open file, which conflicts within one process too)."""
+  return repository.run_program('reproduce.py', *flags)
 
 
 @pytest.fixture(scope='module')

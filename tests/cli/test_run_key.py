@@ -25,6 +25,8 @@ from tff_hdp.simulation import cross_silo_setting
 from tff_hdp.simulation import trusted_setting
 from tff_hdp.simulation import untrusted_setting
 
+pytestmark = pytest.mark.tf
+
 FLAGS = absl_flags.FLAGS
 
 # (flag, flags the change needs beside it, another value).

@@ -4,11 +4,14 @@ the kernel killed it (benchmarks/worker_memory.py)."""
 
 import numpy as np
 import psutil
+import pytest
 import tensorflow_federated as tff
 
 from cli import sweep_runs
 from tests.simulation.test_local_worker import _worker_processes
 from tff_hdp.simulation import runtime
+
+pytestmark = pytest.mark.tf
 
 
 @tff.tensorflow.computation(np.int32)

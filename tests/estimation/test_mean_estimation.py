@@ -7,6 +7,8 @@ import pytest
 from tff_hdp.estimation import mean_estimation
 from tff_hdp.estimation import mean_estimation_theory as theory
 
+pytestmark = pytest.mark.tf
+
 # Two noise levels; lambda* = 3.33 and 1.25 lie inside the lambda range.
 SETTINGS = {
     'high_noise': theory.MeanEstimationSetting(

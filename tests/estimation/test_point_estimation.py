@@ -5,6 +5,8 @@ import pytest
 from tff_hdp.estimation import point_estimation as pe
 from tff_hdp.estimation import point_estimation_theory as th
 
+pytestmark = pytest.mark.tf
+
 TRIALS = 20000  # relative std of a variance estimate: sqrt(2/T) = 1%
 
 

@@ -11,6 +11,8 @@ from tff_hdp.learning import canaries
 from tff_hdp.learning import dp_sgd
 from tff_hdp.privacy import plans
 
+pytestmark = pytest.mark.tf
+
 
 def test_fast_walsh_hadamard_is_the_sylvester_matrix():
   x = np.random.default_rng(0).normal(size=64).astype(np.float32)

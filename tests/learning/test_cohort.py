@@ -17,6 +17,8 @@ from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.aggregators import CohortHeterogeneousDPFactory
 from tff_hdp.aggregators import HeterogeneousDPFactory
 
+pytestmark = pytest.mark.tf
+
 EYE = np.eye(2, dtype=np.float32)
 
 

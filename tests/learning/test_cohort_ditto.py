@@ -14,6 +14,8 @@ from tff_hdp.learning import ditto
 from tff_hdp.simulation import trusted_setting
 from tff_hdp.privacy import privacy_groups as pg
 
+pytestmark = pytest.mark.tf
+
 EYE = np.eye(2, dtype=np.float32)
 LAMBDAS = [0.2, 3.0]
 LR = 0.1

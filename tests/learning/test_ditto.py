@@ -8,6 +8,8 @@ from tasks import digits
 from tff_hdp.learning import client_work
 from tff_hdp.learning import ditto
 
+pytestmark = pytest.mark.tf
+
 
 def test_store_round_trips_bit_for_bit(tmp_path):
   rng = np.random.default_rng(0)

@@ -12,6 +12,8 @@ from dp_accounting import rdp
 from tff_hdp.privacy import plans
 from tff_hdp.learning import dp_sgd
 
+pytestmark = pytest.mark.tf
+
 
 def _softmax_model_fn():
   spec = (tf.TensorSpec([None, 5], tf.float32), tf.TensorSpec([None], tf.int32))

@@ -23,6 +23,8 @@ from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.simulation import round_loop
 from tff_hdp.simulation import selection
 
+pytestmark = pytest.mark.tf
+
 
 @pytest.fixture(scope='module')
 def task():

@@ -13,6 +13,8 @@ from tff_hdp.learning import noise_aware
 from tff_hdp.aggregators import pfa
 from tff_hdp.aggregators import robust_hdp
 
+pytestmark = pytest.mark.tf
+
 VALUE_TYPE = collections.OrderedDict(
     kernel=tff.TensorType(np.float32, [40, 3]),
     bias=tff.TensorType(np.float32, [3]))

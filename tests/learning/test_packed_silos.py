@@ -14,6 +14,8 @@ from tff_hdp.learning import cross_silo_process
 from tff_hdp.privacy import dp_randomness
 from tff_hdp.simulation import cross_silo_setting as cse
 
+pytestmark = pytest.mark.tf
+
 ROUNDS = 4
 
 

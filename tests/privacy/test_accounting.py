@@ -99,16 +99,18 @@ def test_calibrated_full_participation_meets_exact_gaussian():
   assert _replace_one_epsilon(z_eff, 100, 100, 20, 1e-4) < exact
 
 
+def _mnist_fixed_size(z):
+  """FedHDP's fixed-size sampling of 100 of 2,000 clients, 500 rounds."""
+  return dp_accounting.SelfComposedDpEvent(
+      dp_accounting.SampledWithoutReplacementDpEvent(
+          2000, 100, dp_accounting.GaussianDpEvent(z / 2)), 500)
+
+
+@pytest.mark.xdist_group('mnist_fixed_size')  # shares the direct search
 def test_mnist_fixed_size_sampling_calibration():
   # The papers' MNIST setting with 100 of 2000 clients a round, z_b = 5.
   z_b = 5.0
-  z_eff = dp_accounting.calibrate_dp_mechanism(
-      lambda: rdp.RdpAccountant(
-          neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE),
-      lambda x: dp_accounting.SelfComposedDpEvent(
-          dp_accounting.SampledWithoutReplacementDpEvent(
-              2000, 100, dp_accounting.GaussianDpEvent(x / 2)), 500),
-      3.6, 1e-4, dp_accounting.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-7)
+  z_eff = _direct_calibration(_mnist_fixed_size, _REPLACE, 3.6, 1e-4)
   expected = (z_eff**-2 - (2 * z_b)**-2)**-0.5
   ours = accounting.calibrate_noise_multiplier(
       3.6, 1e-4, accounting.FixedSizeSampling(2000, 100), 500, z_b)
@@ -224,8 +226,10 @@ def test_dp_sgd_epsilon_with_selections_is_dp_accountings(steps, selections):
       other) == pytest.approx(accountant.get_epsilon(delta), rel=1e-12)
 
 
+@functools.lru_cache(maxsize=None)
 def _direct_calibration(make_event, relation, eps, delta):
-  """dp_accounting's own search over all its orders, to 1e-10."""
+  """dp_accounting's own search over all its orders, to 1e-10 (kept: the
+  fixed-size event's takes about half a minute, and two tests ask)."""
   return dp_accounting.calibrate_dp_mechanism(
       lambda: rdp.RdpAccountant(neighboring_relation=relation), make_event,
       eps, delta, dp_accounting.LowerEndpointAndGuess(1e-3, 1.0), tol=1e-10)
@@ -261,9 +265,8 @@ _REPLACE = dp_accounting.NeighboringRelation.REPLACE_ONE
         0.25, 600, accounting.exponential_mechanism_event(0.01, 50)),
      _ADD_REMOVE),
     # FedHDP's fixed-size sampling of 100 of 2,000 clients, 500 rounds.
-    (3.6, 1e-4, lambda z: dp_accounting.SelfComposedDpEvent(
-        dp_accounting.SampledWithoutReplacementDpEvent(
-            2000, 100, dp_accounting.GaussianDpEvent(z / 2)), 500), _REPLACE),
+    pytest.param(3.6, 1e-4, _mnist_fixed_size, _REPLACE,
+                 marks=pytest.mark.xdist_group('mnist_fixed_size')),
 ])
 def test_calibrating_one_order_at_a_time_finds_dp_accountings_z(
     eps, delta, make_event, relation):

@@ -7,6 +7,8 @@ from tff_hdp.privacy import accounting
 from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.learning import noise_aware
 
+pytestmark = pytest.mark.tf
+
 # 40 private clients and 10 opt-out ones: the private group's N_j is 40.
 _PRIVATE = 40
 

@@ -22,6 +22,8 @@ from tff_hdp.privacy import plans
 from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.simulation import trusted_setting
 
+pytestmark = pytest.mark.tf
+
 ROUNDS = 24
 EPSILON, DELTA = 3.6, 1e-4
 

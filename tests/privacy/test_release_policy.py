@@ -14,8 +14,6 @@ import dataclasses
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -33,6 +31,8 @@ from tff_hdp.reporting import tables
 from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.simulation import cross_silo_setting
 from tff_hdp.simulation import untrusted_setting
+
+pytestmark = pytest.mark.tf
 
 # What a run may release for groups 'p' (private) and 'opt_out', and why the
 # printed epsilon covers it.
@@ -225,12 +225,9 @@ CROSS_SILO_RELEASED = {
 
 
 def _cli(out, *flags):
-  result = subprocess.run(
-      [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
-       '--task=digits', '--rounds=1', '--eval_every=1', '--deltas=1e-3',
-       '--checkpoint_every=0', *flags, f'--output_dir={out}'],
-      cwd=repository.ROOT, capture_output=True, text=True, timeout=600,
-      env=dict(os.environ, MPLBACKEND='Agg'))
+  result = repository.run_program(  # what the run writes: in this process
+      'run_experiment.py', '--task=digits', '--rounds=1', '--eval_every=1',
+      '--deltas=1e-3', '--checkpoint_every=0', *flags, f'--output_dir={out}')
   assert result.returncode == 0, result.stderr[-3000:]
   return result.stdout
 

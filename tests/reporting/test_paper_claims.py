@@ -14,6 +14,8 @@ from tff_hdp.reporting import paper_claims
 from tff_hdp.reporting import published
 from tests import repository
 
+pytestmark = pytest.mark.tf
+
 ROOT = repository.ROOT
 
 

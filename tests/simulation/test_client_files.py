@@ -13,6 +13,8 @@ from tff_hdp.federated_task import TaskOptions
 from tff_hdp.simulation import client_files
 from tff_hdp.simulation import untrusted_setting
 
+pytestmark = pytest.mark.tf
+
 
 def _batches(dataset):
   return [tuple(np.asarray(t) for t in batch) for batch in dataset]

@@ -18,6 +18,8 @@ from tff_hdp.learning import cross_silo_process
 from tff_hdp.learning import ditto
 from tff_hdp.federated_task import FederatedTask
 
+pytestmark = pytest.mark.tf
+
 FEATURES = 5
 
 

@@ -8,6 +8,8 @@ import tensorflow as tf
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.simulation import evaluation
 
+pytestmark = pytest.mark.tf
+
 
 def _model():
   # Batch normalization gives the model non-trainable weights too.

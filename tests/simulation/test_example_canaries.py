@@ -27,6 +27,8 @@ from tff_hdp.privacy import plans
 from tff_hdp.simulation import cross_silo_setting
 from tff_hdp.simulation import untrusted_setting
 
+pytestmark = pytest.mark.tf
+
 DELTA = 1e-5
 ROUNDS = 2
 CANARIES = 2000  # per client: 8 clients x 2 x 2000 directions <= 65536

@@ -20,6 +20,8 @@ from tensorflow_federated.python.common_libs import async_utils
 
 from tff_hdp.simulation import remote_execution
 
+pytestmark = pytest.mark.tf
+
 _WAIT_SECONDS = 5.0
 
 

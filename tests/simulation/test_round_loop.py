@@ -15,6 +15,8 @@ from tff_hdp.simulation import round_loop
 from tff_hdp.simulation import selection
 from tff_hdp.simulation import untrusted_setting
 
+pytestmark = pytest.mark.tf
+
 
 class _Program(round_loop.RoundProgram):
   columns = ('round', 'x', 'acc_g')

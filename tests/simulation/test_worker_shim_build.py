@@ -100,6 +100,7 @@ def test_without_the_c_library_headers_the_line_names_them(venv, tmp_path):
   assert not _libraries(venv)
 
 
+@pytest.mark.tf
 def test_a_run_without_the_shim_says_make_install(venv, tmp_path):
   result = subprocess.run(
       [str(venv / 'bin' / 'python'),

@@ -15,6 +15,8 @@ from tff_hdp.privacy import accounting, plans
 from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.simulation import evaluation, trusted_setting
 
+pytestmark = pytest.mark.tf
+
 N = 200
 
 

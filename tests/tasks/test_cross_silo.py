@@ -12,6 +12,8 @@ from tff_hdp.federated_task import FederatedTask
 from tff_hdp.federated_task import TaskOptions
 from tests import repository
 
+pytestmark = pytest.mark.tf
+
 
 def _mnist_dir():
   return repository.task_data('rotated_masked_mnist')

@@ -17,6 +17,8 @@ import tasks
 from tasks import emnist
 from tff_hdp.federated_task import TaskOptions
 
+pytestmark = pytest.mark.tf
+
 
 def _example(pixels: np.ndarray, label: int) -> bytes:
   return tf.train.Example(features=tf.train.Features(feature={

@@ -14,6 +14,8 @@ from tasks import femnist_leaf
 from tff_hdp.federated_task import TaskOptions
 from tests import repository
 
+pytestmark = pytest.mark.tf
+
 
 
 def _leaf_dir():

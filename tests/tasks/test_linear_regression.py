@@ -11,6 +11,8 @@ import tasks
 from tasks import linear_regression as lr
 from tff_hdp.federated_task import TaskOptions
 
+pytestmark = pytest.mark.tf
+
 SETTING = lr.LinearRegressionSetting(num_clients=40, dim=10,
                                      samples_per_client=20, tau2=0.1,
                                      beta2=1.0)

@@ -3,8 +3,6 @@ file readers' errors on generated files, so they are checked without the data.""
 
 import gzip
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,6 +12,8 @@ from tasks import data_files
 from tasks import mnist
 from tff_hdp.federated_task import TaskOptions
 from tests import repository
+
+pytestmark = pytest.mark.tf
 
 ROOT = repository.ROOT
 
@@ -174,12 +174,11 @@ def test_generated_idx_files_are_read_back_and_truncation_is_named(tmp_path):
 
 
 def test_cli_trains_on_mnist_and_prints_the_table(tmp_path):
-  result = subprocess.run(
-      [sys.executable, os.path.join(ROOT, 'run_experiment.py'),
-       '--task=mnist_noniid', f'--data_dir={_mnist_dir()}', '--num_clients=40',
-       '--algorithms=dp_fedavg,fedhdp', '--rounds=2', '--clients_per_round=10',
-       '--clip_count_stddev=3', '--eval_every=1', f'--output_dir={tmp_path}'],
-      cwd=ROOT, capture_output=True, text=True, timeout=600)
+  result = repository.run_program(  # what the run prints: in this process
+      'run_experiment.py', '--task=mnist_noniid', f'--data_dir={_mnist_dir()}',
+      '--num_clients=40', '--algorithms=dp_fedavg,fedhdp', '--rounds=2',
+      '--clients_per_round=10', '--clip_count_stddev=3', '--eval_every=1',
+      f'--output_dir={tmp_path}')
   assert result.returncode == 0, result.stderr[-2000:]
   assert 'mnist_noniid: 40 clients' in result.stdout
   assert '| Algorithm' in result.stdout and 'fedhdp_r1' in result.stdout

@@ -2,10 +2,13 @@
 and read back by TFF's own reader as the arrays it was generated from."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import client_data, population
+
+pytestmark = pytest.mark.tf
 
 N = 300
 

@@ -17,6 +17,8 @@ from tests.simulation import test_cross_silo_setting
 from tests.simulation.test_cross_silo_setting import _clustered_task
 from tests.tasks.test_client_data import seeded_fedhdp_run
 
+pytestmark = pytest.mark.tf
+
 
 def _digits(**options):
   return digits.load_task(TaskOptions(num_clients=10, batch_size=8,
