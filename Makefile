@@ -4,6 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-requirements
+PACKAGE := $(VENV)/.installed-package
 
 .PHONY: install shim demo test test-fast clean
 
@@ -24,7 +25,13 @@ $(STAMP): requirements.txt | shim
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -c 'import tensorflow_federated, tensorflow_privacy, dp_accounting'
 	touch $(STAMP)
 
-install: shim $(STAMP)
+# The project itself, editable (pyproject.toml): `import tff_hdp` from any
+# folder with .venv's Python, the checkout's code as it is.
+$(PACKAGE): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(PACKAGE)
+
+install: shim $(STAMP) $(PACKAGE)
 
 # A short comparison on the embedded digits task (no download): non-private
 # FedAvg, DP-FedAvg and FedHDP at two ratios r; prints the results table.
