@@ -90,23 +90,41 @@ DATA_TASKS = {'cross_silo': 'vehicle'}
 _UNPINNED_NAMES = ('run_key.json', 'dp_secret_seed', 'seconds.json')
 
 
+def flags(setting: str, output_dir: str,
+          extra_flags: tuple[str, ...] = ()) -> list[str]:
+  """The flags of `setting` (with `extra_flags` after its own), writing into
+  `output_dir`."""
+  return [*(f.replace(VEHICLE_PLACEHOLDER, VEHICLE_DIR)
+            for f in SETTINGS[setting]), *extra_flags,
+          f'--output_dir={output_dir}']
+
+
 def command(setting: str, output_dir: str,
             extra_flags: tuple[str, ...] = ()) -> list[str]:
   """The command line of `setting`, writing into `output_dir`."""
-  flags = [f.replace(VEHICLE_PLACEHOLDER, VEHICLE_DIR)
-           for f in SETTINGS[setting]]
-  return [sys.executable, os.path.join(ROOT, 'run_experiment.py'), *flags,
-          *extra_flags, f'--output_dir={output_dir}']
+  return [sys.executable, os.path.join(ROOT, 'run_experiment.py'),
+          *flags(setting, output_dir, extra_flags)]
 
 
-def run(setting: str, output_dir: str,
-        extra_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+def run(setting: str, output_dir: str, extra_flags: tuple[str, ...] = (),
+        in_process: bool = False) -> subprocess.CompletedProcess:
   """Runs `setting` into `output_dir` (with `extra_flags` after its own);
-  raises with stderr's end if it fails."""
-  result = subprocess.run(
-      command(setting, output_dir, extra_flags), cwd=ROOT,
-      env=dict(os.environ, MPLBACKEND='Agg'), capture_output=True, text=True,
-      timeout=900)
+  raises with stderr's end if it fails.
+
+  `in_process`: in this (test) process (`repository.run_program`), about 8 s
+  less a run; the outputs are the same, and the pins are written by the
+  command in a process of its own (`main`), so the tests that compare with
+  them also check that running here changes nothing.
+  """
+  if in_process:
+    from tests import repository  # pylint: disable=g-import-not-at-top
+    result = repository.run_program('run_experiment.py',
+                                    *flags(setting, output_dir, extra_flags))
+  else:
+    result = subprocess.run(
+        command(setting, output_dir, extra_flags), cwd=ROOT,
+        env=dict(os.environ, MPLBACKEND='Agg'), capture_output=True,
+        text=True, timeout=900)
   if result.returncode != 0:
     raise RuntimeError(f'{setting}: run_experiment.py exited with '
                        f'{result.returncode}:\n{result.stderr[-3000:]}')

@@ -126,7 +126,7 @@ def run_program(program: str, *flags: str,
   global _runs_here
   # pylint: disable=g-import-not-at-top
   import contextlib
-  import importlib.util
+  import importlib
   import io
   import traceback
   from absl import flags as absl_flags
@@ -134,13 +134,7 @@ def run_program(program: str, *flags: str,
   # pylint: enable=g-import-not-at-top
   if program not in _PROGRAMS:
     raise ValueError(f'{program} runs in a process of its own.')
-  module = sys.modules.get(f'_program_{program[:-3]}')
-  if module is None:
-    spec = importlib.util.spec_from_file_location(
-        f'_program_{program[:-3]}', os.path.join(ROOT, program))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+  module = importlib.import_module(program[:-3])  # the root is on sys.path
   out, err = io.StringIO(), io.StringIO()
   old_cwd, old_argv = os.getcwd(), sys.argv
   code = 0

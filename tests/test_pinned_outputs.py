@@ -24,6 +24,8 @@ import pytest
 from tests import pinned_runs
 from tests import repository
 
+pytestmark = pytest.mark.tf
+
 
 # Numbers are written with ~6 significant digits (CSV) or in full (JSON,
 # models); a benign float reordering (a sum in another order) can change the
@@ -149,6 +151,8 @@ def test_every_setting_is_pinned(pinned):
 
 @pytest.mark.parametrize('setting', list(pinned_runs.SETTINGS))
 def test_short_run_writes_the_pinned_outputs(setting, pinned, tmp_path):
+  """Run in this process: the claim is what the command writes, and the pins
+  were written by it in a process of its own (`pinned_runs.main`)."""
   if setting in pinned_runs.DATA_TASKS:  # skips, naming it, when absent
     repository.task_data(pinned_runs.DATA_TASKS[setting])
   assert setting in pinned, f'{setting}: not in tests/pinned_outputs.json'
@@ -156,5 +160,5 @@ def test_short_run_writes_the_pinned_outputs(setting, pinned, tmp_path):
       f'{setting}: the flags in tests/pinned_runs.py differ from the pinned '
       'ones; regenerate the pins (see the module docstring)')
   output_dir = str(tmp_path / 'out')
-  pinned_runs.run(setting, output_dir)
+  pinned_runs.run(setting, output_dir, in_process=True)
   compare(setting, pinned_runs.collect(output_dir), pinned[setting]['outputs'])

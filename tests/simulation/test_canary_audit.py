@@ -16,7 +16,6 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -34,6 +33,11 @@ from tff_hdp.privacy import plans
 from tff_hdp.privacy import privacy_groups as pg
 from tff_hdp.simulation import selection
 from tff_hdp.simulation import trusted_setting
+
+pytestmark = pytest.mark.tf
+# The tests that share the module's `task` (and `one_group`): one xdist
+# worker builds them.
+_TASK = pytest.mark.xdist_group('test_canary_audit_task')
 
 DELTA = 1e-5
 
@@ -85,6 +89,7 @@ def one_group(task):
   return _run(task, [pg.PrivacyGroup('p', 4.0, DELTA)], canaries=4000)[0]
 
 
+@_TASK
 def test_the_gaussian_mechanism_is_estimated_within_20_percent(one_group):
   exact = gdp(1 / one_group['noise_multiplier'])  # 3.70 for printed 4
   assert exact < one_group['epsilon_spent'] == pytest.approx(4.0)
@@ -99,6 +104,7 @@ def test_the_gaussian_mechanism_is_estimated_within_20_percent(one_group):
   assert not one_group['audit_alarm']
 
 
+@_TASK
 def test_half_the_accounted_noise_is_caught(task, one_group, monkeypatch):
   """The alarm fires: the estimate's lower limit is above the printed 4."""
   broken = _run(task, [pg.PrivacyGroup('p', 4.0, DELTA)], canaries=4000,
@@ -123,6 +129,7 @@ def mu_of(epsilon):
 CANARIES_PER_LEVEL = 1500
 
 
+@_TASK
 @pytest.mark.parametrize('ratios', [(0.25, 1.0, 4.0), (1.0, 1.0, 1.0)],
                          ids=['ratios_rising_with_epsilon', 'one_ratio'])
 def test_every_group_sees_every_groups_noise(task, ratios):
@@ -160,6 +167,7 @@ def test_real_clients_are_sampled_as_without_canaries():
     assert 10 < len(both) - len(alone) < 50  # about 30 canaries
 
 
+@_TASK
 def test_canaries_need_poisson_sampling_and_a_private_group(task):
   settings = trusted_setting.Settings(
       rounds=1, sampling=accounting.FixedSizeSampling(40, 10), canaries=5)
@@ -193,20 +201,28 @@ def _summary(output_dir):
     return json.load(f)
 
 
+def _finish(output_dir):
+  """The run in this process (`repository.run_program`)."""
+  return repository.run_program('run_experiment.py', *FLAGS,
+                                f'--output_dir={output_dir}')
+
+
 def test_a_killed_canary_run_resumes_its_scores(tmp_path):
   """The all-rounds maxima live in the process state, so the resumed run
-  reports the uninterrupted run's estimates to the last digit."""
+  reports the uninterrupted run's estimates to the last digit. Only the
+  killed run has a process of its own (given the uninterrupted run's secret
+  before it starts); the uninterrupted run and the resume run here, where
+  the resume reads only its folder."""
   whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
+  result = _finish(whole)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert '--canaries=40: an audit run' in result.stdout
+  repository.plant_secret(whole, resumed, 'fedhdp_r0.5')
   killed_at = repository.kill_after_rows(_command(resumed), resumed,
                                          'fedhdp_r0.5', 2)
   assert 2 <= killed_at < 8, 'the kill must land mid-run'
-  for out in (resumed, whole):
-    if out == whole:
-      repository.plant_secret(resumed, whole, 'fedhdp_r0.5')
-    result = subprocess.run(_command(out), capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-  assert '--canaries=40: an audit run' in result.stdout
+  result = _finish(resumed)
+  assert result.returncode == 0, result.stderr[-2000:]
   audits = [[g.get('empirical_epsilon') for g in _summary(out)['groups']]
             for out in (whole, resumed)]
   assert audits[0] == audits[1] and audits[0][0]['all_rounds']['inserted'] == 40

@@ -21,6 +21,8 @@ from tests import repository
 from tests.simulation import test_remote_workers
 from tff_hdp.simulation import remote_execution
 
+pytestmark = pytest.mark.tf
+
 _PORT = 8001
 _SETTING = 'trusted_ditto_cohorts'
 
@@ -101,12 +103,14 @@ def namespaced_workers():
 
 def test_workers_in_their_own_network_namespaces_give_the_local_results(
     namespaced_workers, tmp_path):
+  """The run in this process: the workers are what is remote, and they stay
+  alive; the driver's process makes no difference to what it computes."""
   for address in namespaced_workers:  # not reachable but over its link
     assert not address.startswith('127.')
   out = str(tmp_path / 'out')
   pinned_runs.run(_SETTING, out, (
       f'--workers={",".join(namespaced_workers)}',
-      f'--worker_data={tmp_path / "digits.sqlite"}'))
+      f'--worker_data={tmp_path / "digits.sqlite"}'), in_process=True)
   with open(pinned_runs.PINNED_FILE) as f:
     pinned = json.load(f)
   test_remote_workers.assert_local_results(

@@ -22,20 +22,24 @@ import sys
 import textwrap
 import time
 
+import pytest
 import tensorflow as tf
 
 from tests import repository
+
+pytestmark = pytest.mark.tf
 
 ROOT = repository.ROOT
 CONFIG = 'fedhdp_r0.5'
 
 
-def _run_experiment(output_dir, *flags, timeout=600):
-  return subprocess.run(
-      [sys.executable, os.path.join(ROOT, 'run_experiment.py'),
-       '--algorithms=fedhdp', '--r=0.5', '--clients_per_round=20',
-       '--clip_count_stddev=3', '--seed=3', f'--output_dir={output_dir}',
-       *flags], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+def _run_experiment(output_dir, *flags):
+  """The run in this process (`repository.run_program`): the claims on it
+  are what it writes, and with which modes, not the process."""
+  return repository.run_program(
+      'run_experiment.py', '--algorithms=fedhdp', '--r=0.5',
+      '--clients_per_round=20', '--clip_count_stddev=3', '--seed=3',
+      f'--output_dir={output_dir}', *flags)
 
 
 def _secret(output_dir):

@@ -8,6 +8,11 @@ with Ditto and cohorts, untrusted server, cross-silo with IFCA) is run with
 table to the pinned tolerances, every saved model (final and personal) to
 1e-6, and per client id (the personal models are saved by client id, IFCA's
 clusters are in rounds.csv and summary.json by silo).
+
+Runs whose workers all stay alive run in this process
+(`repository.run_program`): what they compute is the claim, and the workers
+are processes of their own either way. A run that loses its worker, or finds
+none, ends with `os._exit` and runs in a process of its own.
 """
 
 import json
@@ -25,8 +30,20 @@ from tests import repository
 from tests import test_pinned_outputs
 from tff_hdp.simulation import workers
 
+pytestmark = pytest.mark.tf
+
 LEARNING = ['trusted', 'trusted_ditto_cohorts', 'untrusted', 'cross_silo']
 MODEL_TOLERANCE = 1e-6
+
+
+def _group(setting):
+  """The tests of one setting read each other's runs (`_collected`): one
+  xdist worker runs them."""
+  return pytest.mark.xdist_group(f'test_remote_workers_{setting}')
+
+
+def _param(setting, *rest):
+  return pytest.param(setting, *rest, marks=_group(setting))
 
 
 def _start(port):
@@ -57,12 +74,13 @@ def _run(setting, addresses, output_dir, extra_flags=()):
   if setting in pinned_runs.DATA_TASKS:  # skips, naming it, when absent
     repository.task_data(pinned_runs.DATA_TASKS[setting])
   pinned_runs.run(setting, output_dir,
-                  (f'--workers={",".join(addresses)}', *extra_flags))
+                  (f'--workers={",".join(addresses)}', *extra_flags),
+                  in_process=True)
   return pinned_runs.collect(output_dir)
 
 
 @pytest.mark.parametrize('count', [2, 3])
-@pytest.mark.parametrize('setting', LEARNING)
+@pytest.mark.parametrize('setting', [_param(s) for s in LEARNING])
 def test_workers_give_the_local_results(setting, count, three_workers, pinned,
                                         tmp_path):
   got = _run(setting, three_workers[:count], str(tmp_path / 'out'))
@@ -71,8 +89,9 @@ def test_workers_give_the_local_results(setting, count, three_workers, pinned,
 
 
 @pytest.mark.parametrize('setting,count', [
-    ('trusted', 3), ('trusted_ditto_cohorts', 2), ('trusted_ditto_cohorts', 3),
-    ('untrusted', 2), ('cross_silo', 3)])
+    _param('trusted', 3), _param('trusted_ditto_cohorts', 2),
+    _param('trusted_ditto_cohorts', 3), _param('untrusted', 2),
+    _param('cross_silo', 3)])
 def test_workers_reading_the_clients_themselves_give_the_local_results(
     setting, count, three_workers, pinned, tmp_path):
   got = _run(setting, three_workers[:count], str(tmp_path / 'out'),
@@ -108,23 +127,23 @@ def _assert_models_close(where, got, want):
 
 
 def test_cross_silo_personal_models_match_per_silo(three_workers, tmp_path):
+  """Both runs in this process (see the module docstring)."""
   repository.task_data('vehicle')
+  # mrmtl alone: IFCA's flags (--num_clusters, --selection_*) are refused.
   flags = [f for f in pinned_runs.SETTINGS['cross_silo']
            if not f.startswith(('--algorithms', '--lambdas',
-                                '--checkpoint_every'))]
+                                '--checkpoint_every', '--num_clusters',
+                                '--selection_fraction', '--selection_share'))]
   flags += ['--algorithms=mrmtl', '--lambdas=1', '--checkpoint_every=2']
   personal = os.path.join('mrmtl_lr0.1_lambda1', 'checkpoints',
                           'personal_round_2.npz')
   models = []
   for extra in ((), (f'--workers={",".join(three_workers)}',)):
     out = tmp_path / f'out{len(models)}'
-    command = [sys.executable,
-               os.path.join(repository.ROOT, 'run_experiment.py'),
-               *[f.replace(pinned_runs.VEHICLE_PLACEHOLDER,
-                           pinned_runs.VEHICLE_DIR) for f in flags],
-               *extra, f'--output_dir={out}']
-    result = subprocess.run(command, capture_output=True, text=True,
-                            timeout=600)
+    result = repository.run_program(
+        'run_experiment.py',
+        *[f.replace(pinned_runs.VEHICLE_PLACEHOLDER, pinned_runs.VEHICLE_DIR)
+          for f in flags], *extra, f'--output_dir={out}')
     assert result.returncode == 0, result.stderr[-2000:]
     models.append(pinned_runs.collect(str(out))[personal])
   local, remote = models
@@ -132,7 +151,10 @@ def test_cross_silo_personal_models_match_per_silo(three_workers, tmp_path):
   _assert_models_close('cross-silo personal models', remote, local)
 
 
+@_group('trusted_ditto_cohorts')
 def test_three_workers_repeat_exactly(three_workers, tmp_path):
+  """Both runs in this process (see the module docstring); the first is
+  test_workers_give_the_local_results' where this worker ran it."""
   setting = 'trusted_ditto_cohorts'
   first = _collected.get((setting, 3)) or _run(
       setting, three_workers, str(tmp_path / 'first'))
@@ -140,21 +162,24 @@ def test_three_workers_repeat_exactly(three_workers, tmp_path):
 
 
 def test_another_worker_count_is_another_run(three_workers, tmp_path):
+  """Both runs in this process: the refusal reads the folder's run key."""
   out = str(tmp_path / 'out')
   pinned_runs.run('trusted_ditto_cohorts', out,
-                  (f'--workers={",".join(three_workers[:2])}',))
-  result = subprocess.run(
-      pinned_runs.command('trusted_ditto_cohorts', out,
-                          (f'--workers={",".join(three_workers)}',)),
-      capture_output=True, text=True, timeout=600)
+                  (f'--workers={",".join(three_workers[:2])}',),
+                  in_process=True)
+  result = repository.run_program(
+      'run_experiment.py',
+      *pinned_runs.flags('trusted_ditto_cohorts', out,
+                         (f'--workers={",".join(three_workers)}',)))
   assert result.returncode == 2, result.stderr[-2000:]
   assert 'differs in: workers' in result.stderr.strip().splitlines()[-1]
 
 
-ROUNDS = 40
+# Room for the kill after round 3 to land mid-run; what resumes is the rest.
+ROUNDS = 12
 _LOST_FLAGS = ['--task=digits', '--algorithms=fedhdp', '--r=0.5',
                f'--rounds={ROUNDS}', '--clients_per_round=20',
-               '--eval_every=40', '--checkpoint_every=1',
+               f'--eval_every={ROUNDS}', '--checkpoint_every=1',
                '--worker_timeout=3']
 
 
@@ -163,11 +188,15 @@ def _rows(output_dir):
 
 
 def test_a_lost_worker_ends_the_run_with_one_line_and_it_resumes(tmp_path):
+  """The run that loses its worker ends with `os._exit`: in a process of its
+  own. The resume, on a restarted worker that stays, runs in this process:
+  the claim on it is what it reads and writes."""
   port = portpicker.pick_unused_port()
   address = f'{workers.LOOPBACK}:{port}'
   out = str(tmp_path / 'out')
+  flags = [*_LOST_FLAGS, f'--workers={address}', f'--output_dir={out}']
   command = [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
-             *_LOST_FLAGS, f'--workers={address}', f'--output_dir={out}']
+             *flags]
   worker = _start(port)
 
   def kill_worker(run):
@@ -186,8 +215,7 @@ def test_a_lost_worker_ends_the_run_with_one_line_and_it_resumes(tmp_path):
 
   worker = _start(port)
   try:
-    result = subprocess.run(command, capture_output=True, text=True,
-                            timeout=600)
+    result = repository.run_program('run_experiment.py', *flags)
   finally:
     workers.stop_process(worker)
   assert result.returncode == 0, result.stderr[-2000:]

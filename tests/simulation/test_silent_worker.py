@@ -7,8 +7,11 @@ import subprocess
 import sys
 
 import portpicker
+import pytest
 
 from tests import repository
+
+pytestmark = pytest.mark.tf
 
 RUN = [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
        '--task=digits', '--algorithms=fedhdp', '--rounds=1']

@@ -5,15 +5,18 @@ Robust-HDP with its weights frozen after round 2 keeps state of its own
 in the aggregator (the frozen weights, the round), which must survive the
 kill with the model and the clients' DP-SGD round counter. The clients'
 noise and sampling follow a secret seed that only the checkpoint keeps: the
-uninterrupted run gets the same secret by planting the killed run's secret
-file in its checkpoint folder first. An audit run (`--canaries`) also keeps
-its clients' canary sums in the state, so its estimates survive the kill.
+killed run gets the uninterrupted run's secret by planting its secret file in
+the killed run's checkpoint folder before it starts. An audit run
+(`--canaries`) also keeps its clients' canary sums in the state, so its
+estimates survive the kill.
+
+Only the kill needs a process of its own; the other runs are what they write,
+and run in this process (`repository.run_program`).
 """
 
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -25,6 +28,8 @@ from tests import repository
 from tff_hdp.federated_task import TaskOptions
 from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import untrusted_setting
+
+pytestmark = pytest.mark.tf
 
 ROOT = repository.ROOT
 ROUNDS = 10
@@ -41,8 +46,9 @@ def _command(output_dir, *extra):
 
 
 def _finish(output_dir, *extra):
-  return subprocess.run(_command(output_dir, *extra), capture_output=True,
-                        text=True, timeout=600)
+  """The run in this process."""
+  return repository.run_program('run_experiment.py', *FLAGS,
+                                f'--output_dir={output_dir}', *extra)
 
 
 def _rows(output_dir):
@@ -63,7 +69,12 @@ def _final_state(output_dir):
 @pytest.mark.parametrize('audit', [(), ('--canaries=20',)],
                          ids=['plain', 'canaries'])
 def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path, audit):
+  """The uninterrupted run first (here), then the killed run with its secret
+  (the same noise as the other way round): SIGKILLed in a process of its
+  own, resumed and re-run here, where the resume reads only its folder."""
   whole, resumed = str(tmp_path / 'whole'), str(tmp_path / 'resumed')
+  assert _finish(whole, *audit).returncode == 0
+  repository.plant_secret(whole, resumed, RULE)
 
   killed_at = repository.kill_after_rows(_command(resumed, *audit), resumed,
                                          RULE, 4)
@@ -72,8 +83,6 @@ def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path, audit):
   result = _finish(resumed, *audit)
   assert result.returncode == 0, result.stderr[-2000:]
   assert f'{RULE} rounds: resuming from round ' in result.stdout
-  repository.plant_secret(resumed, whole, RULE)
-  assert _finish(whole, *audit).returncode == 0
   rows = _rows(resumed)
   assert [int(r['round']) for r in rows] == list(range(1, ROUNDS + 1))
   assert rows == _rows(whole)
@@ -94,6 +103,7 @@ def test_kill_and_resume_is_bitwise_equal_to_uninterrupted(tmp_path, audit):
 
 
 def test_a_rerun_with_another_setting_is_refused(tmp_path):
+  """Both runs in this process: the refusal reads the folder's run key."""
   out = str(tmp_path)
   assert _finish(out, '--rounds=2', '--checkpoint_every=0').returncode == 0
   # Without saved rounds the key still holds the folder for its run.

@@ -18,6 +18,8 @@ from tasks import client_data, digits
 from tff_hdp.federated_task import TaskOptions
 from tff_hdp.simulation import remote_execution, runtime, workers
 
+pytestmark = pytest.mark.tf
+
 _TIMEOUT = 3.0
 _BOUND_SECONDS = 180  # fails the test instead of hanging it
 
