@@ -61,7 +61,7 @@ def _seconds_per_round(task, algorithm: str, files: bool,
   settings = us.UntrustedSettings(
       rounds=_ROUNDS.value + 1, epsilon_distribution=_DISTRIBUTION.value,
       unsafe_seeded_dp_randomness=True,
-      rpca_freeze_after_round=_FREEZE.value, canaries=canaries)
+      options={'rpca_freeze_after_round': _FREEZE.value}, canaries=canaries)
   timed = {}
 
   def run_rounds(program, **kwargs):

@@ -87,19 +87,12 @@ EPSILON_DISTRIBUTION = absl_flags.DEFINE_enum(
     '(PFA\'s mixtures) and uniform (eps in [1, 10]) draw them by --seed, '
     'batch sizes from {16, 32, 64, 128}; dist1-dist9 are Robust-HDP\'s fixed '
     'lists of both, for 20, 40 or 60 clients.')
-RPCA_FREEZE_AFTER_ROUND = absl_flags.DEFINE_integer(
-    'rpca_freeze_after_round', None, 'Untrusted server, robust_hdp: estimate '
-    'the clients\' weights by RPCA in rounds 1..k only and reuse round k\'s '
-    'after (k=1 is Robust-HDP\'s authors\' code; RPCA is most of a round\'s '
-    'time). Default: every round, as the paper\'s Algorithm 1. rounds.csv '
-    'says in each round which ran.')
 DP_SGD_CLIP = absl_flags.DEFINE_float(
     'dp_sgd_clip', 1.0, 'Untrusted server and cross-silo: DP-SGD\'s '
     'per-example clip norm c.')
-R = absl_flags.DEFINE_list(
-    'r', ['1.0'], 'FedHDP ratio(s) r of the private groups\' weight (the '
-    'opt-out group has r=1); each value is one configuration. Read by '
-    'fedhdp (and point estimation) only.')
+# FedHDP's r (its registry record's option) is point estimation's too.
+R = absl_flags.DEFINE_list('r', ['1.0'], algorithms.RATIO.help + (
+    ' Point estimation: the ratios r it estimates at.'))
 EPSILONS = absl_flags.DEFINE_list(
     'epsilons', ['3.6'], 'Target epsilon of each private level (cross-silo: '
     'one value for every silo, or one per silo).')
@@ -269,7 +262,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'eval_every': _TRAINING, 'deltas': _TRAINING,
     'workers': _TRAINING, 'worker_timeout': _TRAINING,
     'unsafe_allow_large_delta': _TRAINING,
-    'epsilons': (TRUSTED, CROSS_SILO), 'r': (TRUSTED, POINT_ESTIMATION),
+    'epsilons': (TRUSTED, CROSS_SILO), 'r': (POINT_ESTIMATION,),
     'cohort_size': (TRUSTED, CROSS_SILO),
     'dp_sgd_clip': (UNTRUSTED, CROSS_SILO),
     **{name: (TRUSTED,) for name in (
@@ -280,7 +273,6 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'canaries': (TRUSTED, UNTRUSTED, CROSS_SILO),
     'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),
-    'rpca_freeze_after_round': (UNTRUSTED,),
     **{name: (CROSS_SILO,) for name in (
         'lambdas', 'client_lrs', 'sweep', 'num_clusters',
         'regularizer_placement',
@@ -289,6 +281,69 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'trials', 'pe_clients', 'pe_private', 'pe_samples', 'pe_tau2',
         'pe_beta2', 'pe_gamma2')},
 }
+
+
+# The flags of options (one per option name): --r, shared with point
+# estimation, and those define_algorithm_options defines.
+_OPTION_FLAGS = {algorithms.RATIO.name}
+
+
+def define_algorithm_options() -> None:
+  """A flag for every option of every registered algorithm (`algorithms.
+  Option`) that has none yet, read by the setting of the algorithms that
+  declare it: the built-in ones' when this module is imported, those of
+  algorithms user code registered when its command line starts."""
+  for setting in _TRAINING:
+    for name, option in algorithms.setting_options(setting).items():
+      if name in absl_flags.FLAGS and name not in _OPTION_FLAGS:
+        readers = ', '.join(algorithms.readers(setting, name))
+        raise ValueError(f'option {name!r} of {readers}: --{name} is a flag '
+                         'of the command line already; give the option '
+                         'another name.')
+      if name not in absl_flags.FLAGS:
+        _OPTION_FLAGS.add(name)
+        if option.sweep:
+          absl_flags.DEFINE_list(name, None if option.default is None else [
+              f'{option.default:g}'], option.help)
+        else:
+          define = (absl_flags.DEFINE_integer if option.kind is int else
+                    absl_flags.DEFINE_float)
+          define(name, option.default, option.help)
+      APPLIES[name] = tuple(dict.fromkeys(APPLIES.get(name, ()) + (setting,)))
+
+
+define_algorithm_options()
+
+
+def option_values(setting: str) -> dict[str, object]:
+  """The values of `setting`'s options that are not swept, by name."""
+  return {name: absl_flags.FLAGS[name].value
+          for name, option in algorithms.setting_options(setting).items()
+          if not option.sweep}
+
+
+def swept_values(setting: str) -> dict[str, list[float]]:
+  """The values of `setting`'s swept options, by name."""
+  return {name: floats(absl_flags.FLAGS[name])
+          for name, option in algorithms.setting_options(setting).items()
+          if option.sweep}
+
+
+def _check_options(setting: str) -> None:
+  """Each option of `setting` lies where its record says, and is given only
+  when a chosen algorithm reads it."""
+  for name, option in algorithms.setting_options(setting).items():
+    flag = absl_flags.FLAGS[name]
+    high = math.inf if option.high is None else option.high
+    low = -math.inf if option.low is None else option.low
+    if option.sweep:
+      check_distinct(f'--{name}', floats(flag, low, high, option.low_open),
+                     flag.value)
+    else:
+      _in(flag, low, high, low_open=option.low_open)
+    _read_by((name,), algorithms.readers(setting, name))
+
+
 _SETTING_NAMES = {
     TRUSTED: 'trusted-server', UNTRUSTED: 'untrusted-server',
     CROSS_SILO: 'cross-silo', POINT_ESTIMATION: 'point-estimation'}
@@ -538,12 +593,14 @@ def _check_values(current: str) -> None:
           f'--deltas: the {_SETTING_NAMES[current]} setting has one delta '
           f'for every {"client" if current == UNTRUSTED else "silo"}, got '
           f'{",".join(DELTAS.value)}.')
-  if current == UNTRUSTED:
-    _in(RPCA_FREEZE_AFTER_ROUND, 1)
-    _read_by(('rpca_freeze_after_round',), ('robust_hdp',))
+  if current in _TRAINING:
+    _check_options(current)
+    no_cohorts = [a for a in ALGORITHMS.value
+                  if not algorithms.REGISTRY[a].cohorts]
+    check(not (COHORT_SIZE.present and COHORT_SIZE.value > 1 and no_cohorts),
+          f'--cohort_size: {", ".join(no_cohorts)} train one TFF client per '
+          'client (their records run no cohorts); drop --cohort_size.')
   if current == TRUSTED:
-    _check_ratios()
-    _read_by(('r',), ('fedhdp',))
     _in(CLIENTS_PER_ROUND, 1)
     _in(OPT_OUT, 0, 1)
     check(not (OPT_OUT.value == 1 and 'fedhdp' in ALGORITHMS.value),

@@ -59,14 +59,15 @@ def learning_setup(task):
       canaries=flags.CANARIES.value,
       release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
-      allow_large_delta=flags.UNSAFE_LARGE_DELTA.value)
+      allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
+      options=flags.option_values(flags.TRUSTED))
   try:
     choices = trusted_setting.client_choices(task, levels, flags.OPT_OUT.value,
                                         flags.SEED.value, fractions)
   except ValueError as e:
     raise flags.InputError(f'--opt_out_fraction/--level_fractions: {e}') from None
-  configs = trusted_setting.configurations(flags.ALGORITHMS.value, flags.floats(flags.R),
-                                      choices)
+  configs = trusted_setting.configurations(
+      flags.ALGORITHMS.value, flags.swept_values(flags.TRUSTED))
   if 'fedhdp' in flags.ALGORITHMS.value:
     _check_levels_have_clients(choices, n)
   return settings, choices, configs

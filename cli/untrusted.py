@@ -48,11 +48,12 @@ def learning_setup():
       seed=flags.SEED.value,
       eval_every=flags.EVAL_EVERY.value,
       checkpoint_every=flags.CHECKPOINT_EVERY.value,
-      rpca_freeze_after_round=flags.RPCA_FREEZE_AFTER_ROUND.value,
+
       release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
-      canaries=flags.CANARIES.value)
+      canaries=flags.CANARIES.value,
+      options=flags.option_values(flags.UNTRUSTED))
 
 
 def run() -> None:

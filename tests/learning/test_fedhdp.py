@@ -2,6 +2,7 @@
 
 import csv
 import dataclasses
+import functools
 import math
 import os
 import random
@@ -17,6 +18,7 @@ from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.simulation import trusted_setting
 from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
+from tff_hdp.learning import algorithms
 from tff_hdp.learning import fedhdp
 from tff_hdp.learning import learning_process
 from tff_hdp.privacy import privacy_groups as pg
@@ -60,15 +62,18 @@ def test_plan_calibrates_every_private_group_to_its_target():
 
 
 def test_algorithm_groupings():
+  """Each trusted record's groups: DP-FedAvg serves the strictest level to
+  all, non-private FedAvg none, FedHDP the clients' own at its ratio."""
   choices = _choices(list(range(50)))
-  dp = fedhdp.groups_for_algorithm('dp_fedavg', choices)
+  record = functools.partial(algorithms.record, setting=algorithms.TRUSTED)
+  dp = record('dp_fedavg').groups(choices, {})
   assert dp.num_groups == 1 and dp.groups[0].epsilon == 2.0
-  assert fedhdp.groups_for_algorithm('nonprivate',
-                                     choices).groups[0].is_private is False
-  ours = fedhdp.groups_for_algorithm('fedhdp', choices, [0.1, 0.1, 1.0])
+  assert record('nonprivate').groups(choices, {}).groups[0].is_private is False
+  ours = record('fedhdp').groups(choices, {'r': 0.1})
   assert [g.ratio for g in ours.groups] == [0.1, 0.1, 1.0]
-  with pytest.raises(ValueError, match='unknown algorithm'):
-    fedhdp.groups_for_algorithm('fedprox', choices)
+  assert [g.is_private for g in ours.groups] == [True, True, False]
+  with pytest.raises(ValueError, match="unknown trusted-server algorithm 'fedprox'"):
+    record('fedprox')
 
 
 def _factory(task):

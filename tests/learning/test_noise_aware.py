@@ -9,6 +9,7 @@ import tensorflow_federated as tff
 
 from tff_hdp.privacy import plans
 from tff_hdp.learning import dp_sgd
+from tff_hdp.learning import algorithms
 from tff_hdp.learning import noise_aware
 from tff_hdp.aggregators import pfa
 from tff_hdp.aggregators import robust_hdp
@@ -203,9 +204,10 @@ def test_learning_process_runs_a_round_with_each_kind_of_rule(rule, options):
   assert not np.allclose(before[0], after[0])
   assert np.all(np.isfinite(after[0]))
   # What rounds.csv reports of this rule: whole numbers the factory measures.
-  for name in noise_aware.round_measurements(rule):
-    value = np.asarray(out.metrics['aggregator'][name])
-    assert value.shape == () and value.dtype.kind in 'biu', (name, value)
+  for m in algorithms.record(rule, algorithms.UNTRUSTED).measurements:
+    value = np.asarray(out.metrics['aggregator'][m.name])
+    assert value.shape == () and value.dtype.kind in 'biu', (m.name, value)
+    assert m.kind is int and not m.per_group
   if rule == 'robust_hdp':
     assert bool(out.metrics['aggregator']['rpca_converged'])
   if rule == 'pfa':

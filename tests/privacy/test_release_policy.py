@@ -22,6 +22,7 @@ import tensorflow_federated as tff
 
 from tasks import digits
 from tests import repository
+from tff_hdp.learning import algorithms
 from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.simulation import trusted_setting
@@ -127,9 +128,17 @@ def test_a_default_run_releases_only_what_epsilon_covers(task, tmp_path):
 def test_a_fixed_clip_norm_withholds_the_exact_clipped_fraction(task, tmp_path):
   _, rows, tags = _run(task, str(tmp_path), clip_lr=0.0)
   assert 'fraction_clipped_estimate' not in set(rows[0]) | tags
-  assert release_policy.withheld_columns(
-      [pg.PrivacyGroup('p', 1.0, 1e-5)], adaptive_clipping=True) >= {
-          'count_p', 'num_clients', 'train_loss', 'acc_g_p', 'acc_l_p'}
+  fedhdp = algorithms.record('fedhdp', algorithms.TRUSTED).measurements
+  groups = [pg.PrivacyGroup('p', 1.0, 1e-5), pg.PrivacyGroup('o')]
+  withheld = release_policy.withheld_columns(groups, True, fedhdp)
+  assert withheld >= {'count_p', 'num_clients', 'train_loss', 'acc_g_p',
+                      'acc_l_p'}
+  # The opt-out group's count, weights, noise and the noisy estimate are
+  # covered; with a fixed norm the clipped fraction is exact, withheld.
+  assert not withheld & {'count_o', 'weight_p', 'noise_std_p', 'clip_norm',
+                         'fraction_clipped_estimate'}
+  assert 'fraction_clipped_estimate' in release_policy.withheld_columns(
+      groups, False, fedhdp)
 
 
 def test_unprotected_statistics_need_the_flag_and_are_announced(task,
@@ -282,8 +291,8 @@ def test_an_untrusted_run_releases_only_what_epsilon_covers(untrusted_run):
                 # the folder's lock and its private state (no release)
                 '.run.lock', 'checkpoints/run_key.json',
                 'checkpoints/dp_secret_seed')}
-  fields = {f.name for f in dataclasses.fields(
-      untrusted_setting.UntrustedSettings)}
+  fields = set(untrusted_setting.UntrustedSettings(rounds=1).as_dict())
+  assert 'rpca_freeze_after_round' in fields  # the rules' options, flat
   for summary in summaries.values():
     assert set(summary['metrics']) == {'acc_g'}
     assert set(summary['settings']) == fields

@@ -23,6 +23,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp.aggregators import clipping
+from tff_hdp.privacy import dp_randomness
 from tff_hdp.privacy import plans
 
 
@@ -68,6 +69,18 @@ def _validate(noise_multipliers, ratios, expected_group_sizes,
   if expected_clients_per_round is not None and not expected_clients_per_round > 0:
     raise ValueError('expected clients per round must be > 0, got '
                      f'{expected_clients_per_round}.')
+
+
+def valid_group_rows(one_hot: tf.Tensor) -> tf.Tensor:
+  """`one_hot` (a [l] group vector, or [K, l] rows) with every row that is
+  not a one-hot vector or zeros set to zeros: the weight is the client's
+  sensitivity, so [2, 0] would double its contribution and [1, 1] count it
+  in two groups; such a client is excluded instead."""
+  rows = tf.reshape(one_hot, [-1, tf.shape(one_hot)[-1]])
+  binary = tf.reduce_all(tf.logical_or(tf.equal(rows, 0.0),
+                                       tf.equal(rows, 1.0)), axis=1)
+  valid = tf.logical_and(binary, tf.reduce_sum(rows, axis=1) <= 1.0)
+  return tf.reshape(clipping.zero_rows(rows, valid), tf.shape(one_hot))
 
 
 class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
@@ -180,6 +193,58 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
         seed=seed,
         value_sum_factory=value_sum_factory)
 
+  @classmethod
+  def gaussian_adaptive(
+      cls, noise_multipliers: Sequence[float],
+      expected_group_sizes: Sequence[float],
+      ratios: Sequence[float] | None = None,
+      initial_l2_norm_clip: float = 0.1,
+      target_unclipped_quantile: float = 0.5, learning_rate: float = 0.2,
+      clipped_count_stddev: float | None = None,
+      seed: int | None = None) -> HeterogeneousDPFactory:
+    """Per-group Gaussian noise with an adaptive clip, as TFF's
+    `DifferentiallyPrivateFactory.gaussian_adaptive` per group.
+
+    Args:
+      noise_multipliers: z_j per group (0: a group without noise).
+      expected_group_sizes: q N_j per group, the fixed denominators.
+      ratios: r_j per group (default 1 each).
+      initial_l2_norm_clip: S at round 1.
+      target_unclipped_quantile: kappa.
+      learning_rate: eta_b of the geometric clip update.
+      clipped_count_stddev: z_b (default TFF's: 5% of the expected clients
+        per round).
+      seed: the noise's seed, which must stay secret (default: a fresh one
+        from the operating system's entropy).
+
+    Returns:
+      The factory; its epsilon per group is `tff_hdp.privacy.accounting`'s
+      for z_eff = (z_j^-2 + (2 z_b)^-2)^-1/2.
+
+    Raises:
+      ValueError: a value out of range (as the constructor checks them).
+    """
+    expected = sum(expected_group_sizes)
+    return cls(noise_multipliers, ratios or [1.0] * len(noise_multipliers),
+               expected_group_sizes, initial_l2_norm_clip,
+               target_unclipped_quantile, learning_rate,
+               0.05 * expected if clipped_count_stddev is None
+               else clipped_count_stddev, expected,
+               dp_randomness.fresh_secret() if seed is None else seed)
+
+  @classmethod
+  def gaussian_fixed(cls, noise_multipliers: Sequence[float],
+                     expected_group_sizes: Sequence[float], clip: float,
+                     ratios: Sequence[float] | None = None,
+                     seed: int | None = None) -> HeterogeneousDPFactory:
+    """Per-group Gaussian noise at a fixed clip norm `clip`, as TFF's
+    `DifferentiallyPrivateFactory.gaussian_fixed` per group (the other
+    arguments as `gaussian_adaptive`'s); no count is released."""
+    return cls(noise_multipliers, ratios or [1.0] * len(noise_multipliers),
+               expected_group_sizes, clip, 0.5, 0.0, 0.0,
+               sum(expected_group_sizes),
+               dp_randomness.fresh_secret() if seed is None else seed)
+
   @property
   def num_groups(self) -> int:
     return len(self._z)
@@ -194,6 +259,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     `centred_bits`: what `federated_sum` adds up for the server update.
     """
     l = self.num_groups
+    one_hot = valid_group_rows(one_hot)
     leaves = tf.nest.flatten(value)
     norm = tf.linalg.global_norm(leaves)
     clipped, _ = tf.clip_by_global_norm(leaves, clip_norm, use_norm=norm)
@@ -354,6 +420,7 @@ class CohortHeterogeneousDPFactory(HeterogeneousDPFactory):
     return tff.TensorType(np.float32, [None, self.num_groups])
 
   def _contribution(self, value, one_hot, clip_norm):
+    one_hot = valid_group_rows(one_hot)
     leaves = tf.nest.flatten(value)
     squares = [tf.reduce_sum(tf.reshape(tf.square(x), [tf.shape(x)[0], -1]),
                              axis=1) for x in leaves]

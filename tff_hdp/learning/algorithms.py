@@ -1,11 +1,36 @@
-"""The registry: one record per algorithm, read by the command line, the
-three settings' drivers and the tables.
+"""The registry: one record per algorithm, all a driver needs, in every
+setting.
 
-A new server rule for the untrusted setting is its factory file in
-`tff_hdp/aggregators/`, one record here (or a `register` call from user
-code) and its test; no driver changes. Trusted-server algorithms differ in the
-privacy groups they train with (`fedhdp.groups_for_algorithm`); cross-silo
-algorithms in how they use the common round (`cross_silo_process`).
+A record says how to build the algorithm (its aggregation factory; for
+cross-silo, what each silo does in a round), the options it reads (the
+command line defines a flag for each, checks it, and refuses it when no
+chosen algorithm reads it), the measurements it reports every round and
+whether the printed epsilon covers each (`release_policy.Measurement`, read
+by the release policy), and whether it runs in cohorts. Drivers never
+compare an algorithm's name: they read its record. A new rule is its factory
+file, one record (here, or `register(...)` from user code) and its test; a
+record that lacks what its setting needs is refused by `register`.
+
+Trusted server (privacy groups, the server adds the noise): `build_factory`
+gets a `TrustedContext` (the privacy plan, clip settings, the run's secret
+seed, cohorts or not, the options) and returns a `GroupFactory`: a
+`tff.aggregators.WeightedAggregationFactory` whose client weight is the
+float32 one-hot group vector, and the noise it applies (`GroupNoise`), which
+is what the ledger accounts. `groups` says which privacy groups the
+algorithm trains with (the clients' own by default); `sweep` names an option
+with one configuration per value (FedHDP's r).
+
+Untrusted server (every client runs DP-SGD at its own epsilon):
+`build_factory(**options)` is the server's factory (an unweighted one sees
+only the updates, and the client weight is 'none'); `client_weight` is what
+a client sends with its update; `min_epsilon` runs every client at the
+smallest epsilon.
+
+Cross-silo: `regularized` (lambda applies), `personal_epoch` (Ditto's second
+epoch per round), `clustered` (cluster models with private selection, IFCA),
+`shared_model` (silos train and deploy the shared model, FedAvg and IFCA),
+`first_phase` (shared training first, then personal from where it ended:
+for half the rounds, or through the private selection's rounds).
 
 The command line reads this registry for its help and its validation before
 TensorFlow is imported, so the built-in factories are named by module and
@@ -16,18 +41,29 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Callable, TYPE_CHECKING
+from typing import Any, Callable, Mapping, TYPE_CHECKING
+
+from tff_hdp.privacy import release_policy
+from tff_hdp.privacy.release_policy import Measurement
 
 if TYPE_CHECKING:
   import tensorflow_federated as tff
+  from tff_hdp.privacy import plans
+  from tff_hdp.privacy.privacy_groups import GroupAssignment
 
 TRUSTED = 'trusted'  # client-level DP at the server, privacy groups
 UNTRUSTED = 'untrusted'  # every client runs DP-SGD at its own epsilon
 CROSS_SILO = 'cross_silo'  # silo-specific sample-level DP
 SETTINGS = (TRUSTED, UNTRUSTED, CROSS_SILO)
+SETTING_NAMES = {TRUSTED: 'trusted-server', UNTRUSTED: 'untrusted-server',
+                 CROSS_SILO: 'cross-silo'}
 
 # What an untrusted-setting client attaches to its update as its weight.
 CLIENT_WEIGHTS = ('none', 'inverse_noise_variance', 'epsilon', 'num_examples')
+# When a cross-silo algorithm trains the shared model before the personal
+# ones: never, for the first half of the rounds, or through the rounds of
+# private cluster selection.
+FIRST_PHASES = (None, 'half_of_rounds', 'selection_rounds')
 
 
 def lazy_factory(module: str,
@@ -49,84 +85,296 @@ _MEAN = lazy_factory('tensorflow_federated', 'aggregators.MeanFactory')
 
 
 @dataclasses.dataclass(frozen=True)
-class Algorithm:
-  """One algorithm of one setting.
+class Option:
+  """A setting an algorithm reads, as a flag `--<name>`.
 
-  Untrusted setting: `build_factory(**options)` is the server's aggregation
-  factory (an unweighted one sees only the updates, and the client weight is
-  'none'); `client_weight` is what a client sends with its update;
-  `min_epsilon` runs every client at the smallest epsilon;
-  `round_measurements` are the factory's whole-number measurements (counts,
-  flags) that rounds.csv reports every round. Cross-silo:
-  `regularized` (lambda applies), `personal_epoch` (Ditto's second epoch per
-  round), `clustered` (cluster models with private selection, IFCA).
+  `kind` is float or int; a value must lie in [`low`, `high`] (open at
+  `low` with `low_open`); None is the default's "not given". With `sweep`
+  (trusted setting) the flag is a list, one configuration per value, named
+  `<algorithm>_<label><value>`. An untrusted rule's factory gets it as
+  the keyword `argument` (default: `name`). Algorithms of one setting that
+  read the same option share its flag and must declare it alike.
   """
+
+  name: str
+  help: str
+  kind: type = float
+  default: float | int | None = None
+  low: float | None = None
+  high: float | None = None
+  low_open: bool = False
+  sweep: bool = False
+  label: str = ''
+  argument: str = ''  # the factory's keyword for it (default: `name`)
+
+  def __post_init__(self):
+    if self.kind not in (float, int):
+      raise ValueError(f'option {self.name!r}: kind must be float or int.')
+    if self.sweep and not self.label:
+      raise ValueError(f'option {self.name!r}: a swept option needs the '
+                       'label that names its configurations.')
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupNoise:
+  """The noise a trusted algorithm's factory applies, as its ledger
+  accounts it: each group's noise multiplier on its sum (0: no noise, a
+  group without guarantee) and the noise std on the clip count (None: the
+  clip norm is fixed, so no count is released)."""
+
+  noise_multipliers: tuple[float, ...]
+  clip_count_stddev: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupFactory:
+  """A trusted algorithm's server rule: the factory, weighted by the
+  float32[l] one-hot group vector (cohorts: [None, l]), the noise it
+  applies, and whether that noise follows the run's secret seed (so a
+  round redone after a resume releases what it released before; if not,
+  a run that released rounds past its last checkpoint is not resumed)."""
+
+  factory: tff.aggregators.WeightedAggregationFactory
+  noise: GroupNoise
+  seeded: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TrustedContext:
+  """What a trusted algorithm's factory is built from."""
+
+  plan: plans.PrivacyPlan
+  clip: plans.ClipSettings
+  seed: int  # the DP noise's seed: the run's secret
+  cohorts: bool  # clients packed into cohorts (`tff_hdp.learning.cohort`)
+  options: Mapping[str, Any]
+
+
+def own_groups(choices: GroupAssignment,
+               options: Mapping[str, Any]) -> GroupAssignment:
+  """The clients' own privacy groups, as they chose them."""
+  del options
+  return choices
+
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+  """One algorithm of one setting (the module docstring says what each
+  setting's fields mean)."""
 
   name: str
   setting: str
   paper_name: str
-  build_factory: Callable[..., tff.aggregators.Factory] | None = None
+  build_factory: Callable[..., Any] | None = None
+  options: tuple[Option, ...] = ()
+  measurements: tuple[Measurement, ...] = ()
+  cohorts: bool = False
+  # Trusted server.
+  groups: Callable[[GroupAssignment, Mapping[str, Any]],
+                   GroupAssignment] = own_groups
+  sweep: str | None = None
+  fixed_clip: bool = False  # the factory never adapts the clip norm
+  # Untrusted server.
   client_weight: str = 'none'
   min_epsilon: bool = False
-  round_measurements: tuple[str, ...] = ()
+  # Cross-silo.
   regularized: bool = False
   personal_epoch: bool = False
   clustered: bool = False
+  shared_model: bool = False
+  first_phase: str | None = None
 
   def __post_init__(self):
-    if self.setting not in SETTINGS:
-      raise ValueError(f'algorithm {self.name!r}: unknown setting '
-                       f'{self.setting!r}; choose from {SETTINGS}.')
-    if self.client_weight not in CLIENT_WEIGHTS:
-      raise ValueError(f'algorithm {self.name!r}: unknown client weight '
-                       f'{self.client_weight!r}; choose from {CLIENT_WEIGHTS}.')
-    if (self.setting == UNTRUSTED) != (self.build_factory is not None):
-      raise ValueError(f'algorithm {self.name!r}: untrusted-setting '
-                       'algorithms, and only they, name a factory.')
+    def refuse(why):
+      raise ValueError(f'algorithm {self.name!r}: {why}')
 
+    if not self.name or not self.name.replace('_', '').isalnum():
+      refuse('its name must be letters, digits and underscores (a flag '
+             'value and a folder name).')
+    if self.setting not in SETTINGS:
+      refuse(f'unknown setting {self.setting!r}; choose from {SETTINGS}.')
+    if self.client_weight not in CLIENT_WEIGHTS:
+      refuse(f'unknown client weight {self.client_weight!r}; choose from '
+             f'{CLIENT_WEIGHTS}.')
+    if self.first_phase not in FIRST_PHASES:
+      refuse(f'unknown first phase {self.first_phase!r}; choose from '
+             f'{FIRST_PHASES}.')
+    if (self.setting == CROSS_SILO) == (self.build_factory is not None):
+      refuse('trusted and untrusted algorithms, and only they, name a '
+             'factory builder (build_factory).' if self.setting != CROSS_SILO
+             else 'a cross-silo algorithm is built from its fields, not a '
+             'factory.')
+    if not all(isinstance(o, Option) for o in self.options):
+      refuse('its options must be algorithms.Option records.')
+    if not all(isinstance(m, Measurement) for m in self.measurements):
+      refuse('its measurements must be release_policy.Measurement records.')
+    names = [o.name for o in self.options]
+    if len(set(names)) < len(names):
+      refuse(f'an option is declared twice in {names}.')
+    swept = [o.name for o in self.options if o.sweep]
+    if self.setting == TRUSTED:
+      if swept != ([self.sweep] if self.sweep else []):
+        refuse(f'sweep={self.sweep!r} must name its one swept option '
+               f'(declared: {swept}).')
+    elif swept:
+      refuse('only trusted-setting algorithms sweep an option.')
+    if self.setting != TRUSTED and (self.sweep or self.fixed_clip or
+                                    self.groups is not own_groups):
+      refuse('sweep, fixed_clip and groups are trusted-setting fields.')
+    if self.setting != UNTRUSTED and (self.client_weight != 'none' or
+                                      self.min_epsilon):
+      refuse('client_weight and min_epsilon are untrusted-setting fields.')
+    if self.setting != CROSS_SILO and (
+        self.regularized or self.personal_epoch or self.clustered or
+        self.shared_model or self.first_phase):
+      refuse('regularized, personal_epoch, clustered, shared_model and '
+             'first_phase are cross-silo fields.')
+    if self.setting == UNTRUSTED and self.options and (
+        self.client_weight != 'none'):
+      refuse('options go to the factory of a rule whose client weight is '
+             "'none' (the weighted mean takes none).")
+    if self.setting == UNTRUSTED and any(
+        m.per_group or m.covered != release_policy.COVERED
+        for m in self.measurements):
+      refuse('an untrusted-setting factory sees only the DP-SGD updates: its '
+             'measurements are per run, not per group, and covered.')
+    if self.setting == CROSS_SILO and self.measurements:
+      refuse('cross-silo rounds report no aggregator measurements.')
+
+
+_FEDHDP_MEASUREMENTS = (
+    Measurement('clip_norm', 'clip_norm'),
+    Measurement('fraction_clipped_estimate', 'fraction_clipped_estimate',
+                covered=release_policy.COVERED_WITH_ADAPTIVE_CLIPPING),
+    Measurement('group_client_counts', 'count_{group}', kind=int,
+                per_group=True,
+                covered=release_policy.COVERED_FOR_NON_PRIVATE_GROUPS),
+    Measurement('group_weights', 'weight_{group}', per_group=True),
+    Measurement('group_noise_stddev', 'noise_std_{group}', per_group=True),
+)
+
+
+def _fedhdp_factory(context: TrustedContext) -> GroupFactory:
+  """`HeterogeneousDPFactory` (its cohort twin in cohorts) for the plan."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.aggregators import heterogeneous_dp
+  factory = (heterogeneous_dp.CohortHeterogeneousDPFactory if context.cohorts
+             else heterogeneous_dp.HeterogeneousDPFactory)
+  plan = context.plan
+  return GroupFactory(factory.from_plan(plan, context.clip, context.seed),
+                      GroupNoise(plan.noise_multipliers,
+                                 plan.ledger.clip_count_stddev), seeded=True)
+
+
+def _with_ratio(choices: GroupAssignment,
+                options: Mapping[str, Any]) -> GroupAssignment:
+  """FedHDP: the clients' own groups, the private ones at ratio r (not
+  given: each level's own ratio)."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy.privacy_groups import with_ratio
+  r = options.get('r')
+  return choices if r is None else with_ratio(choices, r)
+
+
+def _strictest(choices: GroupAssignment,
+               options: Mapping[str, Any]) -> GroupAssignment:
+  """DP-FedAvg: everyone in one private group at the strictest target."""
+  del options
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy.privacy_groups import everyone_at_strictest
+  return everyone_at_strictest(choices)
+
+
+def _non_private(choices: GroupAssignment,
+                 options: Mapping[str, Any]) -> GroupAssignment:
+  """Non-private FedAvg: everyone in one group without noise."""
+  del options
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy.privacy_groups import everyone_non_private
+  return everyone_non_private(choices)
+
+
+# FedHDP weighs a group r_j N_j in float32 (N_j up to 2^31 - 1): r at most
+# 1e29 keeps that finite.
+MAX_RATIO = 1e29
+RATIO = Option('r', 'FedHDP: ratio(s) r of the private groups\' weight to the '
+               'non-private group\'s, one configuration per value (SPEC.md '
+               '§1).', default=1.0, low=0.0, high=MAX_RATIO, sweep=True,
+               label='r')
+RPCA_FREEZE = Option(
+    'rpca_freeze_after_round', 'Robust-HDP: estimate the weights by RPCA in '
+    'rounds 1..k only and reuse round k\'s after, as its authors\' code does '
+    '(not given: every round, its Algorithm 1).', kind=int, low=1,
+    argument='freeze_after_round')
 
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
-    Algorithm('fedhdp', TRUSTED, 'FedHDP'),
-    Algorithm('dp_fedavg', TRUSTED, 'DP-FedAvg'),
-    Algorithm('nonprivate', TRUSTED, 'FedAvg'),
+    Algorithm('fedhdp', TRUSTED, 'FedHDP', _fedhdp_factory, (RATIO,),
+              _FEDHDP_MEASUREMENTS, cohorts=True, groups=_with_ratio,
+              sweep='r'),
+    Algorithm('dp_fedavg', TRUSTED, 'DP-FedAvg', _fedhdp_factory,
+              measurements=_FEDHDP_MEASUREMENTS, cohorts=True,
+              groups=_strictest),
+    Algorithm('nonprivate', TRUSTED, 'FedAvg', _fedhdp_factory,
+              measurements=_FEDHDP_MEASUREMENTS, cohorts=True,
+              groups=_non_private),
     Algorithm('robust_hdp', UNTRUSTED, 'Robust-HDP',
               lazy_factory('tff_hdp.aggregators.robust_hdp',
-                           'RobustHDPFactory'),
-              round_measurements=('weights_frozen', 'rpca_converged',
-                                  'rpca_iterations')),
+                           'RobustHDPFactory'), (RPCA_FREEZE,),
+              (Measurement('weights_frozen', 'weights_frozen', kind=int),
+               Measurement('rpca_converged', 'rpca_converged', kind=int),
+               Measurement('rpca_iterations', 'rpca_iterations', kind=int))),
     Algorithm('oracle', UNTRUSTED, 'inverse noise variance (oracle)', _MEAN,
-              'inverse_noise_variance'),
-    Algorithm('weiavg', UNTRUSTED, 'WeiAvg', _MEAN, 'epsilon'),
-    Algorithm('dpfedavg', UNTRUSTED, 'DPFedAvg', _MEAN, 'num_examples'),
+              client_weight='inverse_noise_variance'),
+    Algorithm('weiavg', UNTRUSTED, 'WeiAvg', _MEAN, client_weight='epsilon'),
+    Algorithm('dpfedavg', UNTRUSTED, 'DPFedAvg', _MEAN,
+              client_weight='num_examples'),
     Algorithm('pfa', UNTRUSTED, 'PFA',
               lazy_factory('tff_hdp.aggregators.pfa', 'PFAFactory'),
-              round_measurements=('num_public', 'num_private',
-                                  'mixture_converged', 'mixture_iterations')),
+              measurements=tuple(
+                  Measurement(m, m, kind=int) for m in (
+                      'num_public', 'num_private', 'mixture_converged',
+                      'mixture_iterations'))),
     Algorithm('min_epsilon', UNTRUSTED, 'minimum epsilon', _MEAN,
-              'num_examples', min_epsilon=True),
+              client_weight='num_examples', min_epsilon=True),
     Algorithm('median', UNTRUSTED, 'coordinate-wise median',
               lazy_factory('tff_hdp.aggregators.coordinate_median',
                            'CoordinateMedianFactory')),
-    Algorithm('local', CROSS_SILO, 'local training'),
-    Algorithm('fedavg', CROSS_SILO, 'FedAvg'),
-    Algorithm('finetune', CROSS_SILO, 'FedAvg + finetuning'),
-    Algorithm('mrmtl', CROSS_SILO, 'MR-MTL', regularized=True),
-    Algorithm('ditto', CROSS_SILO, 'Ditto', regularized=True,
+    Algorithm('local', CROSS_SILO, 'local training', cohorts=True),
+    Algorithm('fedavg', CROSS_SILO, 'FedAvg', cohorts=True, shared_model=True),
+    Algorithm('finetune', CROSS_SILO, 'FedAvg + finetuning', cohorts=True,
+              first_phase='half_of_rounds'),
+    Algorithm('mrmtl', CROSS_SILO, 'MR-MTL', cohorts=True, regularized=True),
+    Algorithm('ditto', CROSS_SILO, 'Ditto', cohorts=True, regularized=True,
               personal_epoch=True),
-    Algorithm('ifca', CROSS_SILO, 'IFCA', clustered=True),
-    Algorithm('ifca_mrmtl', CROSS_SILO, 'IFCA + MR-MTL', regularized=True,
-              clustered=True),
+    Algorithm('ifca', CROSS_SILO, 'IFCA', cohorts=True, clustered=True,
+              shared_model=True),
+    Algorithm('ifca_mrmtl', CROSS_SILO, 'IFCA + MR-MTL', cohorts=True,
+              regularized=True, clustered=True,
+              first_phase='selection_rounds'),
 )}
 
 
 def register(algorithm: Algorithm) -> None:
-  """Adds `algorithm`, selectable by name from then on.
+  """Adds `algorithm`, selectable by name from then on (call it before the
+  command line's `run()`, which defines the flags of its options).
 
   Raises:
-    ValueError: an algorithm of that name exists.
+    TypeError: `algorithm` is not an `Algorithm` record.
+    ValueError: an algorithm of that name exists, or one of its setting
+      declares an option of the same name otherwise.
   """
+  if not isinstance(algorithm, Algorithm):
+    raise TypeError(f'register takes an algorithms.Algorithm record, got '
+                    f'{type(algorithm).__name__}.')
   if algorithm.name in REGISTRY:
     raise ValueError(f'an algorithm named {algorithm.name!r} exists.')
+  for option in algorithm.options:
+    other = setting_options(algorithm.setting).get(option.name)
+    if other is not None and other != option:
+      raise ValueError(
+          f'algorithm {algorithm.name!r}: option {option.name!r} is declared '
+          f'otherwise by another {algorithm.setting} algorithm ({other}); '
+          'give it another name or the same declaration.')
   REGISTRY[algorithm.name] = algorithm
 
 
@@ -139,3 +387,33 @@ def find(name: str, setting: str) -> Algorithm | None:
   """The record of `setting`'s algorithm `name`, or None."""
   algorithm = REGISTRY.get(name)
   return algorithm if algorithm and algorithm.setting == setting else None
+
+
+def record(name: str, setting: str) -> Algorithm:
+  """The record of `setting`'s algorithm `name`; a ValueError naming the
+  choices otherwise."""
+  algorithm = find(name, setting)
+  if algorithm is None:
+    raise ValueError(f'unknown {SETTING_NAMES[setting]} algorithm {name!r}; '
+                     f'choose one of {", ".join(names(setting))}.')
+  return algorithm
+
+
+def setting_options(setting: str) -> dict[str, Option]:
+  """Every option `setting`'s algorithms read, by name."""
+  return {o.name: o for a in REGISTRY.values() if a.setting == setting
+          for o in a.options}
+
+
+def factory_options(algorithm: Algorithm,
+                    values: Mapping[str, Any]) -> dict[str, Any]:
+  """The keyword arguments `algorithm`'s factory gets of option `values`
+  (by option name), its defaults where a value is missing."""
+  return {o.argument or o.name: values.get(o.name, o.default)
+          for o in algorithm.options}
+
+
+def readers(setting: str, option: str) -> tuple[str, ...]:
+  """The names of `setting`'s algorithms that read `option`."""
+  return tuple(a.name for a in REGISTRY.values() if a.setting == setting
+               and any(o.name == option for o in a.options))

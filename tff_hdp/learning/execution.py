@@ -20,8 +20,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp.privacy import plans
-from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import client_work
@@ -67,26 +65,22 @@ class Execution:
     return self.cohort_size > 1
 
   def build_fedhdp(self, model_fn: Callable[[], tff.learning.models.VariableModel],
-                   plan: plans.PrivacyPlan, clip: plans.ClipSettings,
-                   seed: int, batch_size: int, **training
+                   aggregator: tff.aggregators.WeightedAggregationFactory,
+                   num_groups: int, batch_size: int, **training
                    ) -> tff.learning.templates.LearningProcess:
-    """FedHDP for `plan` with DP noise seed `seed`.
+    """FedHDP's process around `aggregator` (weighted by the one-hot group
+    vector; in cohorts by the [K, l] matrix of their rows).
 
     Args:
       model_fn: builds the TFF model.
-      plan: the privacy plan (groups, noise multipliers, ledger).
-      clip: the clip-norm settings.
-      seed: the DP noise seed (the run's secret).
+      aggregator: the server rule (a trusted algorithm's `GroupFactory`).
+      num_groups: l, the number of privacy groups.
       batch_size: the clients' batch size (cohorts batch inside TFF).
       **training: `client_optimizer`, `server_optimizer`, `local_epochs`.
 
     Returns:
       The learning process.
     """
-    factory = (heterogeneous_dp.CohortHeterogeneousDPFactory if self.cohorts
-               else heterogeneous_dp.HeterogeneousDPFactory)
-    aggregator = factory.from_plan(plan, clip, seed)
-    num_groups = plan.assignment.num_groups
     if self.cohorts:
       return cohort.build_cohort_fedhdp(model_fn, aggregator, num_groups,
                                         batch_size=batch_size,

@@ -4,23 +4,20 @@
 multiplier from its (epsilon, delta) target; `build_fedhdp` composes the
 learning process (broadcast, local SGD, group-wise DP aggregation, server
 optimizer) with `tff.learning.templates.compose_learning_process`. DP-FedAvg and non-private
-FedAvg are the same process with one private or one non-private group.
+FedAvg are the same process with one private or one non-private group
+(their registry records' `groups`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import tensorflow_federated as tff
 
 from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import client_work as client_work_lib
-from tff_hdp.learning import algorithms
 from tff_hdp.learning import learning_process
-from tff_hdp.privacy.privacy_groups import GroupAssignment
-from tff_hdp.privacy.privacy_groups import PrivacyGroup
 
 
 def build_fedhdp(
@@ -66,37 +63,3 @@ def build_fedhdp(
   if directions is None:
     return process
   return canaries_lib.track_scores(process, directions)
-
-
-
-def groups_for_algorithm(algorithm: str, assignment: GroupAssignment,
-                         ratios: Sequence[float] | None = None
-                         ) -> GroupAssignment:
-  """The privacy groups each compared algorithm trains with.
-
-  * fedhdp: the clients' own groups, with ratios r_j;
-  * dp_fedavg: everyone in one private group at the strictest target;
-  * nonprivate: everyone in one non-private group.
-  """
-  if algorithms.find(algorithm, algorithms.TRUSTED) is None:
-    raise ValueError(f'unknown algorithm {algorithm!r}; choose one of '
-                     f'{algorithms.names(algorithms.TRUSTED)}.')
-  everyone = {c: 0 for c in assignment.client_groups}
-  if algorithm == 'nonprivate':
-    return GroupAssignment((PrivacyGroup('all_non_private'),), everyone)
-  if algorithm == 'dp_fedavg':
-    private = [g for g in assignment.groups if g.is_private]
-    if not private:
-      raise ValueError('dp_fedavg needs at least one private group.')
-    strict = min(private, key=lambda g: (g.epsilon, g.delta))
-    return GroupAssignment((PrivacyGroup(
-        'all_private', strict.epsilon, min(g.delta for g in private)),),
-                           everyone)
-  if ratios is None:
-    return assignment
-  if len(ratios) != assignment.num_groups:
-    raise ValueError(f'{len(ratios)} ratios given for '
-                     f'{assignment.num_groups} privacy groups.')
-  groups = tuple(
-      dataclasses.replace(g, ratio=r) for g, r in zip(assignment.groups, ratios))
-  return GroupAssignment(groups, assignment.client_groups)

@@ -37,12 +37,7 @@ from tff_hdp.learning import learning_process
 
 
 def _record(name: str) -> algorithms.Algorithm:
-  algorithm = algorithms.find(name, algorithms.UNTRUSTED)
-  if algorithm is None:
-    raise ValueError(
-        f'unknown untrusted-server algorithm {name!r}; choose one of '
-        f'{sorted(algorithms.names(algorithms.UNTRUSTED))}.')
-  return algorithm
+  return algorithms.record(name, algorithms.UNTRUSTED)
 
 
 def client_epsilons(name: str, epsilons: Sequence[float]) -> list[float]:
@@ -51,12 +46,6 @@ def client_epsilons(name: str, epsilons: Sequence[float]) -> list[float]:
   if _record(name).min_epsilon:
     return [min(epsilons)] * len(epsilons)
   return list(epsilons)
-
-
-def round_measurements(name: str) -> tuple[str, ...]:
-  """The aggregator measurements of algorithm `name` that each round reports
-  (functions of the noisy updates only)."""
-  return _record(name).round_measurements
 
 
 def client_weight(name: str, privacy: plans.ClientPrivacy,
@@ -85,21 +74,18 @@ def build_aggregator(name: str,
 
   Args:
     name: an untrusted-setting algorithm of `tff_hdp.learning.algorithms`.
-    **options: keyword arguments of the factory's constructor; only an
-      algorithm whose client weight is 'none' takes any.
+    **options: keyword arguments of the factory's constructor (its
+      record's options, `algorithms.factory_options`).
 
   Returns:
     The weighted aggregation factory.
 
   Raises:
-    ValueError: an unknown algorithm, or options for one that takes none.
+    ValueError: an unknown algorithm.
     TypeError: an option the factory's constructor does not take (option
       values it refuses raise its own ValueError).
   """
-  algorithm = _record(name)
-  if options and algorithm.client_weight != 'none':
-    raise ValueError(f'algorithm {name!r} takes no options, got {sorted(options)}.')
-  factory = algorithm.build_factory(**options)
+  factory = _record(name).build_factory(**options)
   if isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
     return tff.aggregators.as_weighted_aggregator(factory)
   return factory

@@ -125,6 +125,30 @@ def plan_privacy(assignment: GroupAssignment, sampling: accounting.Sampling,
       ledger=ledger)
 
 
+def with_noise(plan: PrivacyPlan, noise_multipliers: Sequence[float],
+               clip_count_stddev: float | None) -> PrivacyPlan:
+  """`plan` accounting the noise a factory applies: each group's
+  `noise_multipliers` and the `clip_count_stddev` (None: no count
+  released, the clip norm fixed). The ledger then tracks the mechanism
+  that runs, whatever the plan calibrated; a group whose applied noise
+  overspends its target has its rounds refused by the ledger."""
+  if len(noise_multipliers) != plan.assignment.num_groups:
+    raise ValueError(
+        f'{len(noise_multipliers)} noise multipliers applied for '
+        f'{plan.assignment.num_groups} privacy groups.')
+  for group, z in zip(plan.assignment.groups, noise_multipliers):
+    if group.is_private and not z > 0:
+      raise ValueError(f'privacy group {group.name!r} is private, but the '
+                       f'factory applies noise multiplier {z}.')
+  budgets = [accounting.GroupBudget(g.name, z, g.epsilon, g.delta)
+             if g.is_private else None
+             for g, z in zip(plan.assignment.groups, noise_multipliers)]
+  return dataclasses.replace(
+      plan, noise_multipliers=tuple(float(z) for z in noise_multipliers),
+      ledger=accounting.PrivacyLedger(budgets, plan.sampling,
+                                      clip_count_stddev))
+
+
 @dataclasses.dataclass(frozen=True)
 class ClientPrivacy:
   """One client's DP-SGD parameters for a whole run, and what they cost.

@@ -193,3 +193,31 @@ def assign_explicit(client_ids: Sequence[Hashable],
       g = index[g]
     mapping[c] = int(g)
   return GroupAssignment(groups, mapping)
+
+
+def with_ratio(assignment: GroupAssignment, ratio: float) -> GroupAssignment:
+  """`assignment` with every private group at combination ratio `ratio`
+  and the non-private ones at 1 (FedHDP's r)."""
+  return GroupAssignment(tuple(
+      dataclasses.replace(g, ratio=ratio if g.is_private else 1.0)
+      for g in assignment.groups), assignment.client_groups)
+
+
+def everyone_at_strictest(assignment: GroupAssignment) -> GroupAssignment:
+  """Every client in one private group at the strictest target of
+  `assignment` (DP-FedAvg, which serves the strictest level to all)."""
+  private = [g for g in assignment.groups if g.is_private]
+  if not private:
+    raise ValueError('everyone at the strictest target needs at least one '
+                     'private group.')
+  strict = min(private, key=lambda g: (g.epsilon, g.delta))
+  return GroupAssignment(
+      (PrivacyGroup('all_private', strict.epsilon,
+                    min(g.delta for g in private)),),
+      {c: 0 for c in assignment.client_groups})
+
+
+def everyone_non_private(assignment: GroupAssignment) -> GroupAssignment:
+  """Every client in one group without noise (non-private FedAvg)."""
+  return GroupAssignment((PrivacyGroup('all_non_private'),),
+                         {c: 0 for c in assignment.client_groups})

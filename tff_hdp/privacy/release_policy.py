@@ -41,10 +41,71 @@ training in general: it is released as an operational figure (README,
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from tff_hdp.privacy import dp_randomness
 from tff_hdp.privacy.privacy_groups import PrivacyGroup
+
+# Whether the printed epsilon covers an aggregator's measurement: always (a
+# function of the noisy outputs and public quantities); only with adaptive
+# clipping (the noisy clipped-fraction estimate; with a fixed norm it is
+# exact); only for groups without a guarantee (a realized count of a
+# private group is exact); never.
+COVERED = 'covered'
+COVERED_WITH_ADAPTIVE_CLIPPING = 'covered with adaptive clipping'
+COVERED_FOR_NON_PRIVATE_GROUPS = 'covered for non-private groups'
+NOT_COVERED = 'not covered'
+COVERAGE = (COVERED, COVERED_WITH_ADAPTIVE_CLIPPING,
+            COVERED_FOR_NON_PRIVATE_GROUPS, NOT_COVERED)
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+  """An aggregator measurement a run reports every round: `name` in the
+  aggregator's measurements, its rounds.csv / TensorBoard `column` (with
+  `per_group`, one per privacy group: `{group}` in it names the group, and
+  the measurement holds one value per group), `kind` (int or float) and
+  whether the printed epsilon covers it (`COVERAGE`). An algorithm's
+  record declares its measurements; what is not covered is withheld by
+  default (`withheld_columns`)."""
+
+  name: str
+  column: str
+  kind: type = float
+  per_group: bool = False
+  covered: str = COVERED
+
+  def __post_init__(self):
+    if self.covered not in COVERAGE:
+      raise ValueError(f'measurement {self.name!r}: coverage must be one of '
+                       f'{COVERAGE}, got {self.covered!r}.')
+    if self.per_group != ('{group}' in self.column):
+      raise ValueError(f'measurement {self.name!r}: a per-group column names '
+                       "'{group}', and only it.")
+    if self.kind not in (int, float):
+      raise ValueError(f'measurement {self.name!r}: kind must be int or '
+                       'float.')
+    if not self.per_group and self.covered == COVERED_FOR_NON_PRIVATE_GROUPS:
+      raise ValueError(f'measurement {self.name!r}: coverage by group needs '
+                       'a per-group measurement.')
+
+  def columns(self, groups: Sequence[PrivacyGroup]) -> list[str]:
+    """Its columns, one per group of `groups` if per group."""
+    if not self.per_group:
+      return [self.column]
+    return [self.column.format(group=g.name) for g in groups]
+
+  def withheld(self, groups: Sequence[PrivacyGroup],
+               adaptive_clipping: bool) -> list[str]:
+    """Those of its columns the printed epsilon does not cover."""
+    if self.covered == COVERED or (
+        self.covered == COVERED_WITH_ADAPTIVE_CLIPPING and adaptive_clipping):
+      return []
+    if self.covered == COVERED_FOR_NON_PRIVATE_GROUPS:
+      return [self.column.format(group=g.name) for g in groups
+              if g.is_private]
+    return self.columns(groups)
 
 REALIZED_WARNING = (
     'NOTE: --denominator=realized divides private groups\' sums by their '
@@ -88,16 +149,17 @@ def untrusted_metrics(release_unprotected: bool) -> tuple[str, ...]:
                               if release_unprotected else ())
 
 
-def withheld_columns(groups: Sequence[PrivacyGroup],
-                     adaptive_clipping: bool) -> frozenset[str]:
-  """The per-round statistics that the printed epsilon does not cover.
+def withheld_columns(groups: Sequence[PrivacyGroup], adaptive_clipping: bool,
+                     measurements: Sequence[Measurement]) -> frozenset[str]:
+  """The per-round statistics of a trusted-setting run that the printed
+  epsilon does not cover: what the clients measure of their own data, and
+  the aggregator's `measurements` that their coverage withholds.
 
   `groups` are the groups a configuration trains with. Without adaptive
-  clipping no count query is accounted, so the clipped fraction is exact.
+  clipping no count query is accounted, so a clipped fraction is exact.
   """
   withheld = {'num_clients', 'train_loss', 'train_accuracy',
               'num_non_finite_updates', *PRIVATE_CLIENT_METRICS}
-  withheld |= {f'count_{g.name}' for g in groups if g.is_private}
-  if not adaptive_clipping:
-    withheld.add('fraction_clipped_estimate')
+  for m in measurements:
+    withheld.update(m.withheld(groups, adaptive_clipping))
   return frozenset(withheld)

@@ -127,6 +127,20 @@ def _leaves_signature(structure) -> list[tuple[tuple[int, ...], str]]:
           for x in tf.nest.flatten(structure)]
 
 
+def _type_signature(state_type) -> list[tuple[tuple, str]]:
+  """(shape, dtype) of each leaf of a TFF state type, None where the type
+  leaves a dimension open, in the order of `tf.nest.flatten` of a state."""
+  if isinstance(state_type, tff.FederatedType):
+    state_type = state_type.member
+
+  class Leaf:  # not a nest, so tf.nest keeps it whole
+    def __init__(self, t):
+      self.signature = (tuple(t.shape), np.dtype(t.dtype).str)
+
+  return [leaf.signature for leaf in tf.nest.flatten(
+      tff.types.structure_from_tensor_type_tree(Leaf, state_type))]
+
+
 class RunCheckpoint:
   """Saves and restores one run's learning-process state by round number."""
 
@@ -196,9 +210,14 @@ class RunCheckpoint:
     _write_private(os.path.join(self._directory, _KEY_FILE),
                    json.dumps(self._run_key, indent=2, sort_keys=True))
 
-  def restore(self, template, client_ids=None):
+  def restore(self, template, client_ids=None, state_type=None):
     """(state, round, personal models) of the newest intact checkpoint, or
     (None, 0, None) if there is none.
+
+    The saved state must match `template` leaf by leaf; with `state_type`
+    (the state's TFF type), a leaf of a dimension the type leaves open
+    (e.g. float32[?], state that grows after round 1) may have any size
+    there.
 
     A checkpoint that cannot be read (e.g. cut short by a full disk) is
     skipped, with a line saying so, for the one before it: its rounds are
@@ -225,7 +244,7 @@ class RunCheckpoint:
       except Exception as e:  # pylint: disable=broad-except
         failures.append(f'round {version}: {type(e).__name__}: {e}')
         continue
-      self._check_compatible(template, state, version)
+      self._check_compatible(template, state, version, state_type)
       if failures:
         for newer in versions[:len(failures)]:  # to be saved again
           shutil.rmtree(os.path.join(self._directory, f'{_PREFIX}{newer}'))
@@ -239,10 +258,17 @@ class RunCheckpoint:
         f'checkpoint in {self._directory} is unreadable '
         f'({"; ".join(failures)}); delete it to start over.')
 
-  def _check_compatible(self, template, state, version: int) -> None:
+  def _check_compatible(self, template, state, version: int,
+                        state_type=None) -> None:
     try:
       tf.nest.assert_same_structure(template, state, check_types=False)
-      compatible = _leaves_signature(template) == _leaves_signature(state)
+      wanted = (_leaves_signature(template) if state_type is None else
+                _type_signature(state_type))
+      compatible = len(wanted) == len(tf.nest.flatten(state)) and all(
+          dtype == got_dtype and len(shape) == len(got) and all(
+              w is None or w == g for w, g in zip(shape, got))
+          for (shape, dtype), (got, got_dtype) in zip(
+              wanted, _leaves_signature(state)))
     except (ValueError, TypeError):
       compatible = False
     if not compatible:

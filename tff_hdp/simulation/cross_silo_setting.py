@@ -172,9 +172,9 @@ def plan_silos(task: FederatedTask, algorithm: algorithms.Algorithm,
 
 def _switch_round(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) -> int | None:
   """The last round of the first phase (FedAvg / IFCA), if there are two."""
-  if algorithm.name == 'finetune':
+  if algorithm.first_phase == 'half_of_rounds':
     return settings.rounds // 2
-  if algorithm.name == 'ifca_mrmtl':
+  if algorithm.first_phase == 'selection_rounds':
     return settings.selection_rounds(algorithm)
   return None
 
@@ -186,14 +186,12 @@ def _role(algorithm: algorithms.Algorithm, settings: CrossSiloSettings, round_nu
   switch = _switch_round(algorithm, settings)
   select = (settings.selection_share * epsilon
             if round_num <= settings.selection_rounds(algorithm) else 0.0)
-  if algorithm.name in ('local', 'mrmtl', 'ditto'):
-    reset = False
-  elif algorithm.name in ('fedavg', 'ifca'):
-    reset = True
-  else:  # Two phases: shared training, then personal from where it ended.
+  if switch is not None:  # shared training, then personal from its end
     reset = round_num <= switch + 1
     if round_num <= switch:
       lam = 0.0
+  else:  # the shared model every round, or the personal one
+    reset = algorithm.shared_model
   num_clusters = settings.num_clusters if algorithm.clustered else 1
   return cross_silo_process.make_role(settings.learning_rate, lam, reset,
                                       select, cluster, num_clusters)
@@ -203,7 +201,7 @@ def _deployed(algorithm: algorithms.Algorithm, settings: CrossSiloSettings,
               round_num: int) -> str:
   """Which model a silo would use after `round_num`: personal, global or its
   cluster's."""
-  if algorithm.name in ('fedavg', 'ifca'):
+  if algorithm.shared_model:
     return 'cluster'
   switch = _switch_round(algorithm, settings)
   if switch is not None and round_num <= switch:
@@ -283,13 +281,8 @@ def run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
 
 
 def algorithm_record(name: str) -> algorithms.Algorithm:
-  """The record of cross-silo algorithm `name`; an unknown one is a
-  ValueError."""
-  found = algorithms.find(name, algorithms.CROSS_SILO)
-  if found is None:
-    raise ValueError(f'unknown cross-silo algorithm {name!r}; choose from '
-                     f'{", ".join(algorithms.names(algorithms.CROSS_SILO))}.')
-  return found
+  """The record of cross-silo algorithm `name` (`algorithms.record`)."""
+  return algorithms.record(name, algorithms.CROSS_SILO)
 
 
 class CrossSiloRounds(round_loop.RoundProgram):

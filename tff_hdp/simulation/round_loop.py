@@ -42,6 +42,11 @@ class RoundProgram(abc.ABC):
   rounds: int
   columns: Sequence[str]  # rounds.csv's columns, in order
   ledger: accounting.PrivacyLedger | None = None  # None: no budget guard
+  # Whether a round redone after a resume releases exactly what it released
+  # before (noise from the run's secret seed). If not, a run that released
+  # rounds past its checkpoint is not resumed: it would release them again,
+  # with new noise the ledger does not count.
+  repeats_rounds: bool = True
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
     """Loads the newest checkpoint, if any; returns the rounds it holds."""
@@ -112,6 +117,15 @@ def run_rounds(program: RoundProgram,
     checkpointing.CheckpointError: a checkpoint or CSV of another run.
   """
   done = program.restore(checkpoint) if checkpoint is not None else 0
+  released = run_files.csv_rounds(os.path.join(output_dir, 'rounds.csv')
+                                  ) if output_dir else 0
+  if not program.repeats_rounds and released > done:
+    raise checkpointing.CheckpointError(
+        f'{output_dir} released rounds {done + 1}-{released} past its last '
+        f'checkpoint (round {done}) with noise this run cannot repeat (its '
+        'aggregator does not draw it from the run\'s secret seed): resuming '
+        'would release them again, unaccounted. Delete the folder to start '
+        'over.')
   if done:
     tqdm.tqdm.write(f'{program.label}: resuming from round {done} '
                     f'({checkpoint.directory})')

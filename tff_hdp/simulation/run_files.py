@@ -25,6 +25,15 @@ import tensorflow_federated as tff
 from tff_hdp.simulation import checkpointing
 
 
+def csv_rounds(path: str) -> int:
+  """The last round whose row a per-round CSV holds (0: none, or no file)."""
+  if not os.path.exists(path):
+    return 0
+  with open(path, newline='') as f:
+    rounds = [r.get('round') for r in csv.DictReader(f)]
+  return max((int(r) for r in rounds if r and r.isdigit()), default=0)
+
+
 def open_csv(path: str, columns: Sequence[str], keep_through: int):
   """Opens the per-round CSV, keeping only rows of rounds <= keep_through."""
   columns = list(columns)

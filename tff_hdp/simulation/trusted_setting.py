@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -23,7 +23,6 @@ from tff_hdp.federated_task import FederatedTask
 from tff_hdp.learning import algorithms as registry
 from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import ditto
-from tff_hdp.learning import fedhdp
 from tff_hdp.learning.execution import Execution
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy import empirical_epsilon
@@ -84,6 +83,8 @@ class Settings:
   release_unprotected_stats: bool = False  # tff_hdp.privacy.release_policy
   unsafe_seeded_dp_randomness: bool = False  # tff_hdp.privacy.dp_randomness
   allow_large_delta: bool = False  # accept delta >= 1 / N_j
+  # The algorithms' options (registry `Option`s) other than swept ones.
+  options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def privacy_warnings(settings: Settings) -> list[str]:
@@ -101,13 +102,31 @@ def privacy_warnings(settings: Settings) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Configuration:
+  """One algorithm of a comparison, at `ratio`, the value of the option its
+  record sweeps (FedHDP's r; None: not swept, or the levels' own)."""
+
   algorithm: str
   ratio: float | None = None
 
   @property
+  def record(self) -> registry.Algorithm:
+    return registry.record(self.algorithm, registry.TRUSTED)
+
+  @property
   def name(self) -> str:
-    return (f'{self.algorithm}_r{self.ratio:g}' if self.ratio is not None else
-            self.algorithm)
+    if self.ratio is None:
+      return self.algorithm
+    label = registry.setting_options(registry.TRUSTED)[self.record.sweep].label
+    return f'{self.algorithm}_{label}{self.ratio:g}'
+
+  def options(self, settings: Settings) -> dict:
+    """The option values the algorithm reads: the run's, and its swept
+    value."""
+    values = {o.name: settings.options.get(o.name, o.default)
+              for o in self.record.options}
+    if self.record.sweep:
+      values[self.record.sweep] = self.ratio
+    return values
 
 
 def client_choices(task: FederatedTask, levels: Sequence[PrivacyGroup],
@@ -120,28 +139,18 @@ def client_choices(task: FederatedTask, levels: Sequence[PrivacyGroup],
                         opt_out_pool=task.opt_out_pool)
 
 
-def configurations(algorithms: Sequence[str], ratios: Sequence[float],
-                   choices: GroupAssignment) -> list[Configuration]:
-  """fedhdp once per r; the baselines once each."""
-  del choices  # Every algorithm is defined for any set of choices.
+def configurations(algorithms: Sequence[str],
+                   swept: Mapping[str, Sequence[float]]) -> list[Configuration]:
+  """Each algorithm once per value of the option its record sweeps (the
+  values `swept[option]`), the others once each."""
   configs = []
   for algorithm in algorithms:
-    if registry.find(algorithm, registry.TRUSTED) is None:
-      raise ValueError(f'unknown algorithm {algorithm!r}; choose one of '
-                       f'{registry.names(registry.TRUSTED)}.')
-    if algorithm == 'fedhdp':
-      configs += [Configuration('fedhdp', float(r)) for r in ratios]
+    sweep = registry.record(algorithm, registry.TRUSTED).sweep
+    if sweep:
+      configs += [Configuration(algorithm, float(v)) for v in swept[sweep]]
     else:
       configs.append(Configuration(algorithm))
   return configs
-
-
-def _training_groups(config: Configuration,
-                     choices: GroupAssignment) -> GroupAssignment:
-  ratios = None
-  if config.ratio is not None:
-    ratios = [config.ratio if g.is_private else 1.0 for g in choices.groups]
-  return fedhdp.groups_for_algorithm(config.algorithm, choices, ratios)
 
 
 def run_key(task: FederatedTask, config: Configuration,
@@ -151,7 +160,9 @@ def run_key(task: FederatedTask, config: Configuration,
                             choices.client_groups.items()))
   key = dataclasses.asdict(settings)
   key.pop('checkpoint_every')  # how often to save does not change the run
-  for optional in ('cohort_size', 'canaries'):
+  key['options'] = {k: v for k, v in config.options(settings).items()
+                    if k != config.record.sweep}  # swept: in the name
+  for optional in ('cohort_size', 'canaries', 'options'):
     if not key[optional]:
       key.pop(optional)  # keeps checkpoints of earlier versions valid
   key.update(task=task.name, batch_size=task.batch_size,
@@ -171,12 +182,15 @@ class Personalization:
       default_factory=ditto.PersonalModels)
 
 
-def _columns(groups) -> list[str]:
-  cols = ['round', 'num_clients', 'clip_norm', 'fraction_clipped_estimate',
+def _columns(groups, measurements) -> list[str]:
+  """rounds.csv's columns: the round's, the aggregator's `measurements`
+  (per run, then per group with each group's epsilon) and the metrics."""
+  cols = ['round', 'num_clients',
+          *(m.column for m in measurements if not m.per_group),
           'train_loss', 'train_accuracy', 'num_non_finite_updates']
   for g in groups:
-    cols += [f'count_{g.name}', f'weight_{g.name}', f'noise_std_{g.name}',
-             f'epsilon_{g.name}']
+    cols += [m.column.format(group=g.name) for m in measurements
+             if m.per_group] + [f'epsilon_{g.name}']
   cols += ['acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np', 'delta_g',
            'acc_l_p', 'var_l_p', 'acc_l_np', 'var_l_np', 'delta_l']
   return cols
@@ -193,8 +207,9 @@ class TrustedRounds(round_loop.RoundProgram):
   `personalization`, each sampled client also takes its Ditto steps from the
   round's global model, and the personalized metrics are reported.
   `execution` says how clients reach `process` (built by the same
-  `Execution`). `columns` are the statistics the printed epsilon covers
-  (`release_policy.withheld_columns`), all of them with
+  `Execution`); `measurements` are the aggregator's that each round reports
+  (its algorithm's record's). `columns` are the statistics the printed
+  epsilon covers (`release_policy.withheld_columns`), all of them with
   `release_unprotected`; in a run whose plan is not `accounted` the epsilon
   columns stay blank. With an `audit`, its canaries are drawn after the real
   clients in each round's one draw and sent after them (`plan` then counts
@@ -208,7 +223,8 @@ class TrustedRounds(round_loop.RoundProgram):
                execution: Execution = Execution(),
                personalization: Personalization | None = None,
                release_unprotected: bool = False,
-               audit: canary_audit.CanaryAudit | None = None):
+               audit: canary_audit.CanaryAudit | None = None,
+               measurements: Sequence[release_policy.Measurement] = ()):
     self.label = f'{task.name} rounds'
     self.rounds = plan.rounds
     self.ledger = plan.ledger
@@ -223,10 +239,12 @@ class TrustedRounds(round_loop.RoundProgram):
         for c in task.client_ids
     }
     groups = plan.assignment.groups
+    self._measurements = tuple(measurements)
     withheld = (() if release_unprotected else
-                release_policy.withheld_columns(groups,
-                                                plan.adaptive_clipping))
-    self.columns = [c for c in _columns(groups) if c not in withheld]
+                release_policy.withheld_columns(
+                    groups, plan.adaptive_clipping, self._measurements))
+    self.columns = [c for c in _columns(groups, self._measurements)
+                    if c not in withheld]
     self.state = process.initialize()
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
@@ -254,7 +272,7 @@ class TrustedRounds(round_loop.RoundProgram):
     canaries = []
     if self._audit is not None:
       sampled, canaries = self._audit.split(sampled)
-    row = dict.fromkeys(_columns(groups), None)
+    row = dict.fromkeys(_columns(groups, self._measurements), None)
     row['num_clients'] = len(sampled) + len(canaries)
     seeds = [selection.sampled_client_order_seed(self._seed, round_num, i)
              for i in range(len(sampled))]
@@ -271,17 +289,15 @@ class TrustedRounds(round_loop.RoundProgram):
     self.state = output.state
     agg = output.metrics['aggregator']
     work = output.metrics['client_work']
-    row['clip_norm'] = float(agg['clip_norm'])
-    row['fraction_clipped_estimate'] = float(agg['fraction_clipped_estimate'])
+    for m in self._measurements:
+      values = agg[m.name] if m.per_group else [agg[m.name]]
+      for column, value in zip(m.columns(groups), values):
+        row[column] = m.kind(value)
     if sampled:  # A mean over no client is no statistic.
       row['train_loss'] = float(work['train']['loss'])
       acc = work['train'].get('sparse_categorical_accuracy')
       row['train_accuracy'] = None if acc is None else 100.0 * float(acc)
     row['num_non_finite_updates'] = int(work['num_non_finite_updates'])
-    for j, g in enumerate(groups):
-      row[f'count_{g.name}'] = int(agg['group_client_counts'][j])
-      row[f'weight_{g.name}'] = float(agg['group_weights'][j])
-      row[f'noise_std_{g.name}'] = float(agg['group_noise_stddev'][j])
     if plan.accounted:
       for j, g in enumerate(groups):
         row[f'epsilon_{g.name}'] = plan.ledger.epsilon(j, round_num)
@@ -327,11 +343,18 @@ def run_configuration(task: FederatedTask, config: Configuration,
 
 def _run_configuration(task, config, choices, settings, run_dir, progress,
                        on_round, release_managers):
-  assignment = _training_groups(config, choices)
+  record, options = config.record, config.options(settings)
+  if settings.cohort_size > 1 and not record.cohorts:
+    raise ValueError(f'--cohort_size: {config.algorithm} trains one TFF '
+                     'client per client (its record runs no cohorts); drop '
+                     '--cohort_size.')
+  assignment = record.groups(choices, options)
   audit = _canary_audit(task, assignment, settings)
+  clip = (dataclasses.replace(settings.clip, learning_rate=0.0)
+          if record.fixed_clip else settings.clip)
   plan = plans.plan_privacy(audit.with_canaries() if audit else assignment,
-                            settings.sampling, settings.rounds,
-                            settings.clip, settings.denominator,
+                            settings.sampling, settings.rounds, clip,
+                            settings.denominator,
                             allow_large_delta=settings.allow_large_delta)
   checkpoint = None
   if run_dir:
@@ -343,8 +366,14 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
       settings.seed, settings.unsafe_seeded_dp_randomness, checkpoint)
   execution = Execution(settings.cohort_size,
                         audit.directions if audit else None)
+  built = record.build_factory(registry.TrustedContext(
+      plan, clip, secret, execution.cohorts, options))
+  # The ledger accounts the noise the factory says it applies.
+  plan = plans.with_noise(plan, built.noise.noise_multipliers,
+                          built.noise.clip_count_stddev)
   process = execution.build_fedhdp(
-      task.tff_model_fn(), plan, settings.clip, secret, task.batch_size,
+      task.tff_model_fn(), built.factory, plan.assignment.num_groups,
+      task.batch_size,
       client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
       server_optimizer=tff.learning.optimizers.build_sgdm(settings.server_lr),
       local_epochs=settings.local_epochs)
@@ -358,7 +387,9 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
   program = TrustedRounds(
       task, process, plan, choices, seed=settings.seed, sampling_seed=secret,
       execution=execution, personalization=personalization,
-      release_unprotected=settings.release_unprotected_stats, audit=audit)
+      release_unprotected=settings.release_unprotected_stats, audit=audit,
+      measurements=record.measurements)
+  program.repeats_rounds = built.seeded
   result = round_loop.run_rounds(
       program, output_dir=run_dir, eval_every=settings.eval_every,
       progress=progress, checkpoint=checkpoint,

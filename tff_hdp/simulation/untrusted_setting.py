@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -40,6 +41,7 @@ from tff_hdp.simulation import round_loop
 from tff_hdp.simulation import run_files
 from tff_hdp.simulation import runtime
 from tff_hdp.simulation import selection
+from tff_hdp.learning import algorithms
 from tff_hdp.learning import noise_aware
 from tff_hdp.federated_task import FederatedTask
 
@@ -53,8 +55,6 @@ class UntrustedSettings:
   seed: int = 0
   eval_every: int = 10
   checkpoint_every: int = 10  # 0: no saved rounds (the run key still is)
-  # robust_hdp: RPCA in rounds 1..k only (None: every round, Algorithm 1).
-  rpca_freeze_after_round: int | None = None
   # Also report the clients' local-test metrics, which no epsilon covers
   # (tff_hdp.privacy.release_policy).
   release_unprotected_stats: bool = False
@@ -67,6 +67,9 @@ class UntrustedSettings:
   # Train only rounds 1..k of the `rounds` the noise is calibrated for: the
   # start of the whole run, at its noise (e.g. to choose a learning rate).
   train_rounds: int | None = None
+  # The rules' options (registry `Option`s, e.g. robust_hdp's
+  # rpca_freeze_after_round), by name; a missing one takes its default.
+  options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     if self.train_rounds is not None and not (
@@ -77,6 +80,15 @@ class UntrustedSettings:
   @property
   def rounds_trained(self) -> int:
     return self.train_rounds or self.rounds
+
+  def as_dict(self) -> dict:
+    """The settings as summaries and run keys hold them: each option of the
+    setting's rules in place of `options` (its default where not given)."""
+    flat = dataclasses.asdict(self)
+    del flat['options']
+    flat.update({name: self.options.get(name, option.default) for name, option
+                 in algorithms.setting_options(algorithms.UNTRUSTED).items()})
+    return flat
 
 
 def privacy_warnings(settings: UntrustedSettings) -> list[str]:
@@ -97,35 +109,28 @@ class UntrustedRounds(round_loop.RoundProgram):
 
   def __init__(self, task: FederatedTask, process, state, plans, weights,
                client_seeds, settings: UntrustedSettings, label: str,
-               train_dataset=None, measurements: tuple[str, ...] = ()):
-    """`measurements`: the aggregator's, reported as the last columns
-    (`noise_aware.round_measurements`). The metrics are those
+               train_dataset=None,
+               measurements: Sequence[release_policy.Measurement] = ()):
+    """`measurements`: the aggregator's, reported as the last columns (its
+    rule's record's). The metrics are those
     `release_policy.untrusted_metrics` releases."""
     self.label = label
-    self._measurements = measurements
+    self._measurements = tuple(measurements)
     self._metrics = release_policy.untrusted_metrics(
         settings.release_unprotected_stats)
     self.columns = ('round', *self._metrics, 'max_epsilon_spent',
-                    *measurements)
+                    *(m.column for m in self._measurements))
     self.rounds = settings.rounds_trained
     self.state = state
     self._task, self._process, self._settings = task, process, settings
     self._plans, self._weights, self._seeds = plans, weights, client_seeds
     self._train_dataset = train_dataset or task.train_dataset
 
-  def _saved_shapes(self):
-    """The state as a round leaves it, the template a checkpoint is checked
-    against: Robust-HDP's frozen weights start empty and, when it freezes,
-    hold one weight per client from round 1 on."""
-    if self._settings.rpca_freeze_after_round is None:
-      return self.state
-    n = len(self._plans)
-    return tf.nest.map_structure(
-        lambda x: np.zeros([n], np.asarray(x).dtype) if np.shape(x) == (0,)
-        else x, self.state)
-
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
-    restored, done, _ = checkpoint.restore(self._saved_shapes())
+    # The state's TFF type: a rule's state may grow after round 1 (Robust-
+    # HDP's frozen weights, float32[?], start empty).
+    restored, done, _ = checkpoint.restore(
+        self.state, state_type=self._process.initialize.type_signature.result)
     if restored is not None:
       self.state = restored
     return done
@@ -152,8 +157,8 @@ class UntrustedRounds(round_loop.RoundProgram):
     self.state = output.state
     row = {'max_epsilon_spent': max(p.epsilon_after(round_num)
                                     for p in self._plans)}
-    for name in self._measurements:
-      row[name] = int(output.metrics['aggregator'][name])
+    for m in self._measurements:
+      row[m.column] = m.kind(output.metrics['aggregator'][m.name])
     return row
 
   def evaluate(self, round_num: int) -> dict:
@@ -167,18 +172,12 @@ class UntrustedRounds(round_loop.RoundProgram):
     return self._process.get_model_weights(self.state)
 
 
-def _aggregator_options(algorithm: str, settings: UntrustedSettings) -> dict:
-  if algorithm == 'robust_hdp':
-    return {'freeze_after_round': settings.rpca_freeze_after_round}
-  return {}
-
-
 def run_key(task: FederatedTask, algorithm: str,
             settings: UntrustedSettings) -> dict:
   """What makes two runs the same run (a checkpoint is only reused then):
   every setting but how often it is saved, the rule, the task's data and
   batch size, and the worker count."""
-  key = {k: v for k, v in dataclasses.asdict(settings).items()
+  key = {k: v for k, v in settings.as_dict().items()
          if k != 'checkpoint_every'}
   for added in ('canaries', 'train_rounds'):  # unset: keys from before them
     if not key[added]:
@@ -250,7 +249,9 @@ def _run_algorithm(task, algorithm, settings, run_dir, progress):
   loss.reduction = tf.keras.losses.Reduction.NONE
   process = noise_aware.build_noise_aware_fedavg(
       task.tff_model_fn(), loss, noise_aware.build_aggregator(
-          algorithm, **_aggregator_options(algorithm, settings)),
+          algorithm, **algorithms.factory_options(
+              algorithms.record(algorithm, algorithms.UNTRUSTED),
+              settings.options)),
       settings.learning_rate, settings.clip_norm, canaries=audit)
   state = process.initialize()
   weights = [noise_aware.client_weight(algorithm, p, settings.learning_rate,
@@ -269,8 +270,8 @@ def _run_algorithm(task, algorithm, settings, run_dir, progress):
   program = UntrustedRounds(task, process, state, client_plans, weights,
                             client_seeds, settings, label=f'{algorithm} rounds',
                             train_dataset=files and files.train_dataset,
-                            measurements=noise_aware.round_measurements(
-                                algorithm))
+                            measurements=algorithms.record(
+                                algorithm, algorithms.UNTRUSTED).measurements)
   try:
     result = round_loop.run_rounds(program, output_dir=run_dir,
                                    eval_every=settings.eval_every,
@@ -291,7 +292,7 @@ def _run_algorithm(task, algorithm, settings, run_dir, progress):
       'task': task.name,
       'rounds': trained,
       'epsilon_distribution': settings.epsilon_distribution,
-      'settings': dataclasses.asdict(settings),
+      'settings': settings.as_dict(),
       'privacy_warnings': privacy_warnings(settings),
       'target_epsilons': [p.epsilon for p in client_plans],
       'batch_sizes': [int(b) for b in batch_sizes],
