@@ -45,3 +45,27 @@ def test_lambda_limits():
       (100 + gamma2 * 1) / gamma2, rel=1e-5)
   assert th.optimal_lambda_non_private(
       th.PointEstimationSetting(10, 5, 4, 0.5, 2.0, 0.1)) == pytest.approx(1.0)
+
+
+def test_level_ratios_reduce_to_lemma_1_with_one_private_group():
+  s = th.PointEstimationSetting(40, 30, 5, 0.05, 0.5, 0.2)
+  levels = th.LevelsSetting((10, 30), 5, 0.05, 0.5, (0.0, 0.2))
+  assert th.optimal_level_ratios(levels) == pytest.approx(
+      [1.0, th.optimal_ratio(s)], rel=1e-12)
+  for r in (0.01, 0.3, 1.0):
+    assert th.level_server_variance(levels, [1.0, r]) == pytest.approx(
+        th.server_variance(s, r), rel=1e-12)
+  assert th.level_server_variance_optimal(levels) == pytest.approx(
+      th.server_variance_optimal(s), rel=1e-12)
+
+
+def test_level_ratios_minimize_the_server_variance():
+  """No perturbation of the optimal ratios lowers the closed-form variance
+  (a grid around each, independent of the inverse-variance argument)."""
+  s = th.LevelsSetting((5, 20, 20, 20), 10, 0.1, 1.0, (0.0, 0.2, 0.03, 0.005))
+  best = th.optimal_level_ratios(s)
+  v = th.level_server_variance(s, best)
+  rng = np.random.default_rng(0)
+  for _ in range(500):
+    other = [r * np.exp(rng.normal(0, 0.5)) for r in best]
+    assert th.level_server_variance(s, other) >= v * (1 - 1e-12)

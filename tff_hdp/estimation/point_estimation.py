@@ -29,7 +29,7 @@ _NO_CLIP_NORM = 1e6
 
 @dataclasses.dataclass(frozen=True)
 class MonteCarloResult:
-  ratio: float
+  ratio: float | tuple[float, ...]  # r, or one r_j per group (levels)
   trials: int
   empirical_mse: float
   theoretical_variance: float
@@ -39,12 +39,13 @@ class MonteCarloResult:
     return abs(self.empirical_mse / self.theoretical_variance - 1.0)
 
 
-def client_samples(setting: theory.PointEstimationSetting, trials: int,
-                   rng: np.random.Generator, phi: float = 1.0
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def client_samples(
+    setting: theory.PointEstimationSetting | theory.LevelsSetting,
+    trials: int, rng: np.random.Generator, phi: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
   """Clients' samples [N, n_s, trials] and true means phi_j [N, trials].
 
-  Private clients come last.
+  Private clients come last (levels: clients in group order).
   """
   n = setting.num_clients
   phi_j = phi + rng.normal(0.0, np.sqrt(setting.tau2), size=(n, trials))
@@ -53,8 +54,9 @@ def client_samples(setting: theory.PointEstimationSetting, trials: int,
   return phi_j[:, None, :] + noise, phi_j
 
 
-def client_estimates(setting: theory.PointEstimationSetting, trials: int,
-                     rng: np.random.Generator, phi: float = 1.0) -> np.ndarray:
+def client_estimates(
+    setting: theory.PointEstimationSetting | theory.LevelsSetting,
+    trials: int, rng: np.random.Generator, phi: float = 1.0) -> np.ndarray:
   """Clients' local estimates, shape [N, trials]; private clients last."""
   return client_samples(setting, trials, rng, phi)[0].mean(axis=1)
 
@@ -99,6 +101,47 @@ def monte_carlo(setting: theory.PointEstimationSetting, ratios, trials: int,
             empirical_mse=float(np.mean((server - phi)**2)),
             theoretical_variance=theory.server_variance(setting, r)))
   return results
+
+
+def aggregate_levels_once(setting: theory.LevelsSetting, ratios,
+                          estimates: np.ndarray, seed: int) -> np.ndarray:
+  """One round of the FedHDP aggregator with l groups (clients in group
+  order): group j's sum gets noise of std N_j gamma_j (z_j = N_j gamma_j /
+  S), so its mean's noise has variance gamma_j^2."""
+  _, trials = estimates.shape
+  if np.linalg.norm(estimates, axis=1).max() >= _NO_CLIP_NORM:
+    raise ValueError('estimates too large for the no-clipping regime.')
+  sizes = setting.group_sizes
+  factory = HeterogeneousDPFactory(
+      noise_multipliers=[n * np.sqrt(g2) / _NO_CLIP_NORM
+                         for n, g2 in zip(sizes, setting.gamma2s)],
+      ratios=[float(r) for r in ratios],
+      expected_group_sizes=[float(n) for n in sizes],
+      initial_clip_norm=_NO_CLIP_NORM,
+      clip_learning_rate=0.0,
+      seed=seed)
+  process = factory.create(tff.TensorType(np.float32, [trials]),
+                           tff.TensorType(np.float32, [len(sizes)]))
+  weights = [row for j, n in enumerate(sizes)
+             for row in [np.eye(len(sizes), dtype=np.float32)[j]] * n]
+  output = process.next(process.initialize(),
+                        list(estimates.astype(np.float32)), weights)
+  return np.asarray(output.result, np.float64)
+
+
+def monte_carlo_levels(setting: theory.LevelsSetting, ratio_sets,
+                       trials: int, seed: int,
+                       phi: float = 1.0) -> list[MonteCarloResult]:
+  """Empirical server MSE for each set of per-group ratios, on the same
+  client draws (paired), beside `theory.level_server_variance`."""
+  estimates = client_estimates(setting, trials, np.random.default_rng(seed),
+                               phi)
+  return [MonteCarloResult(
+      ratio=tuple(float(r) for r in ratios), trials=trials,
+      empirical_mse=float(np.mean(
+          (aggregate_levels_once(setting, ratios, estimates, seed) - phi)**2)),
+      theoretical_variance=theory.level_server_variance(setting, ratios))
+          for ratios in ratio_sets]
 
 
 class _Estimate(tf.keras.layers.Layer):

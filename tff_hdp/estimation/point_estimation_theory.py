@@ -112,3 +112,60 @@ def optimal_lambda_private(s: PointEstimationSetting) -> float:
   num = n + n * u2 + (n - n_p) * g2
   den = n * u2 * (u2 + 1) + (n - n_p + 1) * u2 * g2 + g2
   return num / den
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelsSetting:
+  """Point estimation with l privacy groups (several private levels): group
+  j has N_j clients, each with n_s samples as above, and its mean carries
+  privacy noise of variance gamma_j^2 (0: a group without noise)."""
+
+  group_sizes: tuple[int, ...]  # N_j
+  samples_per_client: int       # n_s
+  tau2: float
+  beta2: float
+  gamma2s: tuple[float, ...]    # gamma_j^2
+
+  def __post_init__(self):
+    if len(self.group_sizes) != len(self.gamma2s) or not self.group_sizes:
+      raise ValueError('one size and one noise variance per group.')
+    if min(self.group_sizes) < 1 or min(self.gamma2s) < 0:
+      raise ValueError('N_j >= 1 and gamma_j^2 >= 0 are required.')
+    if self.samples_per_client < 1 or self.tau2 < 0 or self.beta2 <= 0:
+      raise ValueError('n_s >= 1, tau^2 >= 0 and beta^2 > 0 are required.')
+
+  @property
+  def num_clients(self) -> int:
+    return sum(self.group_sizes)
+
+  @property
+  def sigma_c2(self) -> float:
+    return self.beta2 / self.samples_per_client + self.tau2
+
+
+def level_weights(s: LevelsSetting, ratios) -> list[float]:
+  """FedHDP's group weights w_j = r_j N_j / sum_k r_k N_k."""
+  scaled = [r * n for r, n in zip(ratios, s.group_sizes)]
+  return [x / sum(scaled) for x in scaled]
+
+
+def level_server_variance(s: LevelsSetting, ratios) -> float:
+  """Variance of sum_j w_j m_j: group j's mean m_j has variance
+  sigma_c^2 / N_j + gamma_j^2, independently of the others."""
+  return sum(w**2 * (s.sigma_c2 / n + g2) for w, n, g2 in zip(
+      level_weights(s, ratios), s.group_sizes, s.gamma2s))
+
+
+def optimal_level_ratios(s: LevelsSetting) -> list[float]:
+  """r_j* = sigma_c^2 / (sigma_c^2 + N_j gamma_j^2): inverse-variance
+  weights w_j ∝ 1 / Var(m_j) = N_j / (sigma_c^2 + N_j gamma_j^2), as r_j
+  against a noiseless group's r = 1. With one private group this is Lemma 1's
+  r*."""
+  return [s.sigma_c2 / (s.sigma_c2 + n * g2)
+          for n, g2 in zip(s.group_sizes, s.gamma2s)]
+
+
+def level_server_variance_optimal(s: LevelsSetting) -> float:
+  """The variance at `optimal_level_ratios`: 1 / sum_j 1 / Var(m_j)."""
+  return 1.0 / sum(n / (s.sigma_c2 + n * g2)
+                   for n, g2 in zip(s.group_sizes, s.gamma2s))
