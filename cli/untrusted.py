@@ -101,9 +101,8 @@ def run() -> None:
         f'{flags.ROUNDS.value} rounds, eps ~ {flags.EPSILON_DISTRIBUTION.value}\n')
   tables.print_and_write_table(
       flags.OUTPUT_DIR.value, header, rows, records=records,
-      caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None)
-  for line in alarms:
-    print(line)
+      caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None,
+      alarms=alarms)
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')
 
 
@@ -231,7 +230,7 @@ def _figure_records(figure, task, base, rules, rates, figure_dir, held):
         else:  # another seed's task (its split) is not loaded here
           summary = checkpointing.read_json_dict(
               os.path.join(run_dir, rule, 'summary.json'))
-          if (summary.get('settings') != dataclasses.asdict(settings) or
+          if (summary.get('settings') != settings.as_dict() or
               (summary.get('metrics') or {}).get('acc_g') is None):
             summary = None
         record.update({
