@@ -93,9 +93,8 @@ def run() -> None:
         f', best over the swept settings\n')
   tables.print_and_write_table(
       flags.OUTPUT_DIR.value, header, rows, records=records,
-      caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None)
-  for line in alarms:
-    print(line)
+      caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None,
+      alarms=alarms)
   for algorithm, curve in curves.items():
     print(f'\n{algorithm}: best {metric} over learning rates, per lambda\n')
     print(tables.markdown_table(

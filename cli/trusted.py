@@ -167,10 +167,8 @@ def run() -> None:
   caption = '\n'.join(warnings + tables.table_notes(
       settings.release_unprotected_stats, task.metric,
       audited=settings.canaries > 0))
-  print(caption + '\n')
-  print(tables.markdown_table(header, rows))
-  tables.write_table(flags.OUTPUT_DIR.value, header, rows, caption=caption,
-                     records=tables.results_records(summaries))
-  for line in (line for s in summaries for line in tables.audit_alarms(s)):
-    print(line)
+  tables.print_and_write_table(
+      flags.OUTPUT_DIR.value, header, rows, caption=caption,
+      records=tables.results_records(summaries),
+      alarms=[line for s in summaries for line in tables.audit_alarms(s)])
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')

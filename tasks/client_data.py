@@ -18,6 +18,7 @@ TFRecord files), whose examples are `tf.train.Example`s with a float feature
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -340,19 +341,27 @@ def indexed_copy(path: str, fingerprint: str, folder: str) -> str:
   os.makedirs(folder, exist_ok=True)
   copy = os.path.join(folder, f'client_data-{fingerprint}.sqlite')
   if not os.path.exists(copy):
-    tmp = f'{copy}.{os.getpid()}.tmp'
-    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    try:
-      with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as source, \
-          sqlite3.connect(tmp) as target:
-        source.backup(target)
-        target.execute('CREATE INDEX examples_by_client ON examples '
-                       '(client_id, split_name)')
-    except BaseException:
-      os.remove(tmp)
-      raise
-    os.replace(tmp, copy)
+    with _private_file_in_place_of(copy) as tmp, \
+        sqlite3.connect(f'file:{path}?mode=ro', uri=True) as source, \
+        sqlite3.connect(tmp) as target:
+      source.backup(target)
+      target.execute('CREATE INDEX examples_by_client ON examples '
+                     '(client_id, split_name)')
   return copy
+
+
+@contextlib.contextmanager
+def _private_file_in_place_of(path: str):
+  """A new file (0600: it holds clients' raw examples) beside `path` that
+  replaces `path` when the block ends, or is removed if the block fails."""
+  tmp = f'{path}.{os.getpid()}.tmp'
+  os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+  try:
+    yield tmp
+  except BaseException:
+    os.remove(tmp)
+    raise
+  os.replace(tmp, path)
 
 
 def _sql_read_many(path: str):
@@ -530,33 +539,26 @@ def write_sql(path: str, chunks, task_digest: str | None = None) -> None:
   a table of its own (`stored_task`). The file is the owner's alone (0600):
   it holds the clients' raw examples.
   """
-  tmp = f'{path}.{os.getpid()}.tmp'
-  os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-  try:
-    with sqlite3.connect(tmp) as con:
-      if task_digest is not None:
-        con.execute(f'CREATE TABLE {_TASK_TABLE} (data_digest TEXT NOT NULL)')
-        con.execute(f'INSERT INTO {_TASK_TABLE} VALUES (?)', (task_digest,))
-      con.execute('CREATE TABLE examples (split_name TEXT NOT NULL, client_id '
-                  'TEXT NOT NULL, serialized_example_proto BLOB NOT NULL)')
-      con.execute('CREATE TABLE client_metadata (client_id TEXT NOT NULL, '
-                  'split_name TEXT NOT NULL, num_examples INTEGER NOT NULL)')
-      for ids, x, y, owner, n_train in chunks:
-        bounds = np.searchsorted(owner, np.arange(len(ids) + 1))
-        is_train = np.arange(len(owner)) - bounds[owner] < n_train[owner]
-        con.executemany(
-            'INSERT INTO examples VALUES (?, ?, ?)',
-            (('train' if t else 'test', ids[o], r.tobytes())
-             for t, o, r in zip(is_train, owner, example_rows(x, y))))
-        con.executemany('INSERT INTO client_metadata VALUES (?, ?, ?)', [
-            (c, s, int(n)) for c, tr, al in zip(ids, n_train, np.diff(bounds))
-            for s, n in (('train', tr), ('test', al - tr))])
-      con.execute('CREATE INDEX examples_by_client ON examples '
-                  '(client_id, split_name)')
-  except BaseException:
-    os.remove(tmp)
-    raise
-  os.replace(tmp, path)
+  with _private_file_in_place_of(path) as tmp, sqlite3.connect(tmp) as con:
+    if task_digest is not None:
+      con.execute(f'CREATE TABLE {_TASK_TABLE} (data_digest TEXT NOT NULL)')
+      con.execute(f'INSERT INTO {_TASK_TABLE} VALUES (?)', (task_digest,))
+    con.execute('CREATE TABLE examples (split_name TEXT NOT NULL, client_id '
+                'TEXT NOT NULL, serialized_example_proto BLOB NOT NULL)')
+    con.execute('CREATE TABLE client_metadata (client_id TEXT NOT NULL, '
+                'split_name TEXT NOT NULL, num_examples INTEGER NOT NULL)')
+    for ids, x, y, owner, n_train in chunks:
+      bounds = np.searchsorted(owner, np.arange(len(ids) + 1))
+      is_train = np.arange(len(owner)) - bounds[owner] < n_train[owner]
+      con.executemany(
+          'INSERT INTO examples VALUES (?, ?, ?)',
+          (('train' if t else 'test', ids[o], r.tobytes())
+           for t, o, r in zip(is_train, owner, example_rows(x, y))))
+      con.executemany('INSERT INTO client_metadata VALUES (?, ?, ?)', [
+          (c, s, int(n)) for c, tr, al in zip(ids, n_train, np.diff(bounds))
+          for s, n in (('train', tr), ('test', al - tr))])
+    con.execute('CREATE INDEX examples_by_client ON examples '
+                '(client_id, split_name)')
 
 
 # The table of a file written by `write_task`: the task's data digest.

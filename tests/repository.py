@@ -91,6 +91,22 @@ def run_losing_its_worker(command, output_dir: str, configuration: str,
   return run.returncode, errors, len(rounds_rows(output_dir, configuration))
 
 
+_HOLD = ('import sys, time\n'
+         'from tff_hdp.simulation import folder_lock\n'
+         'with folder_lock.exclusive(sys.argv[1]):\n'
+         '  print("held", flush=True)\n'
+         '  time.sleep(600)\n')
+
+
+def hold_folder(folder: str) -> subprocess.Popen:
+  """A process of its own that holds `folder` (`folder_lock`) until it is
+  killed; returns once it does."""
+  proc = subprocess.Popen([sys.executable, '-c', _HOLD, folder], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True)
+  assert proc.stdout.readline().strip() == 'held'
+  return proc
+
+
 def plant_secret(source_dir: str, target_dir: str, configuration: str) -> None:
   """Gives the run in `target_dir` the secret seed of the one in
   `source_dir` (checking that it is owner-only), so that both draw the same

@@ -325,9 +325,9 @@ def test_a_cross_silo_run_releases_only_what_epsilon_covers(tmp_path):
       'results.md', 'results.csv', 'sweep_ifca.csv', '.run.lock',
       cross_silo_setting.CALIBRATIONS_FILE,  # z per public plan parameters
       'ifca_lr0.1/rounds.csv', 'ifca_lr0.1/summary.json',
-      # the run's private state (no release)
+      # the run's private state (no release), and its folder's lock
       'ifca_lr0.1/checkpoints/run_key.json',
-      'ifca_lr0.1/checkpoints/dp_secret_seed'}
+      'ifca_lr0.1/checkpoints/dp_secret_seed', 'ifca_lr0.1/.run.lock'}
   (summary,) = summaries.values()
   assert {k for s in summary['silos'] for k in s} <= set(SILO)
   assert set(summary['settings']) == {f.name for f in dataclasses.fields(

@@ -18,23 +18,9 @@ from tff_hdp.simulation import folder_lock
 
 ROOT = repository.ROOT
 ROUNDS = 8
-_HOLD = ('import sys, time\n'
-         'from tff_hdp.simulation import folder_lock\n'
-         'with folder_lock.exclusive(sys.argv[1]):\n'
-         '  print("held", flush=True)\n'
-         '  time.sleep(600)\n')
-
-
-def _holder(folder):
-  proc = subprocess.Popen([sys.executable, '-c', _HOLD, folder], cwd=ROOT,
-                          stdout=subprocess.PIPE, text=True)
-  assert proc.stdout.readline().strip() == 'held'
-  return proc
-
-
 def test_a_held_folder_is_refused_and_freed_when_its_holder_dies(tmp_path):
   folder = str(tmp_path / 'out')
-  holder = _holder(folder)
+  holder = repository.hold_folder(folder)
   try:
     with pytest.raises(folder_lock.FolderInUseError,
                        match=f'{folder} is in use by another run \\(process '

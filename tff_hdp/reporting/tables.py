@@ -205,13 +205,16 @@ def write_table(output_dir: str, header, rows, stem: str = 'results',
 
 def print_and_write_table(output_dir: str, header, rows,
                           caption: str | None = None,
-                          records: Sequence[dict] | None = None) -> None:
-  """A command's results table: printed (its caption above) and written as
-  `write_table` writes it."""
+                          records: Sequence[dict] | None = None,
+                          alarms: Sequence[str] = ()) -> None:
+  """A command's results table: printed (its caption above, the audit's
+  `alarms` below) and written as `write_table` writes it."""
   if caption:
     print(caption + '\n')
   print(markdown_table(header, rows))
   write_table(output_dir, header, rows, caption=caption, records=records)
+  for line in alarms:
+    print(line)
 
 
 _PERCENT_METRICS = ('accuracy', 'sign_accuracy')

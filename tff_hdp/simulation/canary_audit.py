@@ -189,3 +189,18 @@ def client_estimates(scores: np.ndarray, plans: Sequence[ClientPrivacy],
       'rank_correlation': None if constant else float(
           stats.spearmanr(spent, estimates)[0]),
   }
+
+
+def client_audit_summary(canaries: int, scores: np.ndarray,
+                         plans: Sequence[ClientPrivacy],
+                         spent: Sequence[float], steps_seen: Sequence[int],
+                         delta: float, num_params: int) -> dict:
+  """A summary's entries for an audit with `canaries` canary examples per
+  client (silo): its size and confidence, and `client_estimates` of the
+  other arguments."""
+  return {
+      'canaries': {'per_client': canaries, 'unseen_per_client': canaries,
+                   'confidence': CONFIDENCE},
+      'empirical_epsilon': client_estimates(scores, plans, spent, steps_seen,
+                                            delta, num_params),
+  }

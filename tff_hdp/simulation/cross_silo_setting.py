@@ -38,11 +38,10 @@ from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import ditto
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning.execution import Execution
-from tff_hdp.privacy import dp_randomness
 from tff_hdp.simulation import evaluation
 from tff_hdp.privacy import release_policy
 from tff_hdp.simulation import round_loop
-from tff_hdp.simulation import run_files
+from tff_hdp.simulation import run_lifecycle
 from tff_hdp.simulation import runtime
 from tff_hdp.simulation import selection
 from tff_hdp.federated_task import FederatedTask
@@ -60,14 +59,14 @@ STORED_Z_RANGE = (1e-4, 1e6)
 
 
 @dataclasses.dataclass(frozen=True)
-class CrossSiloSettings:
-  """One run. `epsilons` holds one value for every silo or one per silo.
+class CrossSiloSettings(run_lifecycle.RunSettings):
+  """One run (with the settings of every run, `RunSettings`). `epsilons`
+  holds one value for every silo or one per silo.
 
   IFCA selects clusters privately in the first `selection_fraction` of the
   rounds, each selection at `selection_share * epsilon_k`.
   """
 
-  rounds: int
   epsilons: tuple[float, ...]
   delta: float
   learning_rate: float
@@ -77,20 +76,11 @@ class CrossSiloSettings:
   selection_fraction: float = 0.1
   selection_share: float = 0.03
   weighted: bool = True
-  seed: int = 0
-  eval_every: int = 10
-  checkpoint_every: int = 10
   # > 1: up to this many silos per TFF client (tff_hdp.learning.execution).
   cohort_size: int = 0
-  # > 0: an audit run with this many canary examples per silo
-  # (tff_hdp.simulation.canary_audit).
-  canaries: int = 0
   # Where the pull lambda (w - w_bar) joins DP-SGD's gradient
   # (tff_hdp.learning.dp_sgd.REGULARIZER_PLACEMENTS).
   regularizer_placement: str = 'per_example'
-  # Voids the guarantee: see tff_hdp.privacy.dp_randomness.
-  unsafe_seeded_dp_randomness: bool = False
-  allow_large_delta: bool = False  # accept delta >= n_k^-1.1
 
   def silo_epsilons(self, num_silos: int) -> tuple[float, ...]:
     """Each silo's target: the one value repeated, or the given list."""
@@ -362,10 +352,12 @@ class CrossSiloRounds(round_loop.RoundProgram):
 
 
 def run_algorithm(task: FederatedTask, algorithm_name: str,
-               settings: CrossSiloSettings, output_dir: str | None,
-               progress: bool = True,
-               process: tff.templates.IterativeProcess | None = None) -> dict:
-  """Trains `method_name` on `task`; returns (and writes) its summary.
+                  settings: CrossSiloSettings, output_dir: str | None,
+                  progress: bool = True,
+                  process: tff.templates.IterativeProcess | None = None
+                  ) -> dict:
+  """Trains `algorithm_name` on `task` into `<output_dir>/<configuration>`
+  (`run_lifecycle`); returns (and writes) its summary.
 
   `process` is `build_process(task, algorithm, settings)` built earlier; it
   depends only on the algorithm, clip norm, clusters and seed, so a sweep over
@@ -379,66 +371,55 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
   if process is None:
     process = build_process(task, algorithm, settings)
   name = configuration_name(algorithm, settings)
-  run_dir = os.path.join(output_dir, name) if output_dir else None
-  checkpoint = None
-  if run_dir:  # the key guards the folder even when no round is saved
-    checkpoint = checkpointing.RunCheckpoint(
-        os.path.join(run_dir, 'checkpoints'),
-        run_key(task, algorithm, settings))
-    checkpoint.claim()
-  # Each silo's DP-SGD noise, example sampling and private selections follow
-  # its own seed, derived from the run's secret (kept in the checkpoint).
-  silo_seeds = dp_randomness.client_seeds(
-      settings.seed, settings.unsafe_seeded_dp_randomness, len(silos),
-      checkpoint)
-  program = CrossSiloRounds(task, algorithm, settings, process, plans,
-                            silo_seeds, label=f'{name} rounds')
-  result = round_loop.run_rounds(
-      program, output_dir=run_dir, eval_every=settings.eval_every,
-      progress=progress, checkpoint=checkpoint,
-      checkpoint_every=settings.checkpoint_every)
-  metric = result.final_metrics['metric']
-  clusters = program.clusters
-  spent = [p.epsilon_after(settings.rounds) for p in plans]
-  summary = {
-      'configuration': name,
-      'method': algorithm.name,
-      'task': task.name,
-      'metric_name': task.metric,
-      'metric': metric,
-      'settings': dataclasses.asdict(settings),
-      'privacy_warnings': privacy_warnings(settings),
-      'silos': [{
-          'silo': str(c),
-          'examples': p.num_examples,
-          'target_epsilon': p.epsilon,
-          'delta': p.delta,
-          'noise_multiplier': p.noise_multiplier,
-          'sampling_rate': p.sampling_rate,
-          'epochs_per_round': p.epochs_per_round,
-          'selection_epsilon': p.selection_epsilon,
-          'selection_rounds': p.selection_rounds,
-          'epsilon_spent': e,
-      } for c, p, e in zip(silos, plans, spent)],
-      'epsilon_spent_max': max(spent),
-      'epsilon_spent_min': min(spent),
-      **({'canaries': {'per_client': settings.canaries,
-                       'unseen_per_client': settings.canaries,
-                       'confidence': canary_audit.CONFIDENCE},
-          # A silo sends one epoch's update a round (Ditto's personal
-          # epoch stays with it).
-          'empirical_epsilon': canary_audit.client_estimates(
-              dp_sgd.canary_scores(
-                  program.state[cross_silo_process.CANARIES_KEY]), plans,
-              spent, [p.steps_per_epoch * settings.rounds for p in plans],
-              settings.delta, task.num_trainable_parameters)}
-         if settings.canaries else {}),
-      'final_clusters': ([int(g) for g in clusters]
-                         if algorithm.clustered else None),
-      'seconds': result.seconds,
-  }
-  if run_dir:
-    run_files.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+
+  def build(claimed: run_lifecycle.ClaimedRun) -> CrossSiloRounds:
+    # Each silo's DP-SGD noise, example sampling and private selections
+    # follow its own seed, derived from the run's secret (kept in the
+    # checkpoint).
+    return CrossSiloRounds(task, algorithm, settings, process, plans,
+                           claimed.client_seeds(len(silos)),
+                           label=f'{name} rounds')
+
+  def summarize(program: CrossSiloRounds, result) -> dict:
+    spent = [p.epsilon_after(settings.rounds) for p in plans]
+    return {
+        'configuration': name,
+        'method': algorithm.name,
+        'task': task.name,
+        'metric_name': task.metric,
+        'metric': result.final_metrics['metric'],
+        'settings': dataclasses.asdict(settings),
+        'privacy_warnings': privacy_warnings(settings),
+        'silos': [{
+            'silo': str(c),
+            'examples': p.num_examples,
+            'target_epsilon': p.epsilon,
+            'delta': p.delta,
+            'noise_multiplier': p.noise_multiplier,
+            'sampling_rate': p.sampling_rate,
+            'epochs_per_round': p.epochs_per_round,
+            'selection_epsilon': p.selection_epsilon,
+            'selection_rounds': p.selection_rounds,
+            'epsilon_spent': e,
+        } for c, p, e in zip(silos, plans, spent)],
+        'epsilon_spent_max': max(spent),
+        'epsilon_spent_min': min(spent),
+        # A silo sends one epoch's update a round (Ditto's personal epoch
+        # stays with it).
+        **(canary_audit.client_audit_summary(
+            settings.canaries, dp_sgd.canary_scores(
+                program.state[cross_silo_process.CANARIES_KEY]), plans,
+            spent, [p.steps_per_epoch * settings.rounds for p in plans],
+            settings.delta, task.num_trainable_parameters)
+           if settings.canaries else {}),
+        'final_clusters': ([int(g) for g in program.clusters]
+                           if algorithm.clustered else None),
+    }
+
+  summary, _ = run_lifecycle.run(
+      os.path.join(output_dir, name) if output_dir else None,
+      run_key(task, algorithm, settings), settings, build, summarize,
+      progress=progress)
   return summary
 
 

@@ -73,6 +73,10 @@ class RoundProgram(abc.ABC):
   def weights(self) -> tff.learning.models.ModelWeights:
     """The current global model."""
 
+  def close(self) -> None:
+    """Frees what the program holds beyond its rounds (e.g. files), when the
+    loop ends or fails."""
+
 
 @dataclasses.dataclass
 class LoopResult:

@@ -7,10 +7,8 @@ plan and output folder.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
-import json
 import os
 from typing import Any, Mapping, Sequence
 
@@ -26,7 +24,6 @@ from tff_hdp.learning import ditto
 from tff_hdp.learning.execution import Execution
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy import empirical_epsilon
-from tff_hdp.privacy import dp_randomness
 from tff_hdp.privacy import release_policy
 from tff_hdp.privacy.privacy_groups import GroupAssignment
 from tff_hdp.privacy.privacy_groups import PrivacyGroup
@@ -36,7 +33,7 @@ from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import evaluation
 from tff_hdp.simulation import folder_lock
 from tff_hdp.simulation import round_loop
-from tff_hdp.simulation import run_files
+from tff_hdp.simulation import run_lifecycle
 from tff_hdp.simulation import runtime
 from tff_hdp.simulation import selection
 
@@ -58,31 +55,24 @@ class DittoSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
-  """Training settings shared by all configurations of a comparison."""
+class Settings(run_lifecycle.RunSettings):
+  """Training settings shared by all configurations of a comparison (with
+  those of every run, `RunSettings`)."""
 
-  rounds: int
   sampling: accounting.Sampling
   local_epochs: int = 1
   client_lr: float = 0.1
   server_lr: float = 1.0
   clip: plans.ClipSettings = plans.ClipSettings()
   denominator: str = 'expected'
-  seed: int = 0
-  eval_every: int = 10
-  checkpoint_every: int = 10  # 0: no saved rounds (the run key still is)
   ditto: DittoSettings | None = None  # None: no personalization
   # > 1: simulate up to this many clients per TFF client (tff_hdp.learning.cohort),
   # the same rounds for a fraction of TFF's per-client overhead.
   cohort_size: int = 0
-  # > 0: an audit run with this many canaries per private group
-  # (tff_hdp.simulation.canary_audit).
-  canaries: int = 0
-  # Each of these voids part of the privacy promise; a run that sets one
-  # says so in its header and summary (`privacy_warnings`).
+  # Voids part of the privacy promise; a run that sets it says so in its
+  # header and summary (`privacy_warnings`), as for the seeded randomness
+  # and a large delta.
   release_unprotected_stats: bool = False  # tff_hdp.privacy.release_policy
-  unsafe_seeded_dp_randomness: bool = False  # tff_hdp.privacy.dp_randomness
-  allow_large_delta: bool = False  # accept delta >= 1 / N_j
   # The algorithms' options (registry `Option`s) other than swept ones.
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -229,6 +219,7 @@ class TrustedRounds(round_loop.RoundProgram):
     self.rounds = plan.rounds
     self.ledger = plan.ledger
     self._task, self._process, self._plan = task, process, plan
+    self.process = process
     self._seed, self._sampling_seed = seed, sampling_seed
     self._execution = execution
     self._personalization = personalization
@@ -326,23 +317,9 @@ def run_configuration(task: FederatedTask, config: Configuration,
                       on_round=None,
                       release_managers=()
                       ) -> tuple[dict, tff.learning.models.ModelWeights]:
-  """Trains one configuration; returns (and writes) its summary, and returns
-  the final global model weights. `release_managers` get each round's row.
-
-  With an `output_dir`, the configuration's folder is held for this process
-  (`folder_lock`) and its run key and secret seed are written before the
-  first round, with or without checkpoints: a re-run into the folder is
-  either the same run (repeating its rounds exactly) or refused.
-  """
-  run_dir = os.path.join(output_dir, config.name) if output_dir else None
-  with (folder_lock.exclusive(run_dir) if run_dir else
-        contextlib.nullcontext()):
-    return _run_configuration(task, config, choices, settings, run_dir,
-                              progress, on_round, release_managers)
-
-
-def _run_configuration(task, config, choices, settings, run_dir, progress,
-                       on_round, release_managers):
+  """Trains one configuration into `<output_dir>/<name>` (`run_lifecycle`);
+  returns (and writes) its summary, and returns the final global model
+  weights. `release_managers` get each round's row."""
   record, options = config.record, config.options(settings)
   if settings.cohort_size > 1 and not record.cohorts:
     raise ValueError(f'--cohort_size: {config.algorithm} trains one TFF '
@@ -356,48 +333,54 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
                             settings.sampling, settings.rounds, clip,
                             settings.denominator,
                             allow_large_delta=settings.allow_large_delta)
-  checkpoint = None
-  if run_dir:
-    checkpoint = checkpointing.RunCheckpoint(
-        os.path.join(run_dir, 'checkpoints'),
-        run_key(task, config, choices, settings))
-    checkpoint.claim()
-  secret = dp_randomness.run_seed(
-      settings.seed, settings.unsafe_seeded_dp_randomness, checkpoint)
   execution = Execution(settings.cohort_size,
                         audit.directions if audit else None)
-  built = record.build_factory(registry.TrustedContext(
-      plan, clip, secret, execution.cohorts, options))
-  # The ledger accounts the noise the factory says it applies.
-  plan = plans.with_noise(plan, built.noise.noise_multipliers,
-                          built.noise.clip_count_stddev)
-  process = execution.build_fedhdp(
-      task.tff_model_fn(), built.factory, plan.assignment.num_groups,
-      task.batch_size,
-      client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
-      server_optimizer=tff.learning.optimizers.build_sgdm(settings.server_lr),
-      local_epochs=settings.local_epochs)
-  personalization = None
-  if settings.ditto is not None:
-    lambdas = [settings.ditto.lambda_p if g.is_private else
-               settings.ditto.lambda_np for g in assignment.groups]
-    personalization = Personalization(execution.build_personalization(
-        task.tff_model_fn(), lambdas, settings.ditto.learning_rate,
-        task.batch_size, settings.local_epochs))
-  program = TrustedRounds(
-      task, process, plan, choices, seed=settings.seed, sampling_seed=secret,
-      execution=execution, personalization=personalization,
-      release_unprotected=settings.release_unprotected_stats, audit=audit,
-      measurements=record.measurements)
-  program.repeats_rounds = built.seeded
-  result = round_loop.run_rounds(
-      program, output_dir=run_dir, eval_every=settings.eval_every,
-      progress=progress, checkpoint=checkpoint,
-      checkpoint_every=settings.checkpoint_every,
+  applied = {}
+
+  def build(claimed: run_lifecycle.ClaimedRun) -> TrustedRounds:
+    secret = claimed.secret()
+    built = record.build_factory(registry.TrustedContext(
+        plan, clip, secret, execution.cohorts, options))
+    # The ledger accounts the noise the factory says it applies.
+    applied['plan'] = plans.with_noise(plan, built.noise.noise_multipliers,
+                                       built.noise.clip_count_stddev)
+    process = execution.build_fedhdp(
+        task.tff_model_fn(), built.factory, plan.assignment.num_groups,
+        task.batch_size,
+        client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
+        server_optimizer=tff.learning.optimizers.build_sgdm(settings.server_lr),
+        local_epochs=settings.local_epochs)
+    personalization = None
+    if settings.ditto is not None:
+      lambdas = [settings.ditto.lambda_p if g.is_private else
+                 settings.ditto.lambda_np for g in assignment.groups]
+      personalization = Personalization(execution.build_personalization(
+          task.tff_model_fn(), lambdas, settings.ditto.learning_rate,
+          task.batch_size, settings.local_epochs))
+    program = TrustedRounds(
+        task, process, applied['plan'], choices, seed=settings.seed,
+        sampling_seed=secret, execution=execution,
+        personalization=personalization,
+        release_unprotected=settings.release_unprotected_stats, audit=audit,
+        measurements=record.measurements)
+    program.repeats_rounds = built.seeded
+    return program
+
+  def summarize(program: TrustedRounds, result) -> dict:
+    return _summary(task, config, settings, applied['plan'], assignment,
+                    audit, program, result)
+
+  summary, program = run_lifecycle.run(
+      os.path.join(output_dir, config.name) if output_dir else None,
+      run_key(task, config, choices, settings), settings, build, summarize,
+      progress=progress, save_final_model=True,
       release_managers=release_managers, on_round=on_round)
-  if run_dir:
-    run_files.save_model(os.path.join(run_dir, 'final_model.npz'),
-                         program.weights())
+  return summary, program.weights()
+
+
+def _summary(task, config, settings, plan, assignment, audit, program,
+             result) -> dict:
+  """A finished configuration's summary.json."""
   epsilons = {g.name: plan.ledger.epsilon(j, plan.rounds)
               for j, g in enumerate(assignment.groups)}
   metrics = result.final_metrics
@@ -405,8 +388,8 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
     metrics = {k: v for k, v in metrics.items()
                if k not in release_policy.PRIVATE_CLIENT_METRICS}
   fixed = isinstance(settings.sampling, accounting.FixedSizeSampling)
-  empirical = _canary_estimates(process, program, audit) if audit else {}
-  summary = {
+  empirical = _canary_estimates(program, audit) if audit else {}
+  return {
       'configuration': config.name,
       'algorithm': config.algorithm,
       'ratio': config.ratio,
@@ -445,11 +428,7 @@ def _run_configuration(task, config, choices, settings, run_dir, progress,
          if audit else {}),
       'clip_count_stddev': plan.clip_count_stddev,
       'metrics': metrics,
-      'seconds': result.seconds,
   }
-  if run_dir:
-    run_files.write_summary(os.path.join(run_dir, 'summary.json'), summary)
-  return summary, program.weights()
 
 
 def _canary_audit(task: FederatedTask, assignment: GroupAssignment,
@@ -464,11 +443,12 @@ def _canary_audit(task: FederatedTask, assignment: GroupAssignment,
                                          task.num_trainable_parameters)
 
 
-def _canary_estimates(process, program: TrustedRounds,
+def _canary_estimates(program: TrustedRounds,
                       audit: canary_audit.CanaryAudit) -> dict[str, dict]:
   """Each private group's empirical epsilon: the canaries' cosines with the
   final model's change from the initial one, and their largest cosines with
   any round's change (kept in the process state)."""
+  process = program.process
   initial = process.get_model_weights(process.initialize()).trainable
   final = program.weights().trainable
   delta = [np.asarray(f) - np.asarray(i) for f, i in zip(
@@ -481,27 +461,9 @@ def _canary_estimates(process, program: TrustedRounds,
 def completed_summary(task: FederatedTask, config: Configuration,
                       choices: GroupAssignment, settings: Settings,
                       output_dir: str) -> dict | None:
-  """The summary of a finished run of exactly this configuration, or None.
-
-  Lets a sweep skip what an earlier invocation finished. A summary without
-  this run's key in its checkpoint folder (of other settings, or kept without
-  checkpoints) counts as unfinished; a checkpoint of a different run in the
-  folder is a CheckpointError, as resuming it would be.
-  """
-  run_dir = os.path.join(output_dir, config.name)
-  try:
-    with open(os.path.join(run_dir, 'summary.json')) as f:
-      summary = json.load(f)
-  except (OSError, ValueError):
-    return None
-  if not (isinstance(summary, dict) and
-          summary.get('configuration') == config.name and
-          summary.get('task') == task.name and
-          summary.get('rounds') == settings.rounds and
-          (summary.get('metrics') or {}).get('acc_g') is not None):
-    return None
-  same_run = checkpointing.RunCheckpoint(
-      os.path.join(run_dir, 'checkpoints'),
-      run_key(task, config, choices, settings)).check_key()
-  # Without a run key beside it, nothing says the summary is of this run.
-  return summary if same_run else None
+  """The summary of a finished run of exactly this configuration, or None
+  (`run_lifecycle.completed_summary`)."""
+  return run_lifecycle.completed_summary(
+      os.path.join(output_dir, config.name),
+      run_key(task, config, choices, settings), configuration=config.name,
+      task=task.name, rounds=settings.rounds)

@@ -18,7 +18,6 @@ it sent (`canary_audit.client_estimates`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from typing import Any, Mapping, Sequence
@@ -27,18 +26,16 @@ import numpy as np
 import tensorflow as tf
 
 from tff_hdp.privacy import plans
-from tff_hdp.privacy import dp_randomness
 from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import dp_sgd
 from tff_hdp.simulation import canary_audit
 from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import client_files
 from tff_hdp.simulation import evaluation
-from tff_hdp.simulation import folder_lock
 from tff_hdp.privacy import heterogeneity
 from tff_hdp.privacy import release_policy
 from tff_hdp.simulation import round_loop
-from tff_hdp.simulation import run_files
+from tff_hdp.simulation import run_lifecycle
 from tff_hdp.simulation import runtime
 from tff_hdp.simulation import selection
 from tff_hdp.learning import algorithms
@@ -46,24 +43,17 @@ from tff_hdp.learning import noise_aware
 from tff_hdp.federated_task import FederatedTask
 
 @dataclasses.dataclass(frozen=True)
-class UntrustedSettings:
-  rounds: int
+class UntrustedSettings(run_lifecycle.RunSettings):
+  """An untrusted-server comparison's settings (with those of every run,
+  `RunSettings`)."""
+
   epsilon_distribution: str = 'mixgauss1'
   delta: float = 1e-5
   learning_rate: float = 0.1
   clip_norm: float = 1.0
-  seed: int = 0
-  eval_every: int = 10
-  checkpoint_every: int = 10  # 0: no saved rounds (the run key still is)
   # Also report the clients' local-test metrics, which no epsilon covers
   # (tff_hdp.privacy.release_policy).
   release_unprotected_stats: bool = False
-  # Voids the guarantee: see tff_hdp.privacy.dp_randomness.
-  unsafe_seeded_dp_randomness: bool = False
-  allow_large_delta: bool = False  # accept delta >= 1 / n_i
-  # > 0: an audit run with this many canary examples per client
-  # (tff_hdp.simulation.canary_audit).
-  canaries: int = 0
   # Train only rounds 1..k of the `rounds` the noise is calibrated for: the
   # start of the whole run, at its noise (e.g. to choose a learning rate).
   train_rounds: int | None = None
@@ -109,11 +99,12 @@ class UntrustedRounds(round_loop.RoundProgram):
 
   def __init__(self, task: FederatedTask, process, state, plans, weights,
                client_seeds, settings: UntrustedSettings, label: str,
-               train_dataset=None,
+               files: client_files.ClientFiles | None = None,
                measurements: Sequence[release_policy.Measurement] = ()):
-    """`measurements`: the aggregator's, reported as the last columns (its
-    rule's record's). The metrics are those
-    `release_policy.untrusted_metrics` releases."""
+    """`files`: the clients' examples on local disk, read in place of the
+    task's (and closed with the program). `measurements`: the aggregator's,
+    reported as the last columns (its rule's record's). The metrics are
+    those `release_policy.untrusted_metrics` releases."""
     self.label = label
     self._measurements = tuple(measurements)
     self._metrics = release_policy.untrusted_metrics(
@@ -124,7 +115,8 @@ class UntrustedRounds(round_loop.RoundProgram):
     self.state = state
     self._task, self._process, self._settings = task, process, settings
     self._plans, self._weights, self._seeds = plans, weights, client_seeds
-    self._train_dataset = train_dataset or task.train_dataset
+    self._files = files
+    self._train_dataset = files.train_dataset if files else task.train_dataset
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
     # The state's TFF type: a rule's state may grow after round 1 (Robust-
@@ -171,6 +163,10 @@ class UntrustedRounds(round_loop.RoundProgram):
   def weights(self):
     return self._process.get_model_weights(self.state)
 
+  def close(self) -> None:
+    if self._files:
+      self._files.close()
+
 
 def run_key(task: FederatedTask, algorithm: str,
             settings: UntrustedSettings) -> dict:
@@ -191,40 +187,18 @@ def run_key(task: FederatedTask, algorithm: str,
 def completed_summary(task: FederatedTask, algorithm: str,
                       settings: UntrustedSettings,
                       output_dir: str) -> dict | None:
-  """The summary of a finished run of exactly this configuration, or None.
-
-  Lets a sweep skip what an earlier invocation finished: a summary counts
-  only beside this run's key (a summary is written after the last round, and
-  the key holds the rounds); another run's key is a CheckpointError, as
-  resuming it would be.
-  """
-  run_dir = os.path.join(output_dir, algorithm)
-  summary = checkpointing.read_json_dict(os.path.join(run_dir, 'summary.json'))
-  if (summary.get('metrics') or {}).get('acc_g') is None:
-    return None
-  same_run = checkpointing.RunCheckpoint(
-      os.path.join(run_dir, 'checkpoints'),
-      run_key(task, algorithm, settings)).check_key()
-  return summary if same_run else None
+  """The summary of a finished run of exactly this configuration, or None
+  (`run_lifecycle.completed_summary`)."""
+  return run_lifecycle.completed_summary(
+      os.path.join(output_dir, algorithm), run_key(task, algorithm, settings))
 
 
 def run_algorithm(task: FederatedTask, algorithm: str,
                   settings: UntrustedSettings, output_dir: str | None,
                   progress: bool = True) -> dict:
-  """Trains with algorithm `algorithm`; returns (and writes) a summary.
-
-  With an `output_dir`, the run's folder `<output_dir>/<algorithm>` is held
-  for this process (`folder_lock`) and its key and secret seed are written
-  before the first round, with or without checkpoints: a re-run into the
-  folder resumes the same run (repeating its rounds exactly) or is refused.
-  """
-  run_dir = os.path.join(output_dir, algorithm) if output_dir else None
-  with (folder_lock.exclusive(run_dir) if run_dir else
-        contextlib.nullcontext()):
-    return _run_algorithm(task, algorithm, settings, run_dir, progress)
-
-
-def _run_algorithm(task, algorithm, settings, run_dir, progress):
+  """Trains with algorithm `algorithm` into `<output_dir>/<algorithm>`
+  (`run_lifecycle`); returns (and writes) a summary."""
+  record = algorithms.record(algorithm, algorithms.UNTRUSTED)
   clients = task.client_ids
   n = len(clients)
   sizes = [task.num_train_examples(c) for c in clients]
@@ -235,76 +209,59 @@ def _run_algorithm(task, algorithm, settings, run_dir, progress):
       noise_aware.client_epsilons(algorithm, epsilons),
       settings.delta, sizes, batch_sizes, settings.rounds,
       allow_large_delta=settings.allow_large_delta)
-  checkpoint = None
-  if run_dir:
-    checkpoint = checkpointing.RunCheckpoint(
-        os.path.join(run_dir, 'checkpoints'),
-        run_key(task, algorithm, settings))
-    checkpoint.claim()
   num_params = task.num_trainable_parameters
-  audit = canaries_lib.ExampleCanaries.create(
-      canary_audit.directions_seed(settings.seed), num_params,
-      settings.canaries, n) if settings.canaries else None
-  loss = task.loss_fn()
-  loss.reduction = tf.keras.losses.Reduction.NONE
-  process = noise_aware.build_noise_aware_fedavg(
-      task.tff_model_fn(), loss, noise_aware.build_aggregator(
-          algorithm, **algorithms.factory_options(
-              algorithms.record(algorithm, algorithms.UNTRUSTED),
-              settings.options)),
-      settings.learning_rate, settings.clip_norm, canaries=audit)
-  state = process.initialize()
-  weights = [noise_aware.client_weight(algorithm, p, settings.learning_rate,
-                                            settings.clip_norm, num_params)
-             for p in client_plans]
-  # Each client's DP-SGD noise and example sampling follow its own seed,
-  # derived from the run's secret (kept in the checkpoint) unless the run is
-  # explicitly seeded.
-  client_seeds = dp_randomness.client_seeds(
-      settings.seed, settings.unsafe_seeded_dp_randomness, n, checkpoint)
-  # Clients' examples are read where the workers run, not sent every round:
-  # from the task's own storage (a ClientData file at the same path on every
-  # worker), else from local files when the workers share this machine's disk.
-  files = (client_files.ClientFiles(task) if runtime.workers_share_disk()
-           and not task.clients.workers_read else None)
-  program = UntrustedRounds(task, process, state, client_plans, weights,
-                            client_seeds, settings, label=f'{algorithm} rounds',
-                            train_dataset=files and files.train_dataset,
-                            measurements=algorithms.record(
-                                algorithm, algorithms.UNTRUSTED).measurements)
-  try:
-    result = round_loop.run_rounds(program, output_dir=run_dir,
-                                   eval_every=settings.eval_every,
-                                   progress=progress, checkpoint=checkpoint,
-                                   checkpoint_every=settings.checkpoint_every)
-  finally:
-    if files:
-      files.close()
-  metrics = result.final_metrics
-  trained = settings.rounds_trained
-  spent = [p.epsilon_after(trained) for p in client_plans]
-  empirical = canary_audit.client_estimates(
-      dp_sgd.canary_scores(program.state.client_work), client_plans, spent,
-      [p.steps_per_round * trained for p in client_plans],
-      settings.delta, num_params) if audit else None
-  summary = {
-      'configuration': algorithm,
-      'task': task.name,
-      'rounds': trained,
-      'epsilon_distribution': settings.epsilon_distribution,
-      'settings': settings.as_dict(),
-      'privacy_warnings': privacy_warnings(settings),
-      'target_epsilons': [p.epsilon for p in client_plans],
-      'batch_sizes': [int(b) for b in batch_sizes],
-      'epsilon_spent_max': max(spent),
-      'epsilon_spent_min': min(spent),
-      **({'canaries': {'per_client': settings.canaries,
-                       'unseen_per_client': settings.canaries,
-                       'confidence': canary_audit.CONFIDENCE},
-          'empirical_epsilon': empirical} if audit else {}),
-      'metrics': metrics,
-      'seconds': result.seconds,
-  }
-  if run_dir:
-    run_files.write_summary(os.path.join(run_dir, 'summary.json'), summary)
+
+  def build(claimed: run_lifecycle.ClaimedRun) -> UntrustedRounds:
+    audit = canaries_lib.ExampleCanaries.create(
+        canary_audit.directions_seed(settings.seed), num_params,
+        settings.canaries, n) if settings.canaries else None
+    loss = task.loss_fn()
+    loss.reduction = tf.keras.losses.Reduction.NONE
+    process = noise_aware.build_noise_aware_fedavg(
+        task.tff_model_fn(), loss, noise_aware.build_aggregator(
+            algorithm, **algorithms.factory_options(record, settings.options)),
+        settings.learning_rate, settings.clip_norm, canaries=audit)
+    weights = [noise_aware.client_weight(algorithm, p, settings.learning_rate,
+                                         settings.clip_norm, num_params)
+               for p in client_plans]
+    # Clients' examples are read where the workers run, not sent every
+    # round: from the task's own storage (a ClientData file at the same path
+    # on every worker), else from local files when the workers share this
+    # machine's disk.
+    files = (client_files.ClientFiles(task) if runtime.workers_share_disk()
+             and not task.clients.workers_read else None)
+    # Each client's DP-SGD noise and example sampling follow its own seed,
+    # derived from the run's secret (kept in the checkpoint) unless the run
+    # is explicitly seeded.
+    return UntrustedRounds(task, process, process.initialize(), client_plans,
+                           weights, claimed.client_seeds(n), settings,
+                           label=f'{algorithm} rounds', files=files,
+                           measurements=record.measurements)
+
+  def summarize(program: UntrustedRounds, result) -> dict:
+    trained = settings.rounds_trained
+    spent = [p.epsilon_after(trained) for p in client_plans]
+    return {
+        'configuration': algorithm,
+        'task': task.name,
+        'rounds': trained,
+        'epsilon_distribution': settings.epsilon_distribution,
+        'settings': settings.as_dict(),
+        'privacy_warnings': privacy_warnings(settings),
+        'target_epsilons': [p.epsilon for p in client_plans],
+        'batch_sizes': [int(b) for b in batch_sizes],
+        'epsilon_spent_max': max(spent),
+        'epsilon_spent_min': min(spent),
+        **(canary_audit.client_audit_summary(
+            settings.canaries,
+            dp_sgd.canary_scores(program.state.client_work), client_plans,
+            spent, [p.steps_per_round * trained for p in client_plans],
+            settings.delta, num_params) if settings.canaries else {}),
+        'metrics': result.final_metrics,
+    }
+
+  summary, _ = run_lifecycle.run(
+      os.path.join(output_dir, algorithm) if output_dir else None,
+      run_key(task, algorithm, settings), settings, build, summarize,
+      progress=progress)
   return summary
