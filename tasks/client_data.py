@@ -73,6 +73,31 @@ def _reader(data: tff.simulation.datasets.ClientData, preprocess: Preprocess):
   return read
 
 
+@dataclasses.dataclass(frozen=True)
+class ManyClients:
+  """Many clients' examples read at once (`read_many`): each client's key
+  (a tensor of `key_spec`), and its dataset of serialized examples from its
+  key, traceable, so that one graph reads them all (`reader`)."""
+
+  keys: dict[str, tf.Tensor]
+  dataset: Callable[[tf.Tensor], tf.data.Dataset]
+  key_spec: tf.TensorSpec
+
+  def reader(self, preprocess: Preprocess):
+    """A graph from a key to the client's preprocessed `(x, y)`: traced
+    once, where one dataset per client in eager mode costs tens of
+    milliseconds (1,000 clients: about 20 s)."""
+
+    @tf.function(input_signature=[self.key_spec])
+    def read(key):
+      return _whole_client(self.dataset(key), preprocess).get_single_element()
+
+    return read
+
+
+ReadMany = Callable[[str, Sequence[str]], ManyClients]
+
+
 class ClientDataSource(ClientSource):
   """A task's clients read from a TFF `ClientData`, one client at a time.
 
@@ -96,8 +121,7 @@ class ClientDataSource(ClientSource):
                stored: Stored | None = None,
                names: Sequence[Hashable] | None = None,
                file_ids: Sequence[str] | None = None,
-               read_many: Callable[[str, Sequence[str]],
-                                   dict[str, tf.data.Dataset]] | None = None):
+               read_many: ReadMany | None = None):
     """`stored`, if given, lets TFF workers read clients themselves
     (`ClientSource.workers_read`); `names`, if given, are the clients' ids
     in the run, in the order of the file's ids (`write_task` keeps a task's
@@ -171,12 +195,12 @@ class ClientDataSource(ClientSource):
     ids = [c for c in client_ids if self.has_test(c)]
     if self._read_many is None:
       return {c: self.test(c) for c in ids}
-    datasets = self._read_many('test', [self._file_id[c] for c in ids])
+    many = self._read_many('test', [self._file_id[c] for c in ids])
+    read = many.reader(self._preprocess)
     out = {}
     for c in ids:
       try:
-        arrays = tuple(a.numpy() for a in _whole_client(
-            datasets[self._file_id[c]], self._preprocess).get_single_element())
+        arrays = tuple(a.numpy() for a in read(many.keys[self._file_id[c]]))
       except READ_ERRORS as e:
         raise ValueError(
             f'task {self._task_name!r}: client {c!r}\'s test data in '
@@ -368,7 +392,7 @@ def _sql_read_many(path: str):
   """`read_many` of an SqlClientData file: many clients' examples of one
   split in a few queries, each client's in stored order."""
 
-  def read_many(split: str, ids: Sequence[str]) -> dict[str, tf.data.Dataset]:
+  def read_many(split: str, ids: Sequence[str]) -> ManyClients:
     rows = collections.defaultdict(list)
     with sqlite3.connect(f'file:{path}?mode=ro', uri=True) as connection:
       for start in range(0, len(ids), 500):  # SQLite's parameter limit
@@ -378,8 +402,10 @@ def _sql_read_many(path: str):
             f'split_name = ? AND client_id IN ({",".join("?" * len(part))}) '
             'ORDER BY rowid', [split, *part]):
           rows[client].append(proto)
-    return {c: tf.data.Dataset.from_tensor_slices(
-        tf.constant(rows[c], tf.string, shape=[len(rows[c])])) for c in ids}
+    return ManyClients(
+        {c: tf.constant(rows[c], tf.string, shape=[len(rows[c])])
+         for c in ids}, tf.data.Dataset.from_tensor_slices,
+        tf.TensorSpec([None], tf.string))
 
   return read_many
 
@@ -445,15 +471,16 @@ class _Opened:
   stored: Stored
   layout: str  # PER_CLIENT_TEST, TEST_CLIENTS or HELD_OUT
   train_split: str  # the split `read_many` names the training examples
-  read_many: Callable[[str, Sequence[str]], dict[str, tf.data.Dataset]]
+  read_many: ReadMany
   notes: tuple[str, ...] = ()
 
 
 def _folder_read_many(files: dict[str, dict[str, str]]):
   """`read_many` of a FilePerUserClientData folder ({split: {id: file}})."""
 
-  def read_many(split: str, ids: Sequence[str]) -> dict[str, tf.data.Dataset]:
-    return {c: tf.data.TFRecordDataset(files[split][c]) for c in ids}
+  def read_many(split: str, ids: Sequence[str]) -> ManyClients:
+    return ManyClients({c: tf.constant(files[split][c]) for c in ids},
+                       tf.data.TFRecordDataset, tf.TensorSpec([], tf.string))
 
   return read_many
 
@@ -792,13 +819,13 @@ def load_task(path: str, name: str, batch_size: int,
             ' test clients (a seeded subset) are the server\'s test set; '
             'clients have no test split of their own, so per-client '
             'metrics are empty.',)
-      datasets = opened.read_many(
+      many = opened.read_many(
           'test' if split == 'test' else opened.train_split, ids)
+      read = many.reader(parse)
       sets = {}
       for c in ids:
         try:
-          arrays = tuple(a.numpy() for a in _whole_client(
-              datasets[c], parse).get_single_element())
+          arrays = tuple(a.numpy() for a in read(many.keys[c]))
         except READ_ERRORS as e:
           raise ValueError(f'client {c!r}\'s examples in {path} cannot be '
                            f'read: {op_error_reason(e)}') from None
