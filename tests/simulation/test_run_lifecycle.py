@@ -18,7 +18,8 @@ from tff_hdp.simulation import folder_lock
 from tff_hdp.simulation import round_loop
 from tff_hdp.simulation import run_lifecycle
 
-pytestmark = pytest.mark.tf  # round_loop imports TFF
+# round_loop imports TFF.
+pytestmark = pytest.mark.tf
 
 KEY = {'task': 'stand-in', 'rounds': 2}
 SETTINGS = run_lifecycle.RunSettings(rounds=2, eval_every=1,
