@@ -218,8 +218,8 @@ class TrustedRounds(round_loop.RoundProgram):
     self.label = f'{task.name} rounds'
     self.rounds = plan.rounds
     self.ledger = plan.ledger
-    self._task, self._process, self._plan = task, process, plan
-    self.process = process
+    self._task, self._process = task, process
+    self.process, self.plan = process, plan  # read by the summary
     self._seed, self._sampling_seed = seed, sampling_seed
     self._execution = execution
     self._personalization = personalization
@@ -257,7 +257,7 @@ class TrustedRounds(round_loop.RoundProgram):
     return self._process.get_model_weights(self.state)
 
   def train(self, round_num: int) -> dict:
-    plan, groups = self._plan, self._plan.assignment.groups
+    plan, groups = self.plan, self.plan.assignment.groups
     sampled = selection.sample_clients(self._population, plan.sampling,
                                        self._sampling_seed, round_num)
     canaries = []
@@ -335,15 +335,13 @@ def run_configuration(task: FederatedTask, config: Configuration,
                             allow_large_delta=settings.allow_large_delta)
   execution = Execution(settings.cohort_size,
                         audit.directions if audit else None)
-  applied = {}
-
   def build(claimed: run_lifecycle.ClaimedRun) -> TrustedRounds:
     secret = claimed.secret()
     built = record.build_factory(registry.TrustedContext(
         plan, clip, secret, execution.cohorts, options))
     # The ledger accounts the noise the factory says it applies.
-    applied['plan'] = plans.with_noise(plan, built.noise.noise_multipliers,
-                                       built.noise.clip_count_stddev)
+    applied = plans.with_noise(plan, built.noise.noise_multipliers,
+                               built.noise.clip_count_stddev)
     process = execution.build_fedhdp(
         task.tff_model_fn(), built.factory, plan.assignment.num_groups,
         task.batch_size,
@@ -358,7 +356,7 @@ def run_configuration(task: FederatedTask, config: Configuration,
           task.tff_model_fn(), lambdas, settings.ditto.learning_rate,
           task.batch_size, settings.local_epochs))
     program = TrustedRounds(
-        task, process, applied['plan'], choices, seed=settings.seed,
+        task, process, applied, choices, seed=settings.seed,
         sampling_seed=secret, execution=execution,
         personalization=personalization,
         release_unprotected=settings.release_unprotected_stats, audit=audit,
@@ -367,7 +365,7 @@ def run_configuration(task: FederatedTask, config: Configuration,
     return program
 
   def summarize(program: TrustedRounds, result) -> dict:
-    return _summary(task, config, settings, applied['plan'], assignment,
+    return _summary(task, config, settings, program.plan, assignment,
                     audit, program, result)
 
   summary, program = run_lifecycle.run(
