@@ -28,7 +28,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from cli import entry  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 _BATCH = flags.DEFINE_integer('batch', 64, 'Examples per step.')
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps per method.')
@@ -61,6 +60,7 @@ def _timed(step, steps: int) -> float:
 def main(argv):
   del argv
   import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_privacy  # pylint: disable=g-import-not-at-top
   from tff_hdp.learning import dp_sgd  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import

@@ -18,10 +18,10 @@ import json
 import os
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from absl import flags
 import numpy as np
-import tensorflow_federated as tff
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,15 +29,17 @@ import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from benchmarks import silo_task  # noqa: E402
 from cli import entry  # noqa: E402
-from tff_hdp.learning import ditto  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
-from tff_hdp.simulation import cross_silo_setting  # noqa: E402
+
+if TYPE_CHECKING:
+  from tff_hdp.learning import ditto
 
 _RUN_DIRS = flags.DEFINE_list('run_dirs', [], 'Finished MR-MTL run folders '
                               '(<output_dir>/mrmtl_lr*_lambda*) of --task.')
 
 
 def _final_personal(run_dir: str, client_ids) -> ditto.PersonalModels:
+  from tff_hdp.learning import ditto  # pylint: disable=g-import-not-at-top,redefined-outer-name
   files = glob.glob(os.path.join(run_dir, 'checkpoints', 'personal_round_*.npz'))
   if not files:
     raise entry.InputError(f'--run_dirs: {run_dir} has no personal-model '
@@ -48,6 +50,10 @@ def _final_personal(run_dir: str, client_ids) -> ditto.PersonalModels:
 
 def main(argv) -> None:
   del argv
+  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff
+  from tff_hdp.simulation import cross_silo_setting
+  # pylint: enable=g-import-not-at-top
   if not _RUN_DIRS.value:
     raise entry.InputError('--run_dirs: give at least one MR-MTL run folder.')
   task, _ = silo_task.load()

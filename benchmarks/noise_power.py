@@ -45,18 +45,10 @@ from benchmarks import authors_accountant  # noqa: E402
 from cli import entry  # noqa: E402
 import numpy as np  # noqa: E402
 import tasks  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tensorflow_federated as tff  # noqa: E402
 
-from tff_hdp.aggregators import robust_hdp  # noqa: E402
-from tff_hdp.aggregators import rpca  # noqa: E402
-from tff_hdp.federated_task import TaskOptions  # noqa: E402
 from tff_hdp.learning import algorithms  # noqa: E402
-from tff_hdp.learning import dp_sgd  # noqa: E402
-from tff_hdp.learning import noise_aware  # noqa: E402
 from tff_hdp.privacy import heterogeneity  # noqa: E402
 from tff_hdp.privacy import plans  # noqa: E402
-from tff_hdp.reporting import paper_claims  # noqa: E402
 from tff_hdp.reporting import published  # noqa: E402
 
 _TASK = flags.DEFINE_enum('task', 'fashion_mnist_iid', sorted(tasks.REGISTRY),
@@ -87,6 +79,7 @@ LABELS = {'weiavg': 'WeiAvg', 'dpfedavg': 'DPFedAvg',
 
 
 def _train_all(train, initial, data, client_plans, seed):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   updates, noises = [], []
   for i, (examples, plan) in enumerate(zip(data, client_plans)):
     # Tensors, not Python numbers, so the tf.function is traced once.
@@ -128,6 +121,16 @@ def _print_table(title, table, distributions,
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  import tensorflow_federated as tff
+  from tff_hdp.aggregators import robust_hdp
+  from tff_hdp.aggregators import rpca
+  from tff_hdp.federated_task import TaskOptions
+  from tff_hdp.learning import dp_sgd
+  from tff_hdp.learning import noise_aware
+  from tff_hdp.reporting import paper_claims
+  # pylint: enable=g-import-not-at-top
   eta, clip, seed = _LR.value, _CLIP.value, _SEED.value
   task = tasks.load(_TASK.value, TaskOptions(
       data_dir=_DATA_DIR.value or tasks.REGISTRY[_TASK.value].default_data_dir(),

@@ -28,16 +28,9 @@ import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from cli import entry  # noqa: E402
 import numpy as np  # noqa: E402
-from sklearn import mixture  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tensorflow_federated as tff  # noqa: E402
 
-from tasks import mnist  # noqa: E402
-from tasks import models  # noqa: E402
-from tff_hdp.privacy import plans
-from tff_hdp.learning import dp_sgd  # noqa: E402
 from tff_hdp.privacy import heterogeneity  # noqa: E402
-from tff_hdp.aggregators import norm_partition  # noqa: E402
+from tff_hdp.privacy import plans  # noqa: E402
 
 _DATA_DIR = flags.DEFINE_string('data_dir', None, 'Directory with MNIST.')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1', '2'], 'Seeds of the epsilons.')
@@ -55,6 +48,7 @@ DISTRIBUTIONS = ('mixgauss1', 'mixgauss2', 'mixgauss3')
 
 
 def _sklearn_public(norms, seed):
+  from sklearn import mixture  # pylint: disable=g-import-not-at-top
   logs = np.log(norms)[:, None]
   gmm = mixture.GaussianMixture(2, n_init=10, random_state=seed).fit(logs)
   return gmm.predict(logs) == np.argmin(gmm.means_[:, 0])
@@ -66,6 +60,14 @@ def _agreement(public, truth):
 
 def main(argv):
   del argv
+  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  import tensorflow_federated as tff
+  from tasks import mnist
+  from tasks import models
+  from tff_hdp.aggregators import norm_partition
+  from tff_hdp.learning import dp_sgd
+  # pylint: enable=g-import-not-at-top
   task = dataclasses.replace(
       mnist.load(_DATA_DIR.value, num_clients=NUM_CLIENTS),
       keras_model_fn=lambda: models.softmax_regression(models.IMAGE_PIXELS,

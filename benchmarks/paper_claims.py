@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from absl import flags
 
@@ -30,12 +31,12 @@ import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 from cli import entry  # noqa: E402
 from cli.cross_silo import SPECTRUM_ENDS  # noqa: E402
 
-from tff_hdp.reporting import paper_claims  # noqa: E402
-from tff_hdp.reporting import plots  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
-from tff_hdp.simulation import cross_silo_setting  # noqa: E402
 from cli.presets import FIGURES  # noqa: E402
 from cli.presets import PRESETS  # noqa: E402
+
+if TYPE_CHECKING:
+  from tff_hdp.reporting import paper_claims
 
 _PRESET_DIRS = flags.DEFINE_list(
     'preset_dirs', [], 'reproduce.py preset folders (<output_dir>/<preset>); '
@@ -64,6 +65,11 @@ _MIN_SEEDS = flags.DEFINE_integer(
 def _print_cross_silo(directory: str) -> None:
   """Each method's best run and MR-MTL's curve over lambda; with --plot_dir,
   the curve beside local's and FedAvg's best (the MR-MTL paper's Fig. 5)."""
+  # pylint: disable=g-import-not-at-top,redefined-outer-name
+  from tff_hdp.reporting import paper_claims
+  from tff_hdp.reporting import plots
+  from tff_hdp.simulation import cross_silo_setting
+  # pylint: enable=g-import-not-at-top,redefined-outer-name
   sweep = paper_claims.cross_silo_sweep(directory)
   metric, best, curve, runs = (sweep['metric'], sweep['best'], sweep['curve'],
                                sweep['runs'])
@@ -96,6 +102,7 @@ def _print_cross_silo(directory: str) -> None:
 def _print_figure(figure_dir: str) -> None:
   """Acc_g per finished distribution and rule (the mean over seeds), and
   the seeds' Acc_g where there are several."""
+  from tff_hdp.reporting import paper_claims  # pylint: disable=g-import-not-at-top,redefined-outer-name
   table = paper_claims.figure_table(figure_dir)
   means = paper_claims.figure_means(table)
   rules = paper_claims.FIGURE_RULES
@@ -115,6 +122,7 @@ def _print_figure(figure_dir: str) -> None:
 
 
 def _claims() -> list[paper_claims.Claim]:
+  from tff_hdp.reporting import paper_claims  # pylint: disable=g-import-not-at-top,redefined-outer-name
   claims = []
   for preset_dir in _PRESET_DIRS.value:
     preset = os.path.basename(os.path.normpath(preset_dir))
@@ -151,6 +159,7 @@ def _claims() -> list[paper_claims.Claim]:
 
 
 def main(argv: list[str]) -> None:
+  from tff_hdp.reporting import paper_claims  # pylint: disable=g-import-not-at-top,redefined-outer-name
   if len(argv) > 1:
     sys.exit(f'paper_claims.py: error: unexpected arguments: {argv[1:]}')
   try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from absl import flags
 import numpy as np
@@ -24,9 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from cli import entry  # noqa: E402
-from tasks import models  # noqa: E402
-from tff_hdp.federated_task import FederatedTask  # noqa: E402
-from tff_hdp.simulation import evaluation  # noqa: E402
+
+if TYPE_CHECKING:
+  from tff_hdp.federated_task import FederatedTask
 
 _CLIENTS = flags.DEFINE_integer('clients', 2000, 'Clients, each with its own '
                                 'model.')
@@ -37,6 +38,10 @@ _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed calls of each; the '
 
 
 def _task(rng) -> FederatedTask:
+  # pylint: disable=g-import-not-at-top,redefined-outer-name
+  from tasks import models
+  from tff_hdp.federated_task import FederatedTask
+  # pylint: enable=g-import-not-at-top,redefined-outer-name
   n = _CLIENTS.value
   sizes = rng.integers(1, 2 * _TEST_EXAMPLES.value, n)
   test = {f'c{i}': (rng.random((m, 784), np.float32),
@@ -72,6 +77,7 @@ def _median_seconds(fn):
 
 def main(argv) -> None:
   del argv
+  from tff_hdp.simulation import evaluation  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   task = _task(rng)
   model = task.keras_model_fn()

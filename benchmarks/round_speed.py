@@ -45,7 +45,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from cli import entry  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 _CLIENTS_PER_ROUND = flags.DEFINE_list('clients_per_round',
                                        ['10', '50', '100', '200'],
@@ -82,6 +81,7 @@ def _data(num_clients: int, examples: int, seed: int = 0):
 
 
 def _keras_model():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return tf.keras.Sequential([
       tf.keras.layers.InputLayer(input_shape=(784,)),
       tf.keras.layers.Dense(10, kernel_initializer='zeros')])
@@ -177,6 +177,7 @@ def _transport_runner(xs, ys, m: int, cohort_size: int, spec):
 def _floor_runner(xs, ys, m: int):
   """Plain TF: per-client tf.function SGD, clip, two noisy group means."""
   import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   model = _keras_model()
   weights = [tf.Variable(w) for w in model.get_weights()]
   local = [tf.Variable(w) for w in model.get_weights()]
@@ -231,6 +232,7 @@ def _floor_runner(xs, ys, m: int):
 def _vectorized_floor_runner(xs, ys, m: int):
   """Plain TF, all m clients at once: per-client weights stacked [m, ...]."""
   import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   all_x, all_y = np.stack(xs), np.stack(ys)
   model = _keras_model()
   weights = [tf.Variable(w) for w in model.get_weights()]
@@ -282,6 +284,7 @@ def _vectorized_floor_runner(xs, ys, m: int):
 
 def main(argv):
   del argv
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tff_hdp.learning import fedhdp  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top,g-multiple-import

@@ -24,8 +24,6 @@ import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 from cli import entry  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tff_hdp.aggregators import rpca  # noqa: E402
-
 _CLIENTS = flags.DEFINE_integer('clients', 20, 'Columns n of M.')
 _SIZES = flags.DEFINE_list('sizes', ['10000', '100000', '1000000'],
                            'Numbers of parameters p.')
@@ -47,6 +45,7 @@ def _rank_correlation(a, b):
 
 def main(argv):
   del argv
+  from tff_hdp.aggregators import rpca  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(_SEED.value)
   n = _CLIENTS.value
   warm, _ = _updates(rng, 1000, n)

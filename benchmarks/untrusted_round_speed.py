@@ -33,7 +33,6 @@ import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from cli import entry  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds per configuration.')
 _DATA = flags.DEFINE_list('data', ['sent', 'files'],
@@ -91,6 +90,7 @@ def _noise_seconds(steps: int, shapes) -> float:
   """Seconds to draw a round's DP-SGD noise with `dp_sgd.standard_noise`,
   which every client step calls: one Gaussian tensor per trainable variable
   (best of 3)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tff_hdp.learning import dp_sgd  # pylint: disable=g-import-not-at-top
   variables = [tf.zeros(shape) for shape in shapes]
 
