@@ -91,8 +91,8 @@ DP_SGD_CLIP = absl_flags.DEFINE_float(
     'dp_sgd_clip', 1.0, 'Untrusted server and cross-silo: DP-SGD\'s '
     'per-example clip norm c.')
 # FedHDP's r (its registry record's option) is point estimation's too.
-R = absl_flags.DEFINE_list('r', ['1.0'], algorithms.RATIO.help + (
-    ' Point estimation: the ratios r it estimates at.'))
+R = absl_flags.DEFINE_list('r', None, algorithms.RATIO.help + (
+    ' Point estimation: the ratios r it estimates at besides r* (default 1).'))
 EPSILONS = absl_flags.DEFINE_list(
     'epsilons', ['3.6'], 'Target epsilon of each private level (cross-silo: '
     'one value for every silo, or one per silo).')
@@ -302,7 +302,7 @@ def define_algorithm_options() -> None:
                          'another name.')
       if name not in absl_flags.FLAGS:
         _OPTION_FLAGS.add(name)
-        if option.sweep:
+        if option.sweep or option.per_level:
           absl_flags.DEFINE_list(name, None if option.default is None else [
               f'{option.default:g}'], option.help)
         else:
@@ -316,15 +316,22 @@ define_algorithm_options()
 
 
 def option_values(setting: str) -> dict[str, object]:
-  """The values of `setting`'s options that are not swept, by name."""
-  return {name: absl_flags.FLAGS[name].value
-          for name, option in algorithms.setting_options(setting).items()
-          if not option.sweep}
+  """The values of `setting`'s options that are not swept, by name (a
+  per-level option's as a tuple)."""
+  values = {}
+  for name, option in algorithms.setting_options(setting).items():
+    flag = absl_flags.FLAGS[name]
+    if option.per_level:
+      values[name] = tuple(floats(flag)) if flag.value else None
+    elif not option.sweep:
+      values[name] = flag.value
+  return values
 
 
-def swept_values(setting: str) -> dict[str, list[float]]:
-  """The values of `setting`'s swept options, by name."""
+def swept_values(setting: str) -> dict[str, list[float] | None]:
+  """The values of `setting`'s swept options, by name (None: not given)."""
   return {name: floats(absl_flags.FLAGS[name])
+          if absl_flags.FLAGS[name].value else None
           for name, option in algorithms.setting_options(setting).items()
           if option.sweep}
 
@@ -336,10 +343,18 @@ def _check_options(setting: str) -> None:
     flag = absl_flags.FLAGS[name]
     high = math.inf if option.high is None else option.high
     low = -math.inf if option.low is None else option.low
-    if option.sweep:
+    for other in option.excludes:
+      check(not (flag.present and absl_flags.FLAGS[other].present),
+            f'--{name} and --{other}: give one of them.')
+    if option.sweep and (flag.value or flag.present):
       check_distinct(f'--{name}', floats(flag, low, high, option.low_open),
                      flag.value)
-    else:
+    elif option.per_level and (flag.value or flag.present):
+      levels = len(_level_targets())
+      check(len(floats(flag, low, high, option.low_open)) == levels,
+            f'--{name} has {len(flag.value)} values for the {levels} private '
+            'levels of --epsilons; give one per level.')
+    elif not (option.sweep or option.per_level):
       _in(flag, low, high, low_open=option.low_open)
     _read_by((name,), algorithms.readers(setting, name))
 
@@ -673,8 +688,8 @@ def init_runtime() -> None:
 
 def _check_ratios() -> None:
   # FedHDP weighs a group r_j N_j, in float32.
-  ratios = floats(R, 0, MAX_PER_COUNT)
-  check_distinct('--r', ratios, R.value)
+  if R.value:
+    check_distinct('--r', floats(R, 0, MAX_PER_COUNT), R.value)
 
 
 def _check_point_estimation() -> None:
@@ -821,12 +836,16 @@ def run_summary() -> str:
   """One line: what the flags ask for and where it goes (--dry_run)."""
   current = run_setting()
   if current == POINT_ESTIMATION:
-    what = f'point estimation at r={",".join(R.value)}, {TRIALS.value} trials'
+    what = (f'point estimation at r={",".join(R.value or ["1"])}, '
+            f'{TRIALS.value} trials')
   else:
     what = (f'{_SETTING_NAMES[current]} runs of {",".join(ALGORITHMS.value)} '
             f'on {_data_flag()}, {ROUNDS.value} rounds')
     if 'fedhdp' in ALGORITHMS.value:
-      what += f', r={",".join(R.value)}'
+      what += (f', r={",".join(R.value)}' if R.value else
+               ', level ratios ' + (','.join(absl_flags.FLAGS.level_ratios)
+                                    if absl_flags.FLAGS.level_ratios else
+                                    'noise-aware'))
     data = None if CLIENT_DATA.value else (
         DATA_DIR.value or tasks.REGISTRY[TASK.value].default_data_dir())
     if data:

@@ -19,7 +19,8 @@ def run() -> None:
   except ValueError as e:
     raise flags.InputError(f'point_estimation flags: {e}') from None
   r_star = theory.optimal_ratio(setting)
-  ratios = [r_star] + [r for r in flags.floats(flags.R) if r != r_star]
+  given = flags.floats(flags.R) if flags.R.value else [1.0]
+  ratios = [r_star] + [r for r in given if r != r_star]
   results = point_estimation.monte_carlo(setting, ratios, flags.TRIALS.value,
                                          flags.SEED.value)
   header = ['r', 'empirical server MSE', 'theory sigma_s^2', 'rel. error']

@@ -36,6 +36,17 @@ CASES = [
     (['--r=1,1.0'], '--r', 'twice'),
     (['--algorithms=dp_fedavg,nonprivate', '--r=0.5'], '--r',
      'read by fedhdp only'),
+    (['--epsilons=1,2', '--level_ratios=0.5'], '--level_ratios',
+     '1 values for the 2 private levels'),
+    (['--epsilons=1,2', '--level_ratios=0.5,-1'], '--level_ratios',
+     '[0, 1e+29]'),
+    (['--epsilons=1,2', '--level_ratios='], '--level_ratios',
+     'at least one number'),
+    (['--epsilons=1,2', '--level_ratios=0.5,1', '--r=0.1'],
+     '--level_ratios and --r', 'give one of them'),
+    (['--algorithms=dp_fedavg', '--level_ratios=1'], '--level_ratios',
+     'read by fedhdp only'),
+    (['--heterogeneity=0'], '--heterogeneity', '(0, inf)'),
     (['--epsilons=1e300', '--rounds=3'], '--epsilons', '(0, 1000]'),
     (['--algorithms=mrmtl', '--epsilons=1e6'], '--epsilons', '(0, 1000]'),
     (['--client_lr=nan'], '--client_lr', '(0, 1e+38]'),
@@ -274,7 +285,8 @@ def test_the_table_has_forty_cases_or_more():
     (['--presets=digits', '--task=school', '--rounds=2', '--ditto_lambdas='],
      '--task', 'runs each preset on its own task'),
     (['--presets=digits', '--algorithms=mrmtl', '--r=1'], '--algorithms',
-     "trusted-server algorithms (fedhdp, dp_fedavg, nonprivate), not 'mrmtl'"),
+     "trusted-server algorithms (fedhdp, individualized_sampling, dp_fedavg, "
+     "nonprivate), not 'mrmtl'"),
     (['--presets=digits', '--algorithms=dp_fedavg', '--r=0.5'], '--r',
      'read by fedhdp only'),
     (['--presets=digits,digits'], '--presets', 'twice'),
@@ -343,17 +355,11 @@ BENCHMARKS = sorted(
     name for name in os.listdir(os.path.join(ROOT, 'benchmarks'))
     if name.endswith('.py') and 'entry.run(' in open(
         os.path.join(ROOT, 'benchmarks', name)).read())
-# Those that import TensorFlow before they parse their flags (the fast tier
-# finds any other: it cannot import TensorFlow).
-_IMPORT_TENSORFLOW = {
-    'dp_sgd_speed.py', 'mrmtl_spread.py', 'noise_power.py',
-    'norm_partition.py', 'paper_claims.py', 'personal_eval_speed.py',
-    'round_speed.py', 'rpca_speed.py', 'untrusted_round_speed.py'}
 
 
-@pytest.mark.parametrize('script', [
-    pytest.param(s, marks=pytest.mark.tf) if s in _IMPORT_TENSORFLOW else s
-    for s in BENCHMARKS])
+# Every benchmark parses its flags before it imports TensorFlow (the fast
+# tier, which cannot import TensorFlow, checks it).
+@pytest.mark.parametrize('script', BENCHMARKS)
 def test_benchmark_scripts_answer_help_and_refuse_unknown_flags(script):
   program = os.path.join('benchmarks', script)
   result = _run(program, '--help')

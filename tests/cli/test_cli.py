@@ -90,7 +90,7 @@ def test_no_flags_trains_the_embedded_task_and_prints_the_table(tmp_path):
   result = _run(cwd=str(tmp_path))
   assert result.returncode == 0, result.stderr[-2000:]
   assert '--clip_count_stddev not given: using ' in result.stdout
-  assert '| fedhdp_r1 ' in result.stdout
+  assert '| fedhdp ' in result.stdout
   # Without --output_dir: a folder named by the task and the flags, printed.
   folder = re.search(r'Files go to (results/digits-[0-9a-f]{8})/',
                      result.stdout).group(1)
@@ -119,12 +119,12 @@ def test_a_given_clip_count_noise_equal_to_the_default_is_the_same_run(
   assert first.returncode == 0, first.stderr[-2000:]
   printed = re.search(r'--clip_count_stddev not given: using ([0-9.e+-]+),',
                       first.stdout).group(1)
-  key = (tmp_path / 'fedhdp_r1' / 'checkpoints' / 'run_key.json').read_text()
+  key = (tmp_path / 'fedhdp' / 'checkpoints' / 'run_key.json').read_text()
   # The printed value, given back, resumes the finished run (same key); any
   # other value is another run and is refused.
   same = _run(*flags, f'--clip_count_stddev={printed}')
   assert same.returncode == 0, same.stderr[-2000:]
-  assert (tmp_path / 'fedhdp_r1' / 'checkpoints' /
+  assert (tmp_path / 'fedhdp' / 'checkpoints' /
           'run_key.json').read_text() == key
   other = _run(*flags, f'--clip_count_stddev={float(printed) * 2}')
   assert other.returncode == 2 and 'different run' in other.stderr, (

@@ -51,7 +51,7 @@ def test_a_trusted_rule_from_user_code_trains_beside_fedhdp(tmp_path):
                     '--eval_every=3', f'--output_dir={out}', cwd=tmp_path)
   assert result.returncode == 0, result.stderr[-3000:]
   assert '| groupwise_fixed ' in result.stdout
-  ours, fedhdp = _rows(out / 'groupwise_fixed'), _rows(out / 'fedhdp_r1')
+  ours, fedhdp = _rows(out / 'groupwise_fixed'), _rows(out / 'fedhdp')
   assert ours != fedhdp and ours[-1]['acc_g'] != fedhdp[-1]['acc_g']
   assert list(ours[0]) == [
       'round', 'clip_norm', 'weight_private_eps1', 'noise_std_private_eps1',

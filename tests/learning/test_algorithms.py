@@ -40,7 +40,7 @@ def registry(monkeypatch):
      'sweep=None must name its one swept option'),
     (dict(setting=algorithms.UNTRUSTED, build_factory=_build,
           fixed_clip=True),
-     'sweep, fixed_clip and groups are trusted-setting fields'),
+     'sweep, fixed_clip, groups and privacy_plan are trusted-setting fields'),
     (dict(setting=algorithms.TRUSTED, build_factory=_build,
           client_weight='epsilon'),
      'client_weight and min_epsilon are untrusted-setting fields'),
@@ -109,7 +109,7 @@ def test_an_unknown_name_is_refused_naming_the_choices(registry):
     registry.record('groupwise', algorithms.TRUSTED)
   assert _one_line(error) == (
       "unknown trusted-server algorithm 'groupwise'; choose one of fedhdp, "
-      'dp_fedavg, nonprivate.')
+      'individualized_sampling, dp_fedavg, nonprivate.')
 
 
 def test_a_registered_record_is_found_in_its_setting_only(registry):

@@ -125,6 +125,36 @@ def test_a_default_run_releases_only_what_epsilon_covers(task, tmp_path):
   assert summary['adjacency'] == 'add or remove one client'
 
 
+def test_noise_aware_weights_read_no_client_data(task, tmp_path):
+  """FedHDP without --r weighs its levels by public quantities only: two
+  runs whose clients hold other examples (same ids, groups and seeds; the
+  seeded randomness so both sample the same clients) release the same
+  ratios and the same weight columns, while their models differ."""
+  levels = [pg.PrivacyGroup('p', 2.0, 1e-2), pg.PrivacyGroup('q', 8.0, 1e-2)]
+  released = []
+  for data_seed in (0, 1):
+    other = digits.load(clients_per_digit=3, seed=data_seed)
+    choices = trusted_setting.client_choices(other, levels, 0.2, seed=0)
+    settings = trusted_setting.Settings(
+        rounds=2, sampling=accounting.PoissonSampling(0.5),
+        clip=plans.ClipSettings(initial_norm=0.5, count_stddev=5.0),
+        eval_every=2, unsafe_seeded_dp_randomness=True)
+    out = str(tmp_path / f'data{data_seed}')
+    summary, weights = trusted_setting.run_configuration(
+        other, trusted_setting.Configuration('fedhdp'), choices, settings,
+        out, progress=False)
+    with open(os.path.join(out, 'fedhdp', 'rounds.csv')) as f:
+      rows = list(csv.DictReader(f))
+    released.append((
+        [g['ratio'] for g in summary['groups']],
+        [[r[c] for c in r if c.startswith(('weight_', 'count_opt'))]
+         for r in rows], weights.trainable))
+  (ratios, columns, model), (ratios1, columns1, model1) = released
+  assert ratios == ratios1 and 0 < ratios[0] < ratios[1] < ratios[2] == 1.0
+  assert columns == columns1 and len(columns[0]) == 4
+  assert any(not np.allclose(a, b) for a, b in zip(model, model1))
+
+
 def test_a_fixed_clip_norm_withholds_the_exact_clipped_fraction(task, tmp_path):
   _, rows, tags = _run(task, str(tmp_path), clip_lr=0.0)
   assert 'fraction_clipped_estimate' not in set(rows[0]) | tags

@@ -35,7 +35,7 @@ def test_a_held_folder_is_refused_and_freed_when_its_holder_dies(tmp_path):
 
 
 def _rows(output_dir):
-  return repository.rounds_rows(output_dir, 'fedhdp_r1')
+  return repository.rounds_rows(output_dir, 'fedhdp')
 
 
 @pytest.mark.tf

@@ -181,7 +181,7 @@ def test_cli_trains_on_mnist_and_prints_the_table(tmp_path):
       f'--output_dir={tmp_path}')
   assert result.returncode == 0, result.stderr[-2000:]
   assert 'mnist_noniid: 40 clients' in result.stdout
-  assert '| Algorithm' in result.stdout and 'fedhdp_r1' in result.stdout
+  assert '| Algorithm' in result.stdout and '| fedhdp ' in result.stdout
   assert os.path.exists(os.path.join(tmp_path, 'results.csv'))
 
 

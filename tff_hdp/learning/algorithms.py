@@ -17,8 +17,10 @@ seed, cohorts or not, the options) and returns a `GroupFactory`: a
 `tff.aggregators.WeightedAggregationFactory` whose client weight is the
 float32 one-hot group vector, and the noise it applies (`GroupNoise`), which
 is what the ledger accounts. `groups` says which privacy groups the
-algorithm trains with (the clients' own by default); `sweep` names an option
-with one configuration per value (FedHDP's r).
+algorithm trains with (the clients' own by default); `privacy_plan` how
+their noise and sampling rates are planned (`plans.plan_privacy` by
+default: every group at the run's rate); `sweep` names an option with one
+configuration per value (FedHDP's r).
 
 Untrusted server (every client runs DP-SGD at its own epsilon):
 `build_factory(**options)` is the server's factory (an unweighted one sees
@@ -91,9 +93,13 @@ class Option:
   `kind` is float or int; a value must lie in [`low`, `high`] (open at
   `low` with `low_open`); None is the default's "not given". With `sweep`
   (trusted setting) the flag is a list, one configuration per value, named
-  `<algorithm>_<label><value>`. An untrusted rule's factory gets it as
-  the keyword `argument` (default: `name`). Algorithms of one setting that
-  read the same option share its flag and must declare it alike.
+  `<algorithm>_<label><value>` (not given: one configuration, named
+  `<algorithm>`, the record's own rule). With `per_level` (trusted setting)
+  the flag is a list of one value per private level, in --epsilons order,
+  read as a tuple. It is refused beside the options it `excludes`. An
+  untrusted rule's factory gets it as the keyword `argument` (default:
+  `name`). Algorithms of one setting that read the same option share its
+  flag and must declare it alike.
   """
 
   name: str
@@ -106,10 +112,15 @@ class Option:
   sweep: bool = False
   label: str = ''
   argument: str = ''  # the factory's keyword for it (default: `name`)
+  per_level: bool = False
+  excludes: tuple[str, ...] = ()  # options it cannot be given with
 
   def __post_init__(self):
     if self.kind not in (float, int):
       raise ValueError(f'option {self.name!r}: kind must be float or int.')
+    if self.per_level and (self.sweep or self.default is not None):
+      raise ValueError(f'option {self.name!r}: a per-level option is not '
+                       'swept and has no default (not given: None).')
     if self.sweep and not self.label:
       raise ValueError(f'option {self.name!r}: a swept option needs the '
                        'label that names its configurations.')
@@ -137,6 +148,10 @@ class GroupFactory:
   factory: tff.aggregators.WeightedAggregationFactory
   noise: GroupNoise
   seeded: bool = False
+  # The combination ratios r_j the factory weighs the groups' means with,
+  # where it chose them itself (None: the plan's groups' own); the run
+  # prints them and its summary records them.
+  ratios: tuple[float, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +163,7 @@ class TrustedContext:
   seed: int  # the DP noise's seed: the run's secret
   cohorts: bool  # clients packed into cohorts (`tff_hdp.learning.cohort`)
   options: Mapping[str, Any]
+  num_parameters: int  # the model's trainable parameters (public)
 
 
 def own_groups(choices: GroupAssignment,
@@ -174,6 +190,9 @@ class Algorithm:
                    GroupAssignment] = own_groups
   sweep: str | None = None
   fixed_clip: bool = False  # the factory never adapts the clip norm
+  # How the run's privacy is planned, `plans.plan_privacy`'s arguments to a
+  # `PrivacyPlan` (None: plan_privacy, every group at the run's rate).
+  privacy_plan: Callable[..., Any] | None = None
   # Untrusted server.
   client_weight: str = 'none'
   min_epsilon: bool = False
@@ -216,11 +235,14 @@ class Algorithm:
       if swept != ([self.sweep] if self.sweep else []):
         refuse(f'sweep={self.sweep!r} must name its one swept option '
                f'(declared: {swept}).')
-    elif swept:
-      refuse('only trusted-setting algorithms sweep an option.')
+    elif swept or any(o.per_level for o in self.options):
+      refuse('only trusted-setting algorithms sweep an option or read one '
+             'per privacy level.')
     if self.setting != TRUSTED and (self.sweep or self.fixed_clip or
-                                    self.groups is not own_groups):
-      refuse('sweep, fixed_clip and groups are trusted-setting fields.')
+                                    self.groups is not own_groups or
+                                    self.privacy_plan is not None):
+      refuse('sweep, fixed_clip, groups and privacy_plan are trusted-setting '
+             'fields.')
     if self.setting != UNTRUSTED and (self.client_weight != 'none' or
                                       self.min_epsilon):
       refuse('client_weight and min_epsilon are untrusted-setting fields.')
@@ -254,26 +276,109 @@ _FEDHDP_MEASUREMENTS = (
 )
 
 
-def _fedhdp_factory(context: TrustedContext) -> GroupFactory:
-  """`HeterogeneousDPFactory` (its cohort twin in cohorts) for the plan."""
+def _fedhdp_factory(context: TrustedContext,
+                    ratios: tuple[float, ...] | None = None) -> GroupFactory:
+  """`HeterogeneousDPFactory` (its cohort twin in cohorts) for the plan,
+  its groups at `ratios` if given."""
   # pylint: disable-next=g-import-not-at-top
   from tff_hdp.aggregators import heterogeneous_dp
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy.privacy_groups import with_ratios
   factory = (heterogeneous_dp.CohortHeterogeneousDPFactory if context.cohorts
              else heterogeneous_dp.HeterogeneousDPFactory)
   plan = context.plan
+  if ratios is not None:
+    plan = dataclasses.replace(
+        plan, assignment=with_ratios(plan.assignment, ratios))
   return GroupFactory(factory.from_plan(plan, context.clip, context.seed),
                       GroupNoise(plan.noise_multipliers,
-                                 plan.ledger.clip_count_stddev), seeded=True)
+                                 plan.ledger.clip_count_stddev), seeded=True,
+                      ratios=ratios)
+
+
+def _fedhdp_noise_aware_factory(context: TrustedContext) -> GroupFactory:
+  """FedHDP's factory; with neither --r nor --level_ratios given, its
+  groups at the noise-aware ratios (`group_weights`), from public
+  quantities only: each group's noise multiplier and expected count in the
+  plan, the model's size and --heterogeneity."""
+  options = context.options
+  if options.get('r') is not None or options.get('level_ratios') is not None:
+    return _fedhdp_factory(context)
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy import group_weights
+  plan = context.plan
+  sizes = plan.assignment.group_sizes()
+  spread = options.get('heterogeneity')
+  return _fedhdp_factory(context, group_weights.noise_aware_ratios(
+      plan.noise_multipliers, [q * n for q, n in zip(plan.rates(), sizes)],
+      context.num_parameters, 1.0 if spread is None else spread))
+
+
+def _individualized_plan(*args, **kwargs) -> plans.PrivacyPlan:
+  """`plans.plan_individualized_sampling`: one z, each group its rate."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy.plans import plan_individualized_sampling
+  return plan_individualized_sampling(*args, **kwargs)
+
+
+def _individualized_factory(context: TrustedContext) -> GroupFactory:
+  """The private groups' sums merged under one noise draw
+  (`MergedGroupsFactory` over `HeterogeneousDPFactory`), their mean
+  combined with each non-private group's at the noise-aware ratio."""
+  # pylint: disable=g-import-not-at-top
+  from tff_hdp.aggregators import heterogeneous_dp
+  from tff_hdp.aggregators import merged_groups
+  from tff_hdp.privacy import group_weights
+  # pylint: enable=g-import-not-at-top
+  plan = context.plan
+  groups = plan.assignment.groups
+  private = [g.is_private for g in groups]
+  z = max(plan.noise_multipliers)
+  private_count = sum(d for d, p in zip(plan.expected_group_sizes, private)
+                      if p)
+  others = [j for j, p in enumerate(private) if not p]
+  rates, sizes = plan.rates(), plan.assignment.group_sizes()
+  spread = context.options.get('heterogeneity')
+  ratios = group_weights.noise_aware_ratios(
+      [z] + [0.0] * len(others),
+      [private_count] + [rates[j] * sizes[j] for j in others],
+      context.num_parameters, 1.0 if spread is None else spread)
+  inner = (heterogeneous_dp.CohortHeterogeneousDPFactory if context.cohorts
+           else heterogeneous_dp.HeterogeneousDPFactory)(
+               noise_multipliers=[z] + [0.0] * len(others),
+               ratios=ratios,
+               expected_group_sizes=[private_count] + [None] * len(others),
+               initial_clip_norm=context.clip.initial_norm,
+               target_unclipped_quantile=context.clip.target_quantile,
+               clip_learning_rate=context.clip.learning_rate,
+               clip_count_stddev=plan.clip_count_stddev,
+               expected_clients_per_round=plan.expected_clients_per_round,
+               seed=context.seed)
+  return GroupFactory(
+      merged_groups.MergedGroupsFactory.private_together(inner, private),
+      GroupNoise(plan.noise_multipliers, plan.ledger.clip_count_stddev),
+      seeded=True,
+      ratios=tuple(ratios[0] if p else ratios[1 + others.index(j)]
+                   for j, p in enumerate(private)))
 
 
 def _with_ratio(choices: GroupAssignment,
                 options: Mapping[str, Any]) -> GroupAssignment:
-  """FedHDP: the clients' own groups, the private ones at ratio r (not
-  given: each level's own ratio)."""
+  """FedHDP: the clients' own groups, the private ones at ratio r, or each
+  level at its --level_ratios value (neither: the factory's noise-aware
+  ratios)."""
   # pylint: disable-next=g-import-not-at-top
   from tff_hdp.privacy.privacy_groups import with_ratio
-  r = options.get('r')
-  return choices if r is None else with_ratio(choices, r)
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy.privacy_groups import with_level_ratios
+  if options.get('r') is not None:
+    if options.get('level_ratios') is not None:
+      raise ValueError('--r and --level_ratios: give one of them (one ratio '
+                       'for every private level, or one per level).')
+    return with_ratio(choices, options['r'])
+  if options.get('level_ratios') is not None:
+    return with_level_ratios(choices, options['level_ratios'])
+  return choices
 
 
 def _strictest(choices: GroupAssignment,
@@ -299,8 +404,20 @@ def _non_private(choices: GroupAssignment,
 MAX_RATIO = 1e29
 RATIO = Option('r', 'FedHDP: ratio(s) r of the private groups\' weight to the '
                'non-private group\'s, one configuration per value (SPEC.md '
-               '§1).', default=1.0, low=0.0, high=MAX_RATIO, sweep=True,
-               label='r')
+               '§1). Not given (and no --level_ratios): each group\'s '
+               'noise-aware ratio from its noise multiplier, expected count, '
+               'the model\'s size and --heterogeneity, printed by the run.',
+               low=0.0, high=MAX_RATIO, sweep=True, label='r')
+LEVEL_RATIOS = Option(
+    'level_ratios', 'FedHDP: one ratio r_j per private level, in --epsilons '
+    'order (the non-private group\'s is 1); one configuration, named '
+    'fedhdp.', low=0.0, high=MAX_RATIO, per_level=True, excludes=('r',))
+HETEROGENEITY = Option(
+    'heterogeneity', 'FedHDP\'s noise-aware ratios: the spread h of the '
+    'clients\' updates around their mean, as a fraction of what the clip '
+    'norm allows (sigma_c^2 = h S^2 / d; not given: 1, as spread as the '
+    'clip allows). A public setting: it costs no privacy.', low=0.0,
+    low_open=True)
 RPCA_FREEZE = Option(
     'rpca_freeze_after_round', 'Robust-HDP: estimate the weights by RPCA in '
     'rounds 1..k only and reuse round k\'s after, as its authors\' code does '
@@ -308,9 +425,14 @@ RPCA_FREEZE = Option(
     argument='freeze_after_round')
 
 REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
-    Algorithm('fedhdp', TRUSTED, 'FedHDP', _fedhdp_factory, (RATIO,),
-              _FEDHDP_MEASUREMENTS, cohorts=True, groups=_with_ratio,
-              sweep='r'),
+    Algorithm('fedhdp', TRUSTED, 'FedHDP', _fedhdp_noise_aware_factory,
+              (RATIO, LEVEL_RATIOS, HETEROGENEITY), _FEDHDP_MEASUREMENTS,
+              cohorts=True, groups=_with_ratio, sweep='r'),
+    Algorithm('individualized_sampling', TRUSTED,
+              'individualized sampling (IDP-FedAvg SAMPLE)',
+              _individualized_factory, (HETEROGENEITY,),
+              _FEDHDP_MEASUREMENTS[:2], cohorts=True,
+              privacy_plan=_individualized_plan),
     Algorithm('dp_fedavg', TRUSTED, 'DP-FedAvg', _fedhdp_factory,
               measurements=_FEDHDP_MEASUREMENTS, cohorts=True,
               groups=_strictest),

@@ -442,14 +442,53 @@ def calibrate_noise_multiplier(target_epsilon: float, target_delta: float,
   return value_noise_multiplier(effective, clip_count_stddev)
 
 
+@functools.lru_cache(maxsize=None)
+def calibrate_sampling_rate(target_epsilon: float, target_delta: float,
+                            noise_multiplier: float,
+                            clip_count_stddev: float | None,
+                            rounds: int) -> float:
+  """The largest Poisson rate q <= 1 at which `rounds` rounds at
+  `noise_multiplier` (and the clip count's noise) spend at most the target
+  (individualized sampling: each group at its own rate, one z for all).
+
+  Solved as `calibrate_noise_multiplier` solves for z, one RDP order at a
+  time (`calibrate_on_orders`), for p = 1/q, which the epsilon falls with:
+  each bound is dp_accounting's from one order, so the rate found always
+  meets the target.
+
+  Raises:
+    InfeasiblePrivacyTargetError: no rate down to 2^-40 meets it.
+  """
+  effective = effective_noise_multiplier(noise_multiplier, clip_count_stddev)
+  sampling = PoissonSampling(1.0)
+  if epsilon_spent(noise_multiplier, clip_count_stddev, sampling, rounds,
+                   target_delta) <= target_epsilon:
+    return 1.0
+  try:
+    inverse, _ = calibrate_on_orders(
+        lambda p: dp_event(effective, PoissonSampling(min(1.0, 1.0 / p)),
+                           rounds),
+        _new_accountant(sampling).neighboring_relation, target_epsilon,
+        target_delta)
+  except InfeasiblePrivacyTargetError:
+    raise InfeasiblePrivacyTargetError(
+        f'(epsilon={target_epsilon}, delta={target_delta}) over {rounds} '
+        f'rounds at noise multiplier {noise_multiplier:.4g}: no sampling '
+        f'rate down to {1 / _Z_RANGE[1]:.3g} meets it.') from None
+  return 1.0 / inverse
+
+
 @dataclasses.dataclass(frozen=True)
 class GroupBudget:
-  """What one private group spends per round, and its target."""
+  """What one private group spends per round, and its target; `sampling`,
+  how its members join a round, where the group has its own (individualized
+  sampling; None: the ledger's)."""
 
   name: str
   noise_multiplier: float
   target_epsilon: float
   delta: float
+  sampling: Sampling | None = None
 
 
 class PrivacyLedger:
@@ -480,7 +519,7 @@ class PrivacyLedger:
     if b is None:
       return math.inf
     return epsilon_spent(b.noise_multiplier, self._clip_count_stddev,
-                         self._sampling, rounds, b.delta)
+                         b.sampling or self._sampling, rounds, b.delta)
 
   def epsilons(self, rounds: int) -> list[float]:
     return [self.epsilon(j, rounds) for j in range(len(self._budgets))]

@@ -38,7 +38,8 @@ def noise_aware_ratios(noise_multipliers: Sequence[float],
 
   Args:
     noise_multipliers: z_j per group (0: a group without noise, r_j = 1).
-    expected_group_sizes: D_j = q N_j per group.
+    expected_group_sizes: D_j = q N_j per group (0: an empty group, whose
+      ratio weighs nothing).
     num_parameters: d, the number of trainable parameters.
     heterogeneity: h > 0, the clients' update spread around the mean as a
       fraction of S^2 (1: as spread as the clip norm allows).
@@ -55,9 +56,9 @@ def noise_aware_ratios(noise_multipliers: Sequence[float],
     raise ValueError(f'num_parameters >= 1 and heterogeneity > 0 are '
                      f'required, got {num_parameters} and {heterogeneity}.')
   if min(noise_multipliers, default=0) < 0 or min(
-      expected_group_sizes, default=1) <= 0:
-    raise ValueError('noise multipliers must be >= 0 and expected group '
-                     'sizes > 0.')
+      expected_group_sizes, default=0) < 0:
+    raise ValueError('noise multipliers and expected group sizes must be '
+                     '>= 0.')
   return tuple(
       1.0 if z == 0 else heterogeneity * d / (heterogeneity * d +
                                               num_parameters * z**2)

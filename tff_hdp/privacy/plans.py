@@ -13,13 +13,16 @@ from __future__ import annotations
 import dataclasses
 import decimal
 import functools
+import math
 from typing import Sequence
 
 import numpy as np
+from scipy import optimize
 
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy.privacy_groups import GroupAssignment
 from tff_hdp.privacy.privacy_groups import PrivacyGroup
+from tff_hdp.privacy.privacy_groups import with_ratios
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +51,14 @@ class PrivacyPlan:
   expected_group_sizes: tuple[float | None, ...]
   expected_clients_per_round: float | None
   ledger: accounting.PrivacyLedger
+  # Each group's Poisson rate where the groups are sampled at their own
+  # (individualized sampling); None: every client at `sampling`.
+  group_rates: tuple[float, ...] | None = None
+
+  def rates(self) -> tuple[float, ...]:
+    """The rate at which each group's members join a round."""
+    return self.group_rates or (self.sampling.rate,) * \
+        self.assignment.num_groups
 
   @property
   def accounted(self) -> bool:
@@ -125,11 +136,90 @@ def plan_privacy(assignment: GroupAssignment, sampling: accounting.Sampling,
       ledger=ledger)
 
 
+def plan_individualized_sampling(assignment: GroupAssignment,
+                                 sampling: accounting.Sampling, rounds: int,
+                                 clip: ClipSettings,
+                                 denominator: str = 'expected',
+                                 allow_large_delta: bool = False
+                                 ) -> PrivacyPlan:
+  """Individualized sampling (IDP-FedAvg's SAMPLE; Boenisch et al.'s
+  IDP-SGD): one noise multiplier z for every private client, each private
+  group sampled at its own Poisson rate q_j, the largest that keeps the
+  group within its (epsilon_j, delta_j) over `rounds` rounds at z (with the
+  clip count's noise, as `plan_privacy` accounts it). z is the one at which
+  the private groups' expected clients per round, sum_j q_j N_j, equal
+  those of `sampling` (q N_private): the same work a round as a plan at one
+  rate, spent on the looser groups' clients. Non-private groups join at
+  `sampling`'s rate. The noisy sums of the private groups share one noise
+  draw in the factory (`algorithms`' individualized_sampling record).
+
+  Raises:
+    ValueError: fixed-size sampling (the rates are Poisson), realized
+      denominators, or a group without clients.
+    InfeasiblePrivacyTargetError: a target no rate meets at the clip
+      count's noise, or the rates cannot reach the expected count.
+  """
+  if not isinstance(sampling, accounting.PoissonSampling):
+    raise ValueError('individualized sampling samples each group at its own '
+                     'Poisson rate: use --sampling=poisson.')
+  if denominator != 'expected':
+    raise ValueError('individualized sampling divides by the expected '
+                     'counts: use --denominator=expected.')
+  base = plan_privacy(assignment, sampling, rounds, clip, denominator,
+                      allow_large_delta)
+  sizes = assignment.group_sizes()
+  private = [j for j, g in enumerate(assignment.groups) if g.is_private]
+  count_stddev = base.ledger.clip_count_stddev
+  wanted = sampling.q * sum(sizes[j] for j in private)
+
+  def rates_at(z: float) -> list[float]:
+    return [accounting.calibrate_sampling_rate(
+        assignment.groups[j].epsilon, assignment.groups[j].delta, z,
+        count_stddev, rounds) for j in private]
+
+  def expected(z: float) -> float:
+    return sum(q * sizes[j] for q, j in zip(rates_at(z), private))
+
+  # At the strictest group's z every group joins at q or more, at the
+  # loosest's at q or less: the z sought lies between (Brent's method, in
+  # log z). Each rate is feasible at any z; z only sets the count.
+  low, high = (f(base.noise_multipliers[j] for j in private)
+               for f in (min, max))
+  def excess(log_z):
+    return expected(math.exp(log_z)) - wanted
+
+  if low == high or excess(math.log(low)) >= 0:
+    z = low
+  elif excess(math.log(high)) <= 0:
+    z = high
+  else:
+    z = math.exp(optimize.brentq(excess, math.log(low), math.log(high),
+                                 xtol=1e-12))
+  rates = [sampling.q] * assignment.num_groups
+  for j, q in zip(private, rates_at(z)):
+    rates[j] = q
+  budgets = [accounting.GroupBudget(
+      g.name, z, g.epsilon, g.delta, accounting.PoissonSampling(q))
+             if g.is_private else None
+             for g, q in zip(assignment.groups, rates)]
+  return dataclasses.replace(
+      base,
+      noise_multipliers=tuple(z if g.is_private else 0.0
+                              for g in assignment.groups),
+      expected_group_sizes=tuple(q * n if g.is_private else None for g, q, n
+                                 in zip(assignment.groups, rates, sizes)),
+      expected_clients_per_round=float(np.dot(rates, sizes)),
+      ledger=accounting.PrivacyLedger(budgets, sampling, count_stddev),
+      group_rates=tuple(rates))
+
+
 def with_noise(plan: PrivacyPlan, noise_multipliers: Sequence[float],
-               clip_count_stddev: float | None) -> PrivacyPlan:
+               clip_count_stddev: float | None,
+               ratios: Sequence[float] | None = None) -> PrivacyPlan:
   """`plan` accounting the noise a factory applies: each group's
   `noise_multipliers` and the `clip_count_stddev` (None: no count
-  released, the clip norm fixed). The ledger then tracks the mechanism
+  released, the clip norm fixed), its groups at the `ratios` the factory
+  weighs them with (None: their own). The ledger then tracks the mechanism
   that runs, whatever the plan calibrated; a group whose applied noise
   overspends its target has its rounds refused by the ledger."""
   if len(noise_multipliers) != plan.assignment.num_groups:
@@ -140,11 +230,16 @@ def with_noise(plan: PrivacyPlan, noise_multipliers: Sequence[float],
     if group.is_private and not z > 0:
       raise ValueError(f'privacy group {group.name!r} is private, but the '
                        f'factory applies noise multiplier {z}.')
-  budgets = [accounting.GroupBudget(g.name, z, g.epsilon, g.delta)
+  budgets = [accounting.GroupBudget(g.name, z, g.epsilon, g.delta,
+                                    old.sampling if old else None)
              if g.is_private else None
-             for g, z in zip(plan.assignment.groups, noise_multipliers)]
+             for g, z, old in zip(plan.assignment.groups, noise_multipliers,
+                                  plan.ledger.budgets)]
+  assignment = (plan.assignment if ratios is None else
+                with_ratios(plan.assignment, ratios))
   return dataclasses.replace(
-      plan, noise_multipliers=tuple(float(z) for z in noise_multipliers),
+      plan, assignment=assignment,
+      noise_multipliers=tuple(float(z) for z in noise_multipliers),
       ledger=accounting.PrivacyLedger(budgets, plan.sampling,
                                       clip_count_stddev))
 

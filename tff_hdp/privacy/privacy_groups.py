@@ -203,6 +203,31 @@ def with_ratio(assignment: GroupAssignment, ratio: float) -> GroupAssignment:
       for g in assignment.groups), assignment.client_groups)
 
 
+def with_ratios(assignment: GroupAssignment,
+                ratios: Sequence[float]) -> GroupAssignment:
+  """`assignment` with group j at combination ratio `ratios[j]`."""
+  if len(ratios) != assignment.num_groups:
+    raise ValueError(f'{len(ratios)} ratios for {assignment.num_groups} '
+                     'privacy groups.')
+  return GroupAssignment(tuple(
+      dataclasses.replace(g, ratio=float(r))
+      for g, r in zip(assignment.groups, ratios)), assignment.client_groups)
+
+
+def with_level_ratios(assignment: GroupAssignment,
+                      ratios: Sequence[float]) -> GroupAssignment:
+  """`assignment` with its private groups, in order, at `ratios` and the
+  non-private ones at 1."""
+  private = [j for j, g in enumerate(assignment.groups) if g.is_private]
+  if len(ratios) != len(private):
+    raise ValueError(f'--level_ratios: {len(ratios)} ratios for '
+                     f'{len(private)} private levels; give one per level.')
+  per_group = [1.0] * assignment.num_groups
+  for j, r in zip(private, ratios):
+    per_group[j] = r
+  return with_ratios(assignment, per_group)
+
+
 def everyone_at_strictest(assignment: GroupAssignment) -> GroupAssignment:
   """Every client in one private group at the strictest target of
   `assignment` (DP-FedAvg, which serves the strictest level to all)."""

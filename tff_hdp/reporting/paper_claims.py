@@ -83,7 +83,8 @@ def tie_margin(acc_a: float, acc_b: float, test_examples: int) -> float:
 
 def _label(summary: dict) -> str:
   if summary['algorithm'] == 'fedhdp':
-    return f"FedHDP r={summary['ratio']:g}"
+    return ('FedHDP, each level\'s r' if summary['ratio'] is None else
+            f"FedHDP r={summary['ratio']:g}")
   return tables.PAPER_NAMES.get(summary['algorithm'], summary['algorithm'])
 
 

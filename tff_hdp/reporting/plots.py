@@ -131,8 +131,8 @@ def accuracy_vs_ratio(summaries: Sequence[dict], path: str | None = None,
   """
   fig, ax = _new_axes(title, 'r (weight ratio of private groups)',
                       'accuracy (%)')
-  fedhdp = sorted((s for s in summaries if s['algorithm'] == 'fedhdp'),
-                  key=lambda s: s['ratio'])
+  fedhdp = sorted((s for s in summaries if s['algorithm'] == 'fedhdp'
+                   and s['ratio'] is not None), key=lambda s: s['ratio'])
   ratios = [s['ratio'] for s in fedhdp]
   styles = {'fedhdp': ('FedHDP', '-'), 'nonprivate': ('Non-Private', '--'),
             'dp_fedavg': ('DP-FedAvg', ':')}

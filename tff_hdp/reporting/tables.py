@@ -295,8 +295,12 @@ PAPER_NAMES = {'nonprivate': 'Non-Private', 'dp_fedavg': 'DP-FedAvg',
 def _hyperparameters(summary: dict) -> str:
   """The papers' "hyperparameters" cell: r and the Ditto lambdas in use."""
   parts = []
+  levels = [g.get('ratio', 1.0) for g in summary.get('groups', ())
+            if g.get('target_epsilon') is not None]
   if summary.get('ratio') is not None:
     parts.append(f"r={summary['ratio']:g}")
+  elif any(r != 1 for r in levels):  # each level's own (noise-aware or given)
+    parts.append('r_j=' + '/'.join(f'{r:.3g}' for r in levels))
   ditto = summary.get('ditto')
   if ditto:
     lam_p, lam_np = ditto['lambda_p'], ditto['lambda_np']

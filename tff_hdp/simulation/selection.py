@@ -22,11 +22,18 @@ from tff_hdp.privacy import accounting
 
 def sample_clients(client_ids: Sequence[Hashable],
                    sampling: accounting.Sampling, seed: int,
-                   round_num: int) -> list[Hashable]:
-  """The clients of round `round_num`, as the accountant assumes them drawn."""
+                   round_num: int,
+                   client_rates: np.ndarray | None = None) -> list[Hashable]:
+  """The clients of round `round_num`, as the accountant assumes them drawn;
+  with `client_rates` (Poisson only), each client at its own rate (its
+  group's, individualized sampling) from the same draws."""
   rng = np.random.default_rng([seed, round_num, 0x5A])
   n = len(client_ids)
-  if isinstance(sampling, accounting.PoissonSampling):
+  if client_rates is not None:
+    if not isinstance(sampling, accounting.PoissonSampling):
+      raise ValueError('clients at their own rates are Poisson-sampled.')
+    chosen = np.flatnonzero(rng.random(n) < client_rates)
+  elif isinstance(sampling, accounting.PoissonSampling):
     chosen = np.flatnonzero(rng.random(n) < sampling.q)
   else:
     chosen = np.sort(rng.choice(n, sampling.clients_per_round, replace=False))

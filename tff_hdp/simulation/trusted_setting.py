@@ -132,11 +132,12 @@ def client_choices(task: FederatedTask, levels: Sequence[PrivacyGroup],
 def configurations(algorithms: Sequence[str],
                    swept: Mapping[str, Sequence[float]]) -> list[Configuration]:
   """Each algorithm once per value of the option its record sweeps (the
-  values `swept[option]`), the others once each."""
+  values `swept[option]`; None: not given, one configuration at the
+  record's own rule), the others once each."""
   configs = []
   for algorithm in algorithms:
     sweep = registry.record(algorithm, registry.TRUSTED).sweep
-    if sweep:
+    if sweep and swept.get(sweep) is not None:
       configs += [Configuration(algorithm, float(v)) for v in swept[sweep]]
     else:
       configs.append(Configuration(algorithm))
@@ -150,8 +151,9 @@ def run_key(task: FederatedTask, config: Configuration,
                             choices.client_groups.items()))
   key = dataclasses.asdict(settings)
   key.pop('checkpoint_every')  # how often to save does not change the run
+  # Swept: in the name; not given: the record's own rule.
   key['options'] = {k: v for k, v in config.options(settings).items()
-                    if k != config.record.sweep}  # swept: in the name
+                    if k != config.record.sweep and v is not None}
   for optional in ('cohort_size', 'canaries', 'options'):
     if not key[optional]:
       key.pop(optional)  # keeps checkpoints of earlier versions valid
@@ -225,6 +227,9 @@ class TrustedRounds(round_loop.RoundProgram):
     self._personalization = personalization
     self._audit = audit
     self._population = list(task.client_ids) + (audit.ids() if audit else [])
+    rates = np.asarray(plan.rates())
+    self._client_rates = None if plan.group_rates is None else rates[
+        [plan.assignment.group_of(c) for c in self._population]]
     self._private_flags = {
         c: client_choices.groups[client_choices.group_of(c)].is_private
         for c in task.client_ids
@@ -259,7 +264,8 @@ class TrustedRounds(round_loop.RoundProgram):
   def train(self, round_num: int) -> dict:
     plan, groups = self.plan, self.plan.assignment.groups
     sampled = selection.sample_clients(self._population, plan.sampling,
-                                       self._sampling_seed, round_num)
+                                       self._sampling_seed, round_num,
+                                       self._client_rates)
     canaries = []
     if self._audit is not None:
       sampled, canaries = self._audit.split(sampled)
@@ -329,19 +335,22 @@ def run_configuration(task: FederatedTask, config: Configuration,
   audit = _canary_audit(task, assignment, settings)
   clip = (dataclasses.replace(settings.clip, learning_rate=0.0)
           if record.fixed_clip else settings.clip)
-  plan = plans.plan_privacy(audit.with_canaries() if audit else assignment,
-                            settings.sampling, settings.rounds, clip,
-                            settings.denominator,
-                            allow_large_delta=settings.allow_large_delta)
+  plan = (record.privacy_plan or plans.plan_privacy)(
+      audit.with_canaries() if audit else assignment, settings.sampling,
+      settings.rounds, clip, settings.denominator,
+      allow_large_delta=settings.allow_large_delta)
   execution = Execution(settings.cohort_size,
                         audit.directions if audit else None)
   def build(claimed: run_lifecycle.ClaimedRun) -> TrustedRounds:
     secret = claimed.secret()
     built = record.build_factory(registry.TrustedContext(
-        plan, clip, secret, execution.cohorts, options))
+        plan, clip, secret, execution.cohorts, options,
+        task.num_trainable_parameters))
     # The ledger accounts the noise the factory says it applies.
     applied = plans.with_noise(plan, built.noise.noise_multipliers,
-                               built.noise.clip_count_stddev)
+                               built.noise.clip_count_stddev, built.ratios)
+    if built.ratios is not None and progress:
+      print(_ratios_line(config.name, applied))
     process = execution.build_fedhdp(
         task.tff_model_fn(), built.factory, plan.assignment.num_groups,
         task.batch_size,
@@ -376,6 +385,24 @@ def run_configuration(task: FederatedTask, config: Configuration,
   return summary, program.weights()
 
 
+def _ratios_line(name: str, plan: plans.PrivacyPlan) -> str:
+  """The ratios a factory chose and the weights w_j = r_j D_j / sum_k r_k
+  D_k they give the groups at their expected counts D_j = q N_j."""
+  groups = plan.assignment.groups
+  counts = np.array(plan.rates()) * plan.assignment.group_sizes()
+  weights = np.array([g.ratio for g in groups]) * counts
+  weights = weights / weights.sum() if weights.sum() > 0 else weights
+  line = f'{name}: group ratios r_j (weights at the expected counts): ' + (
+      ', '.join(f'{g.name} {g.ratio:.4g} ({w:.3f})'
+                for g, w in zip(groups, weights)))
+  if plan.group_rates is not None:
+    line += (f'\n{name}: noise multiplier {max(plan.noise_multipliers):.4g} '
+             'for every private group, each sampled at its own rate: ' +
+             ', '.join(f'{g.name} {q:.4g}'
+                       for g, q in zip(groups, plan.group_rates)))
+  return line
+
+
 def _summary(task, config, settings, plan, assignment, audit, program,
              result) -> dict:
   """A finished configuration's summary.json."""
@@ -407,8 +434,9 @@ def _summary(task, config, settings, plan, assignment, audit, program,
           'clients': int(n),
           'target_epsilon': g.epsilon,
           'delta': g.delta,
-          'ratio': g.ratio,
+          'ratio': applied.ratio,
           'noise_multiplier': z,
+          **({'sampling_rate': q} if plan.group_rates else {}),
           'epsilon_spent': (epsilons[g.name] if plan.accounted
                             else None),
           # The alarm reads the final model's scores: the all-rounds ones,
@@ -418,8 +446,9 @@ def _summary(task, config, settings, plan, assignment, audit, program,
               'audit_alarm': empirical_epsilon.alarm(
                   empirical[g.name]['final_model'], epsilons[g.name])}
              if g.name in empirical else {}),
-      } for g, n, z in zip(assignment.groups, assignment.group_sizes(),
-                           plan.noise_multipliers)],
+      } for g, applied, n, z, q in zip(
+          assignment.groups, plan.assignment.groups,
+          assignment.group_sizes(), plan.noise_multipliers, plan.rates())],
       **({'canaries': {'per_group': settings.canaries,
                        'unseen_per_group': settings.canaries,
                        'confidence': canary_audit.CONFIDENCE}}
