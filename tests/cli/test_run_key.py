@@ -46,6 +46,8 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('epsilons', [], '2'),
     ('algorithms', [], 'dp_fedavg'),
     ('r', [], '0.5'),
+    ('level_ratios', ['--algorithms=fedhdp', '--epsilons=1,3'], '0.5,1'),
+    ('heterogeneity', ['--algorithms=fedhdp'], '0.5'),
     ('level_fractions', ['--epsilons=1,3'], '0.3,0.7'),
     ('opt_out_fraction', [], '0.1'),
     ('clients_per_round', [], '5'),

@@ -72,7 +72,8 @@ def _run(task, levels, canaries, monkeypatch=None, noise_scale=1.0):
       rounds=1, sampling=accounting.PoissonSampling(1.0),
       clip=plans.ClipSettings(initial_norm=0.5, learning_rate=0.0),
       eval_every=1, checkpoint_every=0, canaries=canaries, cohort_size=256,
-      unsafe_seeded_dp_randomness=True)
+      unsafe_seeded_dp_randomness=True,
+      options={'level_ratios': tuple(g.ratio for g in levels)})
   choices = trusted_setting.client_choices(task, levels, 0.0, seed=0)
   summary, _ = trusted_setting.run_configuration(
       task, trusted_setting.Configuration('fedhdp'), choices, settings, None,
