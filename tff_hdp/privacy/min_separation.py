@@ -1,0 +1,255 @@
+"""Privacy without sampling: participation capped by the device, not drawn.
+
+Under DP-FTRL's participation model (Kairouz et al. 2021; Gboard, Xu et al.
+2023) nothing is sampled: a device takes part at most `k` times in the `n`
+rounds, and two of its rounds are at least `b` apart (it checks in again only
+`b` rounds later). The guarantee comes from correlated noise alone: the server
+releases `C x + z` for a strategy matrix `C` (a binary tree, or a Toeplitz
+matrix such as BLT's) and Gaussian `z` of standard deviation `noise * clip`.
+That release is one Gaussian mechanism whose sensitivity is the largest
+`||C sum_{t in P} e_t||` over the participation patterns `P` the model
+allows, so its privacy is exactly a Gaussian's, `mu = sensitivity / noise`
+(mu-GDP; zCDP rho = mu^2 / 2), with no amplification to lean on.
+
+Convention: `b` is the smallest difference between two rounds of one device
+(rounds t and t + b may both hold it). TF Privacy's tree accountant counts the
+rounds strictly between (`min_separation = b - 1`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import dp_accounting
+import numpy as np
+import scipy.optimize
+import scipy.stats
+
+from tff_hdp.privacy import accounting
+
+
+@dataclasses.dataclass(frozen=True)
+class MinSeparation:
+  """At most `max_participations` of `rounds`, any two at least
+  `min_separation` rounds apart."""
+
+  rounds: int
+  min_separation: int
+  max_participations: int
+
+  def __post_init__(self):
+    for name in ('rounds', 'min_separation', 'max_participations'):
+      if getattr(self, name) < 1:
+        raise ValueError(f'{name} must be at least 1, got '
+                         f'{getattr(self, name)}.')
+
+  @property
+  def reachable_participations(self) -> int:
+    """The most participations `rounds` can hold at this separation."""
+    return min(self.max_participations,
+               (self.rounds - 1) // self.min_separation + 1)
+
+  def allows(self, rounds_of_one_device) -> bool:
+    """Whether one device's sorted rounds fit the model."""
+    r = list(rounds_of_one_device)
+    return (len(r) <= self.max_participations and
+            all(0 <= t < self.rounds for t in r) and
+            all(v - u >= self.min_separation for u, v in zip(r, r[1:])))
+
+
+def _max_plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """(max, +) product: out[s, u] = max_j a[s, j] + b[j, u]."""
+  out = np.full((a.shape[0], b.shape[1]), -np.inf)
+  if np.isneginf(a).all() or np.isneginf(b).all():  # m out of reach
+    return out
+  rows = max(1, 2 ** 22 // (a.shape[1] * b.shape[1]))  # bounded memory
+  for start in range(0, a.shape[0], rows):
+    block = a[start:start + rows, :, None] + b[None, :, :]
+    out[start:start + rows] = block.max(axis=1)
+  return out
+
+
+def _concatenate(left: list[np.ndarray], right: list[np.ndarray],
+                 k: int) -> list[np.ndarray]:
+  """Two adjacent stretches of rounds: m participations split every way."""
+  return [np.max([_max_plus(left[m - i], right[i]) for i in range(m + 1)],
+                 axis=0) for m in range(k + 1)]
+
+
+def _empty_block(size: int, b: int) -> np.ndarray:
+  """No participation: the block only passes the pending wait along."""
+  out = np.full((b, b), -np.inf)
+  for s in range(b):
+    out[s, max(0, s - size)] = 0.0
+  return out
+
+
+def tree_sensitivity_squared(model: MinSeparation) -> float:
+  """Worst-case squared sensitivity of the online binary tree.
+
+  The tree releases a noisy sum for every dyadic interval of rounds
+  `[j 2^h, (j+1) 2^h)` that lies inside `[0, n)`; a device's contribution to
+  the release is `sum_I |P cap I|^2` over those intervals. The maximum over
+  patterns P is found exactly by dynamic programming over the dyadic blocks:
+  a block's table holds, for m participations, the best value given how many
+  of its first rounds the device must still wait out (s) and how many it
+  leaves the next block to wait out (u), both below b; adjacent blocks
+  combine by a (max, +) product over the wait passed between them, and a
+  complete block adds m^2 for its own node.
+  """
+  n, b, k = model.rounds, model.min_separation, model.reachable_participations
+  leaf = [_empty_block(1, b), np.full((b, b), -np.inf)]
+  leaf[1][0, b - 1] = 1.0  # a device in the block's only round
+  leaf += [np.full((b, b), -np.inf) for _ in range(k - 1)]
+  complete = [leaf]  # complete[h]: a complete subtree of 2^h rounds
+  while 2 ** len(complete) <= n:
+    h = len(complete)
+    inner = _concatenate(complete[-1], complete[-1], k)
+    complete.append([table + m * m for m, table in enumerate(inner)])
+  # [0, n) as its binary expansion: complete subtrees, largest first.
+  stretch = None
+  for h in reversed(range(len(complete))):
+    if n >> h & 1:
+      stretch = complete[h] if stretch is None else _concatenate(
+          stretch, complete[h], k)
+  return float(max(table[0].max() for table in stretch))
+
+
+def toeplitz_sensitivity_squared(coefficients, model: MinSeparation) -> float:
+  """Worst-case squared sensitivity of a lower-triangular Toeplitz strategy
+  `C[i, j] = c_{i-j}` (BLT's, or any optimal Toeplitz one).
+
+  For non-negative, non-increasing c the worst pattern is the earliest and
+  densest one, rounds 0, b, 2b, ... (McMahan et al. 2024, "Efficient and
+  near-optimal noise generation for streaming differential privacy",
+  Lemma on b-min-separated participation; tested here against every
+  pattern at small n). Other coefficients are refused, not bounded.
+  """
+  c = np.asarray(coefficients, dtype=np.float64)
+  n, b = model.rounds, model.min_separation
+  if c.ndim != 1 or c.size < n:
+    raise ValueError(f'need {n} Toeplitz coefficients, got shape {c.shape}.')
+  c = c[:n]
+  if np.any(c < 0) or np.any(np.diff(c) > 0):
+    raise ValueError('Toeplitz coefficients must be non-negative and '
+                     'non-increasing for the earliest pattern to be the '
+                     'worst; got another sequence.')
+  column = np.zeros(n)
+  for t in range(0, b * model.reachable_participations, b):
+    if t < n:
+      column[t:] += c[:n - t]
+  return float(column @ column)
+
+
+def brute_force_sensitivity_squared(strategy: np.ndarray,
+                                    model: MinSeparation) -> float:
+  """max_P ||C sum_{t in P} e_t||^2 over every pattern P the model allows
+  (small n only: the oracle of the dynamic program and the Toeplitz rule)."""
+  n = model.rounds
+  gram = strategy.T @ strategy
+  best = 0.0
+  for m in range(1, model.max_participations + 1):
+    for pattern in itertools.combinations(range(n), m):
+      if model.allows(pattern):
+        best = max(best, float(gram[np.ix_(pattern, pattern)].sum()))
+  return best
+
+
+def tree_strategy_matrix(rounds: int) -> np.ndarray:
+  """The tree's strategy as a matrix: one row per dyadic interval inside
+  [0, rounds), a 1 for each round it sums (for the brute-force oracle)."""
+  rows = []
+  h = 0
+  while 2 ** h <= rounds:
+    for j in range(rounds // 2 ** h):
+      row = np.zeros(rounds)
+      row[j * 2 ** h:(j + 1) * 2 ** h] = 1.0
+      rows.append(row)
+    h += 1
+  return np.array(rows)
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+  """The smallest epsilon of a mu-GDP mechanism at `delta` (Balle & Wang
+  2018, Thm. 8: delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2))."""
+  if not 0 < delta < 1:
+    raise ValueError(f'delta must be in (0, 1), got {delta}.')
+  if mu <= 0:
+    return 0.0
+  norm = scipy.stats.norm
+
+  def excess(eps):
+    return (norm.cdf(-eps / mu + mu / 2) -
+            math.exp(eps) * norm.cdf(-eps / mu - mu / 2) - delta)
+
+  if excess(0.0) <= 0:
+    return 0.0
+  high = 1.0
+  while excess(high) > 0:
+    high *= 2
+  return scipy.optimize.brentq(excess, 0.0, high, xtol=1e-12, rtol=1e-12)
+
+
+def gaussian_mu(epsilon: float, delta: float) -> float:
+  """The largest mu whose Gaussian mechanism is (epsilon, delta)-DP."""
+  if epsilon <= 0:
+    raise ValueError(f'epsilon must be positive, got {epsilon}.')
+  low, high = 1e-6, 1.0
+  while gaussian_epsilon(high, delta) < epsilon:
+    high *= 2
+  return scipy.optimize.brentq(
+      lambda mu: gaussian_epsilon(mu, delta) - epsilon, low, high,
+      xtol=1e-12, rtol=1e-12)
+
+
+def zcdp_epsilon(rho: float, delta: float) -> float:
+  """Epsilon of rho-zCDP through dp_accounting's RDP conversion: the
+  conversion published DP-FTRL numbers use (looser than `gaussian_epsilon`
+  of the same Gaussian, which is exact)."""
+  accountant = dp_accounting.rdp.RdpAccountant()
+  accountant.compose(dp_accounting.GaussianDpEvent((2 * rho) ** -0.5))
+  return accountant.get_epsilon(delta)
+
+
+def device_mu(model: MinSeparation, sensitivity_squared: float,
+              noise_multiplier: float,
+              clip_count_stddev: float | None = None) -> float:
+  """A device's mu-GDP over the run.
+
+  The strategy's release adds `sensitivity / noise_multiplier`. Adaptive
+  clipping's count of unclipped clients is released fresh every round (it is
+  not put on the tree): each of the device's participations answers it once
+  (a bit centred at 1/2, sensitivity 1/2, noise std `clip_count_stddev`), and
+  with no sampling those answers compose without amplification. Gaussian
+  mechanisms compose exactly in mu: mu^2 adds up.
+  """
+  if noise_multiplier <= 0:
+    raise ValueError(f'noise multiplier must be > 0, got {noise_multiplier}.')
+  mu2 = sensitivity_squared / noise_multiplier ** 2
+  if clip_count_stddev is not None:
+    if clip_count_stddev <= 0:
+      raise ValueError('adaptive clipping needs clip-count noise > 0, got '
+                       f'clip_count_stddev={clip_count_stddev}.')
+    mu2 += model.reachable_participations / (2 * clip_count_stddev) ** 2
+  return math.sqrt(mu2)
+
+
+def calibrate_noise_multiplier(target_epsilon: float, delta: float,
+                               model: MinSeparation,
+                               sensitivity_squared: float,
+                               clip_count_stddev: float | None = None) -> float:
+  """The least noise multiplier whose release meets (epsilon, delta) for a
+  device of `model` (closed form: mu is exact, so no search over z)."""
+  mu2 = gaussian_mu(target_epsilon, delta) ** 2
+  count2 = (0.0 if clip_count_stddev is None else
+            model.reachable_participations / (2 * clip_count_stddev) ** 2)
+  if count2 >= mu2:
+    raise accounting.InfeasiblePrivacyTargetError(
+        f'eps {target_epsilon:g} at delta {delta:g} allows mu = '
+        f'{math.sqrt(mu2):.4g}, but {model.reachable_participations} answers '
+        f'of the clip count (std {clip_count_stddev:g}) already spend '
+        f'{math.sqrt(count2):.4g}; raise --clip_count_stddev or allow fewer '
+        'participations.')
+  return math.sqrt(sensitivity_squared / (mu2 - count2))
