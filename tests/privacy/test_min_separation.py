@@ -125,7 +125,7 @@ def test_gaussian_epsilon_equals_the_hockey_stick_integral(mu, delta):
 
 
 @pytest.mark.parametrize('epsilon,b,k,count_std', [
-    (1.0, 313, 6, None), (8.0, 313, 6, 30.0), (2.0, 50, 3, 10.0)])
+    (1.0, 100, 4, None), (8.0, 100, 4, 30.0), (2.0, 50, 3, 10.0)])
 def test_calibrated_noise_meets_the_target_by_an_independent_account(
     epsilon, b, k, count_std):
   """The calibrated z composes the tree's release with the k clip-count
