@@ -46,6 +46,17 @@ _OUTPUT = flags.DEFINE_string(
                            'blt_parameters.json'),
     'JSON file the parameters are added to.')
 
+flags.register_validator(
+    'buffers', lambda v: all(b.isdigit() and int(b) >= 1 for b in v),
+    '--buffers takes positive whole numbers, e.g. --buffers=1,2,3.')
+for _name in ('rounds', 'min_separation', 'max_participations'):
+  flags.register_validator(_name, lambda v: v >= 1,
+                           f'--{_name} must be at least 1.')
+flags.register_validator('delta', lambda v: 0 < v < 1,
+                         '--delta must lie in (0, 1).')
+flags.register_validator('epsilon', lambda v: v > 0,
+                         '--epsilon must be positive.')
+
 
 def main(argv):
   del argv
