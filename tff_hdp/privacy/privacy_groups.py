@@ -198,9 +198,8 @@ def assign_explicit(client_ids: Sequence[Hashable],
 def with_ratio(assignment: GroupAssignment, ratio: float) -> GroupAssignment:
   """`assignment` with every private group at combination ratio `ratio`
   and the non-private ones at 1 (FedHDP's r)."""
-  return GroupAssignment(tuple(
-      dataclasses.replace(g, ratio=ratio if g.is_private else 1.0)
-      for g in assignment.groups), assignment.client_groups)
+  return with_ratios(assignment, [ratio if g.is_private else 1.0
+                                  for g in assignment.groups])
 
 
 def with_ratios(assignment: GroupAssignment,
