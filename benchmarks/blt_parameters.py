@@ -66,6 +66,8 @@ def main(argv):
   print(f'n {n}, b {model.min_separation}, k {model.max_participations}: '
         'model noise per round relative to independent noise')
   print(f'  binary tree (plain estimator): {blt.tree_relative_rmse(model):.4f}')
+  print('  binary tree (efficient estimator, TFF use_efficient=True): '
+        f'{blt.tree_relative_rmse(model, efficient=True):.4f}')
   stored = {}
   if os.path.exists(_OUTPUT.value):
     with open(_OUTPUT.value) as f:

@@ -78,12 +78,19 @@ def relative_rmse(c: np.ndarray, model: min_separation.MinSeparation) -> float:
   return math.sqrt(power / independent)
 
 
-def tree_relative_rmse(model: min_separation.MinSeparation) -> float:
-  """The same for the online binary tree with its plain estimator (each
-  prefix the sum of the nodes of its binary decomposition)."""
+def tree_relative_rmse(model: min_separation.MinSeparation,
+                       efficient: bool = False) -> float:
+  """The same for the online binary tree: each prefix the sum of the nodes
+  of its binary decomposition, each node its noisy sum (plain) or, with
+  `efficient`, Honaker's online estimate (TF Privacy's
+  `EfficientTreeAggregator`, TFF's `tree_aggregation(use_efficient=True)`):
+  a node h levels up has noise variance 1 / (2 - 2^-h) of a leaf's."""
   n = model.rounds
-  nodes = np.mean([bin(t + 1).count('1') for t in range(n)])
-  power = nodes * min_separation.tree_sensitivity_squared(model)
+  levels = range(n.bit_length())
+  variance = [1 / (2 - 2.0 ** -h) if efficient else 1.0 for h in levels]
+  power = np.mean([sum(variance[h] for h in levels if (t + 1) >> h & 1)
+                   for t in range(n)])
+  power *= min_separation.tree_sensitivity_squared(model)
   return math.sqrt(power / (model.reachable_participations * (n + 1) / 2))
 
 
