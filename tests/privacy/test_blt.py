@@ -61,7 +61,7 @@ def test_optimized_blt_beats_the_tree_and_more_buffers_do_no_worse():
 
 
 def test_stored_es_es_parameters_and_capped_devices_on_one_stream():
-  """benchmarks/blt_parameters.py's output for Gboard's es-ES pattern: its
+  """benchmarks/correlated_noise.py's output for Gboard's es-ES pattern: its
   noise is recomputed, at least 15% below the efficient tree's, and on one stream whose z
   gives eps 8 to 6-participation devices, devices capped at one get < 2.8."""
   with open(PARAMETERS) as f:

@@ -1,17 +1,27 @@
-"""BLT parameters for a participation model, optimized offline.
+"""Correlated noise without sampling: the tree's accounting and BLT's
+parameters for a participation model.
 
 For rounds n, separation b and at most k participations (default: Gboard's
-es-ES pattern, n 2,000, b 313, k 6), finds the BLT strategy of each buffer
-count with the least model noise per round (`tff_hdp.privacy.blt.optimize`)
-and prints its noise relative to independent noise beside the online binary
-tree's, at the same noise multiplier. Then, for the best BLT, the epsilon of
-devices capped at fewer participations on the same stream (one noise
-multiplier, calibrated for the k-participation devices at --epsilon).
+es-ES pattern, n 2,000, b 313, k 6):
 
-The parameters are written to --output (JSON, keyed by "n,b,k,buffers") for
-runs to read; the file in the repository is this command's output:
+- the tree's accounting at --noise_multiplier (es-ES: z 7; Xu et al. 2023
+  report rho 0.81 zCDP and eps 8.90 at delta 1e-10): rho, the epsilon of the
+  RDP conversion the paper used and the exact Gaussian epsilon a run prints,
+  timed; with --tf_privacy also TF Privacy's `compute_zcdp_single_tree` on
+  the same pattern (its `min_separation` counts the rounds between, b - 1;
+  minutes);
+- the BLT strategy of each buffer count with the least model noise per round
+  (`tff_hdp.privacy.blt.optimize`), relative to independent noise, beside
+  the binary tree's (plain and efficient estimators) at the same noise
+  multiplier;
+- for the best BLT, the epsilon of devices capped at fewer participations
+  on the same stream (one noise multiplier, calibrated for the
+  k-participation devices at --epsilon).
 
-  .venv/bin/python benchmarks/blt_parameters.py
+The BLT parameters are written to --output (JSON, keyed by "n,b,k,buffers")
+for runs to read; the file in the repository is this command's output:
+
+  .venv/bin/python benchmarks/correlated_noise.py --tf_privacy
 """
 
 from __future__ import annotations
@@ -35,6 +45,13 @@ _SEPARATION = flags.DEFINE_integer(
     'device.')
 _PARTICIPATIONS = flags.DEFINE_integer('max_participations', 6,
                                        'Participations k a device allows.')
+_NOISE = flags.DEFINE_float('noise_multiplier', 7.0,
+                            'z of the tree whose accounting is printed.')
+_TREE_DELTA = flags.DEFINE_float('tree_delta', 1e-10,
+                                 "Delta of the tree's printed epsilon.")
+_TF_PRIVACY = flags.DEFINE_bool(
+    'tf_privacy', False, "Also time TF Privacy's tree accountant (minutes; "
+    'imports TensorFlow).')
 _BUFFERS = flags.DEFINE_list('buffers', ['1', '2', '3'],
                              'Buffer counts to optimize.')
 _EPSILON = flags.DEFINE_float('epsilon', 8.0, 'Target of the k-participation '
@@ -52,10 +69,33 @@ flags.register_validator(
 for _name in ('rounds', 'min_separation', 'max_participations'):
   flags.register_validator(_name, lambda v: v >= 1,
                            f'--{_name} must be at least 1.')
-flags.register_validator('delta', lambda v: 0 < v < 1,
-                         '--delta must lie in (0, 1).')
+for _name in ('delta', 'tree_delta'):
+  flags.register_validator(_name, lambda v: 0 < v < 1,
+                           f'--{_name} must lie in (0, 1).')
+flags.register_validator('noise_multiplier', lambda v: v > 0,
+                         '--noise_multiplier must be positive.')
 flags.register_validator('epsilon', lambda v: v > 0,
                          '--epsilon must be positive.')
+
+
+def _tree_accounting(model: min_separation.MinSeparation) -> None:
+  z, delta = _NOISE.value, _TREE_DELTA.value
+  start = time.time()
+  rho = min_separation.tree_sensitivity_squared(model) / (2 * z * z)
+  seconds = time.time() - start
+  print(f'The tree at z = {z:g}: rho {rho:.4f} zCDP ({seconds:.1f} s); eps at '
+        f'delta {delta:g}: {min_separation.zcdp_epsilon(rho, delta):.4f} (RDP '
+        'conversion), '
+        f'{min_separation.gaussian_epsilon((2 * rho) ** 0.5, delta):.4f} '
+        '(exact Gaussian)', flush=True)
+  if _TF_PRIVACY.value:
+    # pylint: disable-next=g-import-not-at-top
+    from tensorflow_privacy.privacy.analysis import tree_aggregation_accountant
+    start = time.time()
+    theirs = tree_aggregation_accountant.compute_zcdp_single_tree(
+        z, model.rounds, model.max_participations, model.min_separation - 1)
+    print(f'TF Privacy: rho {theirs:.4f} zCDP ({time.time() - start:.1f} s)',
+          flush=True)
 
 
 def main(argv):
@@ -63,8 +103,9 @@ def main(argv):
   model = min_separation.MinSeparation(
       _ROUNDS.value, _SEPARATION.value, _PARTICIPATIONS.value)
   n = model.rounds
-  print(f'n {n}, b {model.min_separation}, k {model.max_participations}: '
-        'model noise per round relative to independent noise')
+  print(f'n {n}, b {model.min_separation}, k {model.max_participations}.')
+  _tree_accounting(model)
+  print('Model noise per round relative to independent noise:')
   print(f'  binary tree (plain estimator): {blt.tree_relative_rmse(model):.4f}')
   print('  binary tree (efficient estimator, TFF use_efficient=True): '
         f'{blt.tree_relative_rmse(model, efficient=True):.4f}')
