@@ -1,5 +1,6 @@
 """Server-side aggregation rules, each a `tff.aggregators` factory."""
 
+from tff_hdp.aggregators.blt_noise import BltSumFactory
 from tff_hdp.aggregators.coordinate_median import CoordinateMedianFactory
 from tff_hdp.aggregators.heterogeneous_dp import CohortHeterogeneousDPFactory
 from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
