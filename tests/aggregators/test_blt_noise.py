@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tests.privacy import strategy_oracles as oracles
 from tff_hdp.aggregators import BltSumFactory
 from tff_hdp.privacy import blt
 from tff_hdp.privacy import min_separation as ms
@@ -18,11 +19,6 @@ pytestmark = pytest.mark.tf
 PARAMS = blt.BltParameters((0.9, 0.5), (0.3, 0.2))
 ROUNDS = 6
 
-
-def _toeplitz(c):
-  n = c.size
-  return np.array([[c[i - j] if i >= j else 0.0 for j in range(n)]
-                   for i in range(n)])
 
 
 def _noise(process, d, rounds=ROUNDS, clients=2):
@@ -42,7 +38,7 @@ def test_the_noise_is_c_inverse_of_the_seeds_gaussians():
   z = np.array([1.0 * tf.random.stateless_normal(
       [3], tf.random.experimental.stateless_fold_in(
           tf.constant([5, t], tf.int64), 0)).numpy() for t in range(ROUNDS)])
-  c = _toeplitz(PARAMS.coefficients(ROUNDS))
+  c = oracles.toeplitz_matrix(PARAMS.coefficients(ROUNDS))
   np.testing.assert_allclose(c @ noise, z, atol=1e-5)  # std 2.0 * 0.5 = 1
 
 
@@ -53,7 +49,7 @@ def test_covariance_and_prefix_noise_are_the_strategys():
   process = BltSumFactory(PARAMS, 3.0, 0.5, seed=9).create(
       tff.TensorType(np.float32, [d]))
   noise, _ = _noise(process, d)
-  inverse = np.linalg.inv(_toeplitz(PARAMS.coefficients(ROUNDS)))
+  inverse = np.linalg.inv(oracles.toeplitz_matrix(PARAMS.coefficients(ROUNDS)))
   np.testing.assert_allclose(np.cov(noise), sigma ** 2 * inverse @ inverse.T,
                              atol=0.05 * sigma ** 2)
   prefix = np.cumsum(noise, axis=0)
@@ -122,7 +118,7 @@ def test_each_leaf_of_a_structure_gets_its_own_correlated_noise():
     step = process.next(state, [zeros, zeros])
     state = step.state
     results.append(step.result)
-  c = _toeplitz(PARAMS.coefficients(ROUNDS))
+  c = oracles.toeplitz_matrix(PARAMS.coefficients(ROUNDS))
   for i, (name, shape) in enumerate((('w', [2, 2]), ('b', [3]))):
     noise = np.array([np.ravel(r[name]) for r in results])
     z = np.array([np.ravel(tf.random.stateless_normal(

@@ -6,23 +6,19 @@ import os
 import numpy as np
 import pytest
 
+from tests.privacy import strategy_oracles as oracles
 from tff_hdp.privacy import blt
 from tff_hdp.privacy import min_separation as ms
 
 PARAMETERS = os.path.join(os.path.dirname(blt.__file__), 'blt_parameters.json')
 
 
-def _toeplitz(c):
-  n = c.size
-  return np.array([[c[i - j] if i >= j else 0.0 for j in range(n)]
-                   for i in range(n)])
-
 
 def test_inverse_and_noise_power_equal_the_matrices():
   c = blt.BltParameters((0.9, 0.5), (0.3, 0.2)).coefficients(40)
-  inverse = np.linalg.inv(_toeplitz(c))
-  np.testing.assert_allclose(_toeplitz(blt.inverse_coefficients(c)), inverse,
-                             atol=1e-12)
+  inverse = np.linalg.inv(oracles.toeplitz_matrix(c))
+  np.testing.assert_allclose(
+      oracles.toeplitz_matrix(blt.inverse_coefficients(c)), inverse, atol=1e-12)
   a = np.tril(np.ones((40, 40)))
   assert blt.prefix_noise_power(c) == pytest.approx(
       np.sum((a @ inverse) ** 2) / 40, rel=1e-12)
@@ -35,7 +31,7 @@ def test_independent_noise_is_the_unit_and_the_tree_matches_its_matrices():
   assert blt.relative_rmse(identity, model) == pytest.approx(1.0, rel=1e-12)
   # The tree directly: its strategy matrix, the plain estimator's rows (the
   # nodes of each prefix's binary decomposition), every pattern.
-  strategy = ms.tree_strategy_matrix(13)
+  strategy = oracles.tree_strategy_matrix(13)
   decoder = np.zeros((13, strategy.shape[0]))
   for t in range(13):
     start = 0
@@ -47,7 +43,7 @@ def test_independent_noise_is_the_unit_and_the_tree_matches_its_matrices():
         start += 2 ** h
   np.testing.assert_allclose(decoder @ strategy, np.tril(np.ones((13, 13))))
   power = (np.sum(decoder ** 2) / 13 *
-           ms.brute_force_sensitivity_squared(strategy, model))
+           oracles.brute_force_sensitivity_squared(strategy, model))
   assert blt.tree_relative_rmse(model) == pytest.approx(
       np.sqrt(power / (3 * 14 / 2)), rel=1e-12)
 

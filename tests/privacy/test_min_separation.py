@@ -17,6 +17,7 @@ import scipy.integrate
 import scipy.optimize
 import scipy.stats
 
+from tests.privacy import strategy_oracles as oracles
 from tff_hdp.privacy import min_separation as ms
 
 
@@ -25,8 +26,8 @@ from tff_hdp.privacy import min_separation as ms
                                                (1, 2, 3, 5), (1, 2, 3))])
 def test_tree_program_equals_every_pattern(rounds, b, k):
   model = ms.MinSeparation(rounds, b, k)
-  want = ms.brute_force_sensitivity_squared(ms.tree_strategy_matrix(rounds),
-                                            model)
+  want = oracles.brute_force_sensitivity_squared(
+      oracles.tree_strategy_matrix(rounds), model)
   assert ms.tree_sensitivity_squared(model) == want
 
 
@@ -52,10 +53,9 @@ def test_toeplitz_earliest_pattern_is_the_worst(rounds, b, k):
   model = ms.MinSeparation(rounds, b, k)
   for _ in range(5):
     c = _decreasing(rng, rounds)
-    matrix = np.array([[c[i - j] if i >= j else 0.0 for j in range(rounds)]
-                       for i in range(rounds)])
     assert ms.toeplitz_sensitivity_squared(c, model) == pytest.approx(
-        ms.brute_force_sensitivity_squared(matrix, model), rel=1e-12)
+        oracles.brute_force_sensitivity_squared(oracles.toeplitz_matrix(c),
+                                                model), rel=1e-12)
 
 
 def test_toeplitz_refuses_coefficients_it_cannot_bound():

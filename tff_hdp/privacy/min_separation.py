@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
 
 import dp_accounting
@@ -128,8 +127,8 @@ def toeplitz_sensitivity_squared(coefficients, model: MinSeparation) -> float:
   For non-negative, non-increasing c the worst pattern is the earliest and
   densest one, rounds 0, b, 2b, ... (McMahan et al. 2024, "Efficient and
   near-optimal noise generation for streaming differential privacy",
-  Lemma on b-min-separated participation; tested here against every
-  pattern at small n). Other coefficients are refused, not bounded.
+  Lemma on b-min-separated participation; tested against every pattern at
+  small n). Other coefficients are refused, not bounded.
   """
   c = np.asarray(coefficients, dtype=np.float64)
   n, b = model.rounds, model.min_separation
@@ -145,34 +144,6 @@ def toeplitz_sensitivity_squared(coefficients, model: MinSeparation) -> float:
     if t < n:
       column[t:] += c[:n - t]
   return float(column @ column)
-
-
-def brute_force_sensitivity_squared(strategy: np.ndarray,
-                                    model: MinSeparation) -> float:
-  """max_P ||C sum_{t in P} e_t||^2 over every pattern P the model allows
-  (small n only: the oracle of the dynamic program and the Toeplitz rule)."""
-  n = model.rounds
-  gram = strategy.T @ strategy
-  best = 0.0
-  for m in range(1, model.max_participations + 1):
-    for pattern in itertools.combinations(range(n), m):
-      if model.allows(pattern):
-        best = max(best, float(gram[np.ix_(pattern, pattern)].sum()))
-  return best
-
-
-def tree_strategy_matrix(rounds: int) -> np.ndarray:
-  """The tree's strategy as a matrix: one row per dyadic interval inside
-  [0, rounds), a 1 for each round it sums (for the brute-force oracle)."""
-  rows = []
-  h = 0
-  while 2 ** h <= rounds:
-    for j in range(rounds // 2 ** h):
-      row = np.zeros(rounds)
-      row[j * 2 ** h:(j + 1) * 2 ** h] = 1.0
-      rows.append(row)
-    h += 1
-  return np.array(rows)
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
