@@ -71,11 +71,14 @@ def prefix_noise_power(c: np.ndarray) -> float:
 def relative_rmse(c: np.ndarray, model: min_separation.MinSeparation) -> float:
   """The model's noise per round with strategy c, over independent noise's
   at the same noise multiplier (sensitivity sqrt(k), noise power mean t+1)."""
-  n = model.rounds
-  power = prefix_noise_power(c[:n]) * (
+  power = prefix_noise_power(c[:model.rounds]) * (
       min_separation.toeplitz_sensitivity_squared(c, model))
-  independent = model.reachable_participations * (n + 1) / 2
-  return math.sqrt(power / independent)
+  return math.sqrt(power / _independent_power(model))
+
+
+def _independent_power(model: min_separation.MinSeparation) -> float:
+  """Independent noise's (C = I): sensitivity^2 k, noise power mean t + 1."""
+  return model.reachable_participations * (model.rounds + 1) / 2
 
 
 def tree_relative_rmse(model: min_separation.MinSeparation,
@@ -91,7 +94,7 @@ def tree_relative_rmse(model: min_separation.MinSeparation,
   power = np.mean([sum(variance[h] for h in levels if (t + 1) >> h & 1)
                    for t in range(n)])
   power *= min_separation.tree_sensitivity_squared(model)
-  return math.sqrt(power / (model.reachable_participations * (n + 1) / 2))
+  return math.sqrt(power / _independent_power(model))
 
 
 def optimize(model: min_separation.MinSeparation, buffers: int,

@@ -25,9 +25,9 @@ import math
 import dp_accounting
 import numpy as np
 import scipy.optimize
-import scipy.stats
 
 from tff_hdp.privacy import accounting
+from tff_hdp.privacy import empirical_epsilon
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,24 +147,13 @@ def toeplitz_sensitivity_squared(coefficients, model: MinSeparation) -> float:
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
-  """The smallest epsilon of a mu-GDP mechanism at `delta` (Balle & Wang
-  2018, Thm. 8: delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2))."""
+  """The smallest epsilon of a mu-GDP mechanism at `delta` (the exact
+  Gaussian curve of `empirical_epsilon.gaussian_epsilon`)."""
   if not 0 < delta < 1:
     raise ValueError(f'delta must be in (0, 1), got {delta}.')
   if mu <= 0:
     return 0.0
-  norm = scipy.stats.norm
-
-  def excess(eps):
-    return (norm.cdf(-eps / mu + mu / 2) -
-            math.exp(eps) * norm.cdf(-eps / mu - mu / 2) - delta)
-
-  if excess(0.0) <= 0:
-    return 0.0
-  high = 1.0
-  while excess(high) > 0:
-    high *= 2
-  return scipy.optimize.brentq(excess, 0.0, high, xtol=1e-12, rtol=1e-12)
+  return empirical_epsilon.gaussian_epsilon(mu, 1.0, 0.0, 1.0, delta)
 
 
 def gaussian_mu(epsilon: float, delta: float) -> float:
@@ -188,6 +177,17 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
   return accountant.get_epsilon(delta)
 
 
+def _clip_count_mu2(model: MinSeparation,
+                    clip_count_stddev: float | None) -> float:
+  """mu^2 of a device's answers to the clip count (see `device_mu`)."""
+  if clip_count_stddev is None:
+    return 0.0
+  if clip_count_stddev <= 0:
+    raise ValueError('adaptive clipping needs clip-count noise > 0, got '
+                     f'clip_count_stddev={clip_count_stddev}.')
+  return model.reachable_participations / (2 * clip_count_stddev) ** 2
+
+
 def device_mu(model: MinSeparation, sensitivity_squared: float,
               noise_multiplier: float,
               clip_count_stddev: float | None = None) -> float:
@@ -202,13 +202,8 @@ def device_mu(model: MinSeparation, sensitivity_squared: float,
   """
   if noise_multiplier <= 0:
     raise ValueError(f'noise multiplier must be > 0, got {noise_multiplier}.')
-  mu2 = sensitivity_squared / noise_multiplier ** 2
-  if clip_count_stddev is not None:
-    if clip_count_stddev <= 0:
-      raise ValueError('adaptive clipping needs clip-count noise > 0, got '
-                       f'clip_count_stddev={clip_count_stddev}.')
-    mu2 += model.reachable_participations / (2 * clip_count_stddev) ** 2
-  return math.sqrt(mu2)
+  return math.sqrt(sensitivity_squared / noise_multiplier ** 2 +
+                   _clip_count_mu2(model, clip_count_stddev))
 
 
 def calibrate_noise_multiplier(target_epsilon: float, delta: float,
@@ -218,8 +213,7 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float,
   """The least noise multiplier whose release meets (epsilon, delta) for a
   device of `model` (closed form: mu is exact, so no search over z)."""
   mu2 = gaussian_mu(target_epsilon, delta) ** 2
-  count2 = (0.0 if clip_count_stddev is None else
-            model.reachable_participations / (2 * clip_count_stddev) ** 2)
+  count2 = _clip_count_mu2(model, clip_count_stddev)
   if count2 >= mu2:
     raise accounting.InfeasiblePrivacyTargetError(
         f'eps {target_epsilon:g} at delta {delta:g} allows mu = '
