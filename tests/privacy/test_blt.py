@@ -10,7 +10,7 @@ from tests.privacy import strategy_oracles as oracles
 from tff_hdp.privacy import blt
 from tff_hdp.privacy import min_separation as ms
 
-PARAMETERS = os.path.join(os.path.dirname(blt.__file__), 'blt_parameters.json')
+PARAMETERS = blt.PARAMETERS_FILE
 
 
 

@@ -81,6 +81,24 @@ class FixedSizeSampling:
 
 
 Sampling = PoissonSampling | FixedSizeSampling
+# Participation that is not drawn (`min_separation.DeviceParticipation`)
+# accounts itself: it has no subsampled event for dp_accounting to compose,
+# and calibrates and spends through its own `calibrate` and
+# `epsilon_spent`.
+
+
+def _sampled(sampling) -> bool:
+  return isinstance(sampling, (PoissonSampling, FixedSizeSampling))
+
+
+def _self_accounted(sampling, other) -> bool:
+  """Whether `sampling` accounts itself; refuses a further event beside it
+  (it is a Gaussian's curve, not an RDP one to compose with)."""
+  if _sampled(sampling):
+    return False
+  if other is not None:
+    raise ValueError(f'{type(sampling).__name__} composes no other event.')
+  return True
 
 
 def effective_noise_multiplier(noise_multiplier: float,
@@ -203,6 +221,9 @@ def epsilon_spent(noise_multiplier: float, clip_count_stddev: float | None,
   """
   if rounds < 0:
     raise ValueError(f'rounds must be >= 0, got {rounds}.')
+  if _self_accounted(sampling, other):
+    return sampling.epsilon_spent(noise_multiplier, clip_count_stddev,
+                                  rounds, delta)
   parts = []
   if rounds > 0:
     effective = effective_noise_multiplier(noise_multiplier,
@@ -405,6 +426,9 @@ def calibrate_noise_multiplier(target_epsilon: float, target_delta: float,
         f'target delta must be in (0, 1), got {target_delta}.')
   if rounds < 1:
     raise ValueError(f'rounds must be >= 1, got {rounds}.')
+  if _self_accounted(sampling, other):
+    return sampling.calibrate(target_epsilon, target_delta, rounds,
+                              clip_count_stddev)
   if clip_count_stddev is not None:
     # The best any z_j can do is z_eff -> 2 z_b; check that limit first so the
     # error says why instead of failing inside the search.

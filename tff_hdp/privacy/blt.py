@@ -16,12 +16,20 @@ independent noise (C = I) at the same noise multiplier.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import math
+import os
 
 import numpy as np
 import scipy.optimize
 
 from tff_hdp.privacy import min_separation
+
+# Parameters optimized offline (benchmarks/correlated_noise.py), keyed
+# "rounds,min_separation,max_participations,buffers".
+PARAMETERS_FILE = os.path.join(os.path.dirname(__file__),
+                               'blt_parameters.json')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,19 +89,26 @@ def _independent_power(model: min_separation.MinSeparation) -> float:
   return model.reachable_participations * (model.rounds + 1) / 2
 
 
-def tree_relative_rmse(model: min_separation.MinSeparation,
-                       efficient: bool = False) -> float:
-  """The same for the online binary tree: each prefix the sum of the nodes
-  of its binary decomposition, each node its noisy sum (plain) or, with
-  `efficient`, Honaker's online estimate (TF Privacy's
-  `EfficientTreeAggregator`, TFF's `tree_aggregation(use_efficient=True)`):
-  a node h levels up has noise variance 1 / (2 - 2^-h) of a leaf's."""
+def tree_noise_power(model: min_separation.MinSeparation,
+                     efficient: bool = False) -> float:
+  """The online binary tree's mean over rounds of the prefix noise power at
+  noise multiplier 1: each prefix the sum of the nodes of its binary
+  decomposition, each node its noisy sum (plain) or, with `efficient`,
+  Honaker's online estimate (TF Privacy's `EfficientTreeAggregator`, TFF's
+  `tree_aggregation(use_efficient=True)`): a node h levels up has noise
+  variance 1 / (2 - 2^-h) of a leaf's."""
   n = model.rounds
   levels = range(n.bit_length())
   variance = [1 / (2 - 2.0 ** -h) if efficient else 1.0 for h in levels]
-  power = np.mean([sum(variance[h] for h in levels if (t + 1) >> h & 1)
-                   for t in range(n)])
-  power *= min_separation.tree_sensitivity_squared(model)
+  return float(np.mean([sum(variance[h] for h in levels if (t + 1) >> h & 1)
+                        for t in range(n)]))
+
+
+def tree_relative_rmse(model: min_separation.MinSeparation,
+                       efficient: bool = False) -> float:
+  """`relative_rmse` for the online binary tree (`tree_noise_power`)."""
+  power = tree_noise_power(model, efficient) * (
+      min_separation.tree_sensitivity_squared(model))
   return math.sqrt(power / _independent_power(model))
 
 
@@ -104,6 +119,7 @@ def optimize(model: min_separation.MinSeparation, buffers: int,
   rng = np.random.default_rng(seed)
 
   def unpack(x):
+    x = np.clip(x, -30, 30)  # decays and weights stay inside their ranges
     thetas = 1 / (1 + np.exp(-x[:buffers]))
     weights = np.exp(x[buffers:])
     omegas = weights / (1 + weights.sum())  # sum < 1
@@ -122,3 +138,19 @@ def optimize(model: min_separation.MinSeparation, buffers: int,
     if best is None or result.fun < best.fun:
       best = result
   return unpack(best.x)
+
+
+@functools.lru_cache(maxsize=64)
+def parameters_for(model: min_separation.MinSeparation,
+                   buffers: int = 2) -> BltParameters:
+  """The BLT for `model`: the shipped optimum (`PARAMETERS_FILE`) where
+  there is one, else `optimize`'s (deterministic: seed 0). Public: it
+  depends on the participation model alone."""
+  with open(PARAMETERS_FILE) as f:
+    shipped = json.load(f)
+  key = (f'{model.rounds},{model.min_separation},'
+         f'{model.max_participations},{buffers}')
+  if key in shipped:
+    return BltParameters(tuple(shipped[key]['thetas']),
+                         tuple(shipped[key]['omegas']))
+  return optimize(model, buffers)

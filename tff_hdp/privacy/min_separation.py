@@ -120,16 +120,8 @@ def tree_sensitivity_squared(model: MinSeparation) -> float:
   return float(max(table[0].max() for table in stretch))
 
 
-def toeplitz_sensitivity_squared(coefficients, model: MinSeparation) -> float:
-  """Worst-case squared sensitivity of a lower-triangular Toeplitz strategy
-  `C[i, j] = c_{i-j}` (BLT's, or any optimal Toeplitz one).
-
-  For non-negative, non-increasing c the worst pattern is the earliest and
-  densest one, rounds 0, b, 2b, ... (McMahan et al. 2024, "Efficient and
-  near-optimal noise generation for streaming differential privacy",
-  Lemma on b-min-separated participation; tested against every pattern at
-  small n). Other coefficients are refused, not bounded.
-  """
+def _earliest_column(coefficients, model: MinSeparation) -> np.ndarray:
+  """`C p` for the earliest pattern p (rounds 0, b, 2b, ...) of `model`."""
   c = np.asarray(coefficients, dtype=np.float64)
   n, b = model.rounds, model.min_separation
   if c.ndim != 1 or c.size < n:
@@ -143,6 +135,20 @@ def toeplitz_sensitivity_squared(coefficients, model: MinSeparation) -> float:
   for t in range(0, b * model.reachable_participations, b):
     if t < n:
       column[t:] += c[:n - t]
+  return column
+
+
+def toeplitz_sensitivity_squared(coefficients, model: MinSeparation) -> float:
+  """Worst-case squared sensitivity of a lower-triangular Toeplitz strategy
+  `C[i, j] = c_{i-j}` (BLT's, or any optimal Toeplitz one).
+
+  For non-negative, non-increasing c the worst pattern is the earliest and
+  densest one, rounds 0, b, 2b, ... (McMahan et al. 2024, "Efficient and
+  near-optimal noise generation for streaming differential privacy",
+  Lemma on b-min-separated participation; tested against every pattern at
+  small n). Other coefficients are refused, not bounded.
+  """
+  column = _earliest_column(coefficients, model)
   return float(column @ column)
 
 
@@ -222,3 +228,91 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float,
         f'{math.sqrt(count2):.4g}; raise --clip_count_stddev or allow fewer '
         'participations.')
   return math.sqrt(sensitivity_squared / (mu2 - count2))
+
+
+@dataclasses.dataclass(frozen=True)
+class IndependentNoise:
+  """Fresh noise every round (C = I): a device's squared sensitivity is its
+  number of participations."""
+
+  def sensitivity_squared(self, model: MinSeparation) -> float:
+    return float(model.reachable_participations)
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeNoise:
+  """The online binary tree (TF Privacy's tree queries, TFF's
+  `tree_aggregation`): `tree_sensitivity_squared`."""
+
+  def sensitivity_squared(self, model: MinSeparation) -> float:
+    return tree_sensitivity_squared(model)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToeplitzNoise:
+  """A lower-triangular Toeplitz strategy (BLT's `coefficients`, one per
+  round of the run): `toeplitz_sensitivity_squared`."""
+
+  coefficients: tuple[float, ...]
+
+  def sensitivity_squared(self, model: MinSeparation) -> float:
+    return toeplitz_sensitivity_squared(self.coefficients, model)
+
+
+NoiseStrategy = IndependentNoise | TreeNoise | ToeplitzNoise
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceParticipation:
+  """Participation without sampling, and what it costs a device.
+
+  Every round the server takes `clients_per_round` of the `population`
+  devices that may check in (`tff_hdp.simulation.participation`); each
+  device keeps its own rule, at most `max_participations` rounds, any two
+  at least `min_separation` apart. The released sums carry noise correlated
+  over rounds as `noise` says. Whatever the schedule, as long as no device
+  breaks its rule, a device's privacy after t rounds is that of one
+  Gaussian mechanism (`device_mu`) under zero-out adjacency: two runs differ
+  in one device's updates, replaced by zeros, in rounds its rule allows.
+  Nothing is assumed of who the server takes, so nothing is amplified.
+  """
+
+  population: int
+  clients_per_round: int
+  min_separation: int
+  max_participations: int
+  noise: NoiseStrategy = IndependentNoise()
+
+  def __post_init__(self):
+    # The same bounds on the population and the round as sampling's.
+    accounting.FixedSizeSampling(self.population, self.clients_per_round)
+    self.model(1)  # refuses a separation or a cap below 1
+
+  @property
+  def rate(self) -> float:
+    """The share of devices a round takes (denominators only: nothing is
+    sampled)."""
+    return self.clients_per_round / self.population
+
+  def model(self, rounds: int) -> MinSeparation:
+    return MinSeparation(rounds, self.min_separation, self.max_participations)
+
+  def epsilon_spent(self, noise_multiplier: float,
+                    clip_count_stddev: float | None, rounds: int,
+                    delta: float) -> float:
+    """A device's epsilon at `delta` for everything released in the first
+    `rounds` rounds (the strategy's first rows and the clip counts)."""
+    if rounds < 1:
+      return 0.0
+    model = self.model(rounds)
+    return gaussian_epsilon(
+        device_mu(model, self.noise.sensitivity_squared(model),
+                  noise_multiplier, clip_count_stddev), delta)
+
+  def calibrate(self, target_epsilon: float, delta: float, rounds: int,
+                clip_count_stddev: float | None) -> float:
+    """The least noise multiplier that meets the target over `rounds`."""
+    model = self.model(rounds)
+    return calibrate_noise_multiplier(
+        target_epsilon, delta, model, self.noise.sensitivity_squared(model),
+        clip_count_stddev)
