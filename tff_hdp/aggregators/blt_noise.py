@@ -30,6 +30,21 @@ from tff_hdp.privacy import dp_randomness
 from tff_hdp.privacy import min_separation
 
 
+def _flatten(value) -> list:
+  """The leaves of a TFF struct without a Python container, or of a Python
+  structure (what a learning process's deltas are)."""
+  if isinstance(value, tff.structure.Struct):
+    return tff.structure.flatten(value)
+  return tf.nest.flatten(value)
+
+
+def _pack(like, leaves):
+  """`leaves` in the structure of `like` (as `_flatten` reads it)."""
+  if isinstance(like, tff.structure.Struct):
+    return tff.structure.pack_sequence_as(like, leaves)
+  return tf.nest.pack_sequence_as(like, leaves)
+
+
 def _validate(parameters, noise_multiplier, clip, inner) -> None:
   if not isinstance(parameters, blt.BltParameters):
     raise TypeError('parameters must be a tff_hdp.privacy.blt.BltParameters, '
@@ -101,11 +116,11 @@ class BltSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type)
     def clip_update(value):
-      flat = tff.structure.flatten(value)
+      flat = _flatten(value)
       norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(x)) for x in flat]))
       scale, finite = clipping.safe_clip_scale(norm, self._clip)
       clipped = [tf.where(finite, x * scale, tf.zeros_like(x)) for x in flat]
-      return tff.structure.pack_sequence_as(value, clipped)
+      return _pack(value, clipped)
 
     @tff.tensorflow.computation(state_type, value_type)
     def add_noise(state, total):
@@ -113,7 +128,7 @@ class BltSumFactory(tff.aggregators.UnweightedAggregationFactory):
       thetas = tf.constant(self._thetas)
       omegas = tf.constant(self._omegas)
       noisy, new_buffers = [], []
-      for i, (x, s) in enumerate(zip(tff.structure.flatten(total),
+      for i, (x, s) in enumerate(zip(_flatten(total),
                                      state['buffers'])):
         shape = [buffers] + [1] * x.shape.rank
         z = self._noise_std * tf.random.stateless_normal(
@@ -124,7 +139,7 @@ class BltSumFactory(tff.aggregators.UnweightedAggregationFactory):
       new_state = collections.OrderedDict(
           round_num=state['round_num'] + 1, seed=state['seed'],
           buffers=new_buffers)
-      return new_state, tff.structure.pack_sequence_as(total, noisy)
+      return new_state, _pack(total, noisy)
 
     @tff.federated_computation()
     def init_fn():

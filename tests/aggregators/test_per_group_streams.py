@@ -1,0 +1,94 @@
+"""PerGroupStreamsFactory: each group's members through its own stream,
+the group means combined by r_j n_j, against hand computations and TFF's
+own tree factory run alone."""
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from tff_hdp.aggregators import BltSumFactory
+from tff_hdp.aggregators import PerGroupStreamsFactory
+from tff_hdp.aggregators.tree_noise import TreeSumFactory
+from tff_hdp.privacy import blt
+
+pytestmark = pytest.mark.tf
+
+VALUE = tff.TensorType(np.float32, [3])
+WEIGHT = tff.TensorType(np.float32, [2])
+TINY = 1e-6  # noise multiplier of a stream whose noise is negligible here
+
+
+def _clipped_sum(clip):
+  return tff.aggregators.clipping_factory(clip, tff.aggregators.SumFactory())
+
+
+def test_group_means_are_combined_by_ratio_and_count():
+  """Group 0 (private, expected count 2) and group 1 (no guarantee,
+  realized count); r = (3, 1). Clip 1: [0, 3, 4] counts as [0, .6, .8]."""
+  factory = PerGroupStreamsFactory(
+      [BltSumFactory(blt.BltParameters((0.9,), (0.3,)), TINY, 1.0, seed=1),
+       _clipped_sum(1.0)], [3.0, 1.0], [2.0, None], [TINY, 0.0], 1.0)
+  process = factory.create(VALUE, WEIGHT)
+  values = [np.array([1, 0, 0], np.float32), np.array([0, 3, 4], np.float32),
+            np.array([0, 0, 0.5], np.float32)]
+  weights = [np.array(w, np.float32) for w in ([1, 0], [1, 0], [0, 1])]
+  out = process.next(process.initialize(), values, weights)
+  w = np.array([3 * 2, 1 * 1]) / 7.0
+  want = w[0] * np.array([1, 0.6, 0.8]) / 2 + w[1] * np.array([0, 0, 0.5])
+  np.testing.assert_allclose(out.result, want, atol=1e-4)
+  np.testing.assert_allclose(out.measurements['group_client_counts'], [2, 1])
+  np.testing.assert_allclose(out.measurements['group_weights'], w, rtol=1e-6)
+  np.testing.assert_allclose(out.measurements['group_noise_stddev'],
+                             [TINY / 2, 0.0], rtol=1e-6)
+
+
+def test_a_client_reaches_only_its_own_groups_stream():
+  """A non-finite or invalid row, and another group's update, send zeros:
+  group 0's mean is its one member's, whatever the others hold."""
+  factory = PerGroupStreamsFactory([_clipped_sum(10.0), _clipped_sum(10.0)],
+                                   [1.0, 0.0], [1.0, None], [0.0, 0.0], 10.0)
+  process = factory.create(VALUE, WEIGHT)
+  member = np.array([1, 2, 3], np.float32)
+  values = [member, np.full(3, 9, np.float32), np.full(3, 7, np.float32),
+            np.full(3, 5, np.float32)]
+  weights = [np.array(w, np.float32) for w in ([1, 0], [0, 1], [1, 1],
+                                                [2, 0])]
+  out = process.next(process.initialize(), values, weights)
+  np.testing.assert_allclose(out.result, member)  # r_1 = 0
+  np.testing.assert_allclose(out.measurements['group_client_counts'], [1, 1])
+
+
+def test_a_tree_stream_adds_tffs_own_tree_noise():
+  """Group 0's stream against TFF's `tree_aggregation` factory fed the same
+  members, same seed, over four rounds: the same noisy sums."""
+  clip, z, seed = 1.0, 0.7, 11
+  factory = PerGroupStreamsFactory([TreeSumFactory(z, clip, seed),
+                                    _clipped_sum(clip)], [1.0, 0.0],
+                                   [1.0, None], [z * clip, 0.0], clip)
+  process = factory.create(VALUE, WEIGHT)
+  alone = tff.aggregators.DifferentiallyPrivateFactory.tree_aggregation(
+      z, 1.0, clip, tff.types.type_to_tf_tensor_specs(VALUE),
+      noise_seed=seed).create(VALUE)
+  state, alone_state = process.initialize(), alone.initialize()
+  rng = np.random.default_rng(0)
+  for _ in range(4):
+    values = [rng.normal(size=3).astype(np.float32) for _ in range(3)]
+    weights = [np.array(w, np.float32) for w in ([1, 0], [0, 1], [1, 0])]
+    out = process.next(state, values, weights)
+    want = alone.next(alone_state, [values[0], values[2]])
+    state, alone_state = out.state, want.state
+    np.testing.assert_allclose(out.result, want.result, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_settings_are_refused():
+  with pytest.raises(ValueError, match='one each per privacy group'):
+    PerGroupStreamsFactory([_clipped_sum(1.0)], [1.0, 1.0], [1.0], [0.0], 1.0)
+  with pytest.raises(TypeError, match='UnweightedAggregationFactory'):
+    PerGroupStreamsFactory([tff.aggregators.MeanFactory()], [1.0], [1.0],
+                           [0.0], 1.0)
+  with pytest.raises(ValueError, match='ratio'):
+    PerGroupStreamsFactory([_clipped_sum(1.0)], [-1.0], [1.0], [0.0], 1.0)
+  factory = PerGroupStreamsFactory([_clipped_sum(1.0)], [1.0], [1.0], [0.0],
+                                   1.0)
+  with pytest.raises(TypeError, match='one-hot privacy-group vector'):
+    factory.create(VALUE, WEIGHT)
