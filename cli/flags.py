@@ -109,8 +109,18 @@ CLIENTS_PER_ROUND = absl_flags.DEFINE_integer(
     'clients_per_round', 10, 'Expected (poisson) or exact (fixed) number of '
     'clients per round.')
 SAMPLING = absl_flags.DEFINE_enum(
-    'sampling', 'poisson', ['poisson', 'fixed'],
-    'Client sampling; the accountant uses the matching event.')
+    'sampling', 'poisson', ['poisson', 'fixed', 'device'],
+    'Client sampling; the accountant uses the matching event. device: '
+    'nothing is sampled; each device keeps its own participation rule '
+    '(--min_separation, --max_participations), the server takes '
+    '--clients_per_round of the devices the rule lets check in, and the '
+    'accountant assumes nothing else (no amplification).')
+MIN_SEPARATION = absl_flags.DEFINE_integer(
+    'min_separation', None, '--sampling=device: the fewest rounds between '
+    'two participations of one device (1: consecutive rounds allowed).')
+MAX_PARTICIPATIONS = absl_flags.DEFINE_integer(
+    'max_participations', None, '--sampling=device: the most rounds one '
+    'device takes part in.')
 LOCAL_EPOCHS = absl_flags.DEFINE_integer('local_epochs', 1, 'Local epochs E.')
 CANARIES = absl_flags.DEFINE_integer(
     'canaries', 0, 'An audit run. Trusted server: adds this many canary '
@@ -267,7 +277,8 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'dp_sgd_clip': (UNTRUSTED, CROSS_SILO),
     **{name: (TRUSTED,) for name in (
         'level_fractions', 'opt_out_fraction', 'clients_per_round',
-        'sampling', 'local_epochs', 'server_lr', 'clip_norm',
+        'sampling', 'min_separation', 'max_participations',
+        'local_epochs', 'server_lr', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
         'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr')},
     'canaries': (TRUSTED, UNTRUSTED, CROSS_SILO),
@@ -551,10 +562,18 @@ def _gives_default_clip_count_stddev() -> bool:
 
 
 def client_sampling(n: int):
-  """How --sampling draws --clients_per_round of `n` clients each round."""
-  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
+  """How --sampling draws --clients_per_round of `n` clients each round (or,
+  with device, takes them from the devices their rule lets check in)."""
+  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import accounting
+  from tff_hdp.privacy import min_separation
+  # pylint: enable=g-import-not-at-top
   if SAMPLING.value == 'poisson':
     return accounting.PoissonSampling(CLIENTS_PER_ROUND.value / n)
+  if SAMPLING.value == 'device':
+    return min_separation.DeviceParticipation(
+        n, CLIENTS_PER_ROUND.value, MIN_SEPARATION.value,
+        MAX_PARTICIPATIONS.value)
   return accounting.FixedSizeSampling(n, CLIENTS_PER_ROUND.value)
 
 
@@ -570,6 +589,21 @@ def validate_flags() -> None:
   _check_applies(current)
   _check_values(current)
   _check_output_dir()  # last: it creates the folder, for a valid command only
+
+
+def _check_participation() -> None:
+  """--min_separation and --max_participations: both with --sampling=device,
+  neither without it."""
+  device = SAMPLING.value == 'device'
+  for flag in (MIN_SEPARATION, MAX_PARTICIPATIONS):
+    if device:
+      check(flag.value is not None, f'--sampling=device needs --{flag.name}: '
+            "the devices' participation rule is what the epsilon rests on.")
+      _in(flag, 1)
+    else:
+      check(flag.value is None, f'--{flag.name} applies only with '
+            '--sampling=device (devices that enforce their own '
+            f'participation); drop it or pass --sampling=device.')
 
 
 def _check_values(current: str) -> None:
@@ -617,6 +651,7 @@ def _check_values(current: str) -> None:
           'client (their records run no cohorts); drop --cohort_size.')
   if current == TRUSTED:
     _in(CLIENTS_PER_ROUND, 1)
+    _check_participation()
     _in(OPT_OUT, 0, 1)
     check(not (OPT_OUT.value == 1 and 'fedhdp' in ALGORITHMS.value),
           '--opt_out_fraction=1 leaves fedhdp no private clients; give a '

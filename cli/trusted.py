@@ -15,17 +15,13 @@ def learning_setup(task):
   reproduce.py sets the flags from a preset and calls this too, so both entry
   points train a configuration alike.
   """
-  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy.plans import ClipSettings  # pylint: disable=g-import-not-at-top
   n = len(task.client_ids)
   flags.check(flags.CLIENTS_PER_ROUND.value <= n,
          f'--clients_per_round={flags.CLIENTS_PER_ROUND.value} exceeds the '
          f'{n} clients of task {task.name!r}.')
-  if flags.SAMPLING.value == 'poisson':
-    sampling = accounting.PoissonSampling(flags.CLIENTS_PER_ROUND.value / n)
-  else:
-    sampling = accounting.FixedSizeSampling(n, flags.CLIENTS_PER_ROUND.value)
+  sampling = flags.client_sampling(n)
   levels = flags.private_levels()
   ditto = None
   if flags.DITTO_LAMBDA_P.value is not None or flags.DITTO_LAMBDA_NP.value is not None:

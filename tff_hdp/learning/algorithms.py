@@ -135,6 +135,10 @@ class GroupNoise:
 
   noise_multipliers: tuple[float, ...]
   clip_count_stddev: float | None
+  # Without sampling: each group's participation where the factory's noise
+  # is accounted under a rule of its own (per-group caps on one stream);
+  # None: the run's.
+  participations: tuple[Any, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +279,10 @@ _FEDHDP_MEASUREMENTS = (
     Measurement('group_noise_stddev', 'noise_std_{group}', per_group=True),
 )
 
+# Per-group streams report no clip fraction: their clip is fixed.
+_STREAM_MEASUREMENTS = tuple(m for m in _FEDHDP_MEASUREMENTS
+                             if m.name != 'fraction_clipped_estimate')
+
 
 def _fedhdp_factory(context: TrustedContext,
                     ratios: tuple[float, ...] | None = None) -> GroupFactory:
@@ -296,22 +304,114 @@ def _fedhdp_factory(context: TrustedContext,
                       ratios=ratios)
 
 
-def _fedhdp_noise_aware_factory(context: TrustedContext) -> GroupFactory:
-  """FedHDP's factory; with neither --r nor --level_ratios given, its
-  groups at the noise-aware ratios (`group_weights`), from public
-  quantities only: each group's noise multiplier and expected count in the
-  plan, the model's size and --heterogeneity."""
+def _noise_aware_ratios(context: TrustedContext) -> tuple[float, ...] | None:
+  """With neither --r nor --level_ratios given, the groups' noise-aware
+  ratios (`group_weights`), from public quantities only: each group's
+  noise multiplier and expected count in the plan, the model's size and
+  --heterogeneity; None otherwise (the groups' own ratios)."""
   options = context.options
   if options.get('r') is not None or options.get('level_ratios') is not None:
-    return _fedhdp_factory(context)
+    return None
   # pylint: disable-next=g-import-not-at-top
   from tff_hdp.privacy import group_weights
   plan = context.plan
   sizes = plan.assignment.group_sizes()
   spread = options.get('heterogeneity')
-  return _fedhdp_factory(context, group_weights.noise_aware_ratios(
+  return tuple(group_weights.noise_aware_ratios(
       plan.noise_multipliers, [q * n for q, n in zip(plan.rates(), sizes)],
       context.num_parameters, 1.0 if spread is None else spread))
+
+
+def _fedhdp_noise_aware_factory(context: TrustedContext) -> GroupFactory:
+  """FedHDP's factory, its groups at the noise-aware ratios when neither
+  --r nor --level_ratios is given (`_noise_aware_ratios`)."""
+  return _fedhdp_factory(context, _noise_aware_ratios(context))
+
+
+def _device_plan(noise: Callable[..., Any]) -> Callable[..., Any]:
+  """A `privacy_plan` without sampling: `plans.plan_privacy` with each
+  private group's sums under the strategy `noise(model)` for the run's
+  participation model (`min_separation.DeviceParticipation`)."""
+
+  def plan(assignment, sampling, rounds, *args, **kwargs):
+    # pylint: disable=g-import-not-at-top
+    from tff_hdp.privacy import min_separation
+    from tff_hdp.privacy.plans import plan_privacy
+    # pylint: enable=g-import-not-at-top
+    if not isinstance(sampling, min_separation.DeviceParticipation):
+      raise ValueError(
+          'correlated noise is accounted without sampling, for devices that '
+          'enforce their own participation: run it with --sampling=device '
+          '(with --min_separation and --max_participations).')
+    return plan_privacy(
+        assignment, dataclasses.replace(
+            sampling, noise=noise(sampling.model(rounds))), rounds, *args,
+        **kwargs)
+
+  return plan
+
+
+def _blt_noise(model):
+  """BLT's Toeplitz strategy for `model` (`blt.parameters_for`)."""
+  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import blt
+  from tff_hdp.privacy import min_separation
+  # pylint: enable=g-import-not-at-top
+  return min_separation.ToeplitzNoise(tuple(
+      blt.parameters_for(model).coefficients(model.rounds)))
+
+
+def _tree_noise(model):
+  """The online binary tree's strategy (for any `model`)."""
+  del model
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy import min_separation
+  return min_separation.TreeNoise()
+
+
+def _streams_factory(context: TrustedContext) -> GroupFactory:
+  """`PerGroupStreamsFactory`: each private group's stream adds the
+  correlated noise its plan accounts (BLT's buffers, or TFF's efficient
+  tree), a group without guarantee a clipped sum; the groups at the
+  noise-aware ratios unless --r or --level_ratios is given."""
+  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow_federated as tff
+  from tff_hdp.aggregators import blt_noise
+  from tff_hdp.aggregators import per_group_streams
+  from tff_hdp.aggregators import tree_noise
+  from tff_hdp.privacy import blt
+  from tff_hdp.privacy import min_separation
+  from tff_hdp.privacy.privacy_groups import with_ratios
+  # pylint: enable=g-import-not-at-top
+  plan = context.plan
+  ratios = _noise_aware_ratios(context)
+  if ratios is not None:
+    plan = dataclasses.replace(
+        plan, assignment=with_ratios(plan.assignment, ratios))
+  strategy = plan.sampling.noise
+  clip = context.clip.initial_norm
+  factories = []
+  for j, (group, z) in enumerate(zip(plan.assignment.groups,
+                                     plan.noise_multipliers)):
+    seed = int(np.random.default_rng([context.seed, j, 0x57]).integers(2**62))
+    if not group.is_private:
+      factories.append(tff.aggregators.clipping_factory(
+          clip, tff.aggregators.SumFactory()))
+    elif isinstance(strategy, min_separation.TreeNoise):
+      factories.append(tree_noise.TreeSumFactory(z, clip, seed))
+    else:
+      parameters = blt.parameters_for(plan.sampling.model(plan.rounds))
+      if tuple(parameters.coefficients(plan.rounds)) != strategy.coefficients:
+        raise ValueError('the BLT parameters differ from the strategy the '
+                         'plan accounts.')
+      factories.append(blt_noise.BltSumFactory(parameters, z, clip, seed))
+  factory = per_group_streams.PerGroupStreamsFactory(
+      factories, [g.ratio for g in plan.assignment.groups],
+      plan.expected_group_sizes, [z * clip for z in plan.noise_multipliers],
+      clip)
+  return GroupFactory(factory, GroupNoise(plan.noise_multipliers, None),
+                      seeded=True, ratios=ratios)
 
 
 def _individualized_plan(*args, **kwargs) -> plans.PrivacyPlan:
@@ -357,6 +457,67 @@ def _individualized_factory(context: TrustedContext) -> GroupFactory:
   return GroupFactory(
       merged_groups.MergedGroupsFactory.private_together(inner, private),
       GroupNoise(plan.noise_multipliers, plan.ledger.clip_count_stddev),
+      seeded=True,
+      ratios=tuple(ratios[0] if p else ratios[1 + others.index(j)]
+                   for j, p in enumerate(private)))
+
+
+def _capped_stream_factory(context: TrustedContext) -> GroupFactory:
+  """One BLT stream for every private group (`MergedGroupsFactory` over
+  `PerGroupStreamsFactory`), its devices capped per level at
+  --level_participations (not given: the run's cap): one noise multiplier,
+  the least that meets every group's target at its own cap, and each group
+  accounted at its cap. A group without guarantee is a clipped sum, at the
+  noise-aware ratio against the stream's mean."""
+  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import tensorflow_federated as tff
+  from tff_hdp.aggregators import blt_noise
+  from tff_hdp.aggregators import merged_groups
+  from tff_hdp.aggregators import per_group_streams
+  from tff_hdp.privacy import blt
+  from tff_hdp.privacy import group_weights
+  # pylint: enable=g-import-not-at-top
+  plan = context.plan
+  sampling = plan.sampling
+  groups = plan.assignment.groups
+  private = [g.is_private for g in groups]
+  caps = context.options.get('level_participations')
+  if caps is None:
+    caps = [sampling.max_participations] * sum(private)
+  for k in caps:
+    if k != int(k) or not 1 <= k <= sampling.max_participations:
+      raise ValueError(
+          f'--level_participations: {k:g} is not a whole number of '
+          f'participations in [1, --max_participations='
+          f'{sampling.max_participations}] (the stream\'s cap).')
+  capped = iter(caps)
+  participations = tuple(
+      dataclasses.replace(sampling, max_participations=int(next(capped)))
+      if p else None for p in private)
+  z = max(part.calibrate(g.epsilon, g.delta, plan.rounds, None)
+          for g, part in zip(groups, participations) if part is not None)
+  others = [j for j, p in enumerate(private) if not p]
+  rates, sizes = plan.rates(), plan.assignment.group_sizes()
+  private_count = sum(d for d, p in zip(plan.expected_group_sizes, private)
+                      if p)
+  spread = context.options.get('heterogeneity')
+  ratios = group_weights.noise_aware_ratios(
+      [z] + [0.0] * len(others),
+      [private_count] + [rates[j] * sizes[j] for j in others],
+      context.num_parameters, 1.0 if spread is None else spread)
+  clip = context.clip.initial_norm
+  seed = int(np.random.default_rng([context.seed, 0x57]).integers(2**62))
+  parameters = blt.parameters_for(sampling.model(plan.rounds))
+  inner = per_group_streams.PerGroupStreamsFactory(
+      [blt_noise.BltSumFactory(parameters, z, clip, seed)] +
+      [tff.aggregators.clipping_factory(clip, tff.aggregators.SumFactory())
+       for _ in others], ratios, [private_count] + [None] * len(others),
+      [z * clip] + [0.0] * len(others), clip)
+  return GroupFactory(
+      merged_groups.MergedGroupsFactory.private_together(inner, private),
+      GroupNoise(tuple(z if p else 0.0 for p in private), None,
+                 participations),
       seeded=True,
       ratios=tuple(ratios[0] if p else ratios[1 + others.index(j)]
                    for j, p in enumerate(private)))
@@ -418,6 +579,12 @@ HETEROGENEITY = Option(
     'norm allows (sigma_c^2 = h S^2 / d; not given: 1, as spread as the '
     'clip allows). A public setting: it costs no privacy.', low=0.0,
     low_open=True)
+LEVEL_PARTICIPATIONS = Option(
+    'level_participations', 'blt_shared: the most rounds a device of each '
+    'private level takes part in, in --epsilons order, each at most '
+    '--max_participations (not given: that cap for every level). Devices '
+    'that stop sooner spend less of the one stream\'s privacy.', low=1,
+    per_level=True)
 RPCA_FREEZE = Option(
     'rpca_freeze_after_round', 'Robust-HDP: estimate the weights by RPCA in '
     'rounds 1..k only and reuse round k\'s after, as its authors\' code does '
@@ -428,6 +595,19 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm('fedhdp', TRUSTED, 'FedHDP', _fedhdp_noise_aware_factory,
               (RATIO, LEVEL_RATIOS, HETEROGENEITY), _FEDHDP_MEASUREMENTS,
               cohorts=True, groups=_with_ratio, sweep='r'),
+    Algorithm('fedhdp_blt', TRUSTED, 'FedHDP with per-group BLT noise',
+              _streams_factory, (RATIO, LEVEL_RATIOS, HETEROGENEITY),
+              _STREAM_MEASUREMENTS, groups=_with_ratio, sweep='r',
+              fixed_clip=True, privacy_plan=_device_plan(_blt_noise)),
+    Algorithm('fedhdp_tree', TRUSTED, 'FedHDP with a tree per group',
+              _streams_factory, (RATIO, LEVEL_RATIOS, HETEROGENEITY),
+              _STREAM_MEASUREMENTS, groups=_with_ratio, sweep='r',
+              fixed_clip=True, privacy_plan=_device_plan(_tree_noise)),
+    Algorithm('blt_shared', TRUSTED,
+              'one BLT stream, devices capped per level',
+              _capped_stream_factory, (LEVEL_PARTICIPATIONS, HETEROGENEITY),
+              _STREAM_MEASUREMENTS[:1], fixed_clip=True,
+              privacy_plan=_device_plan(_blt_noise)),
     Algorithm('individualized_sampling', TRUSTED,
               'individualized sampling (IDP-FedAvg SAMPLE)',
               _individualized_factory, (HETEROGENEITY,),

@@ -215,13 +215,16 @@ def plan_individualized_sampling(assignment: GroupAssignment,
 
 def with_noise(plan: PrivacyPlan, noise_multipliers: Sequence[float],
                clip_count_stddev: float | None,
-               ratios: Sequence[float] | None = None) -> PrivacyPlan:
+               ratios: Sequence[float] | None = None,
+               participations: Sequence | None = None) -> PrivacyPlan:
   """`plan` accounting the noise a factory applies: each group's
   `noise_multipliers` and the `clip_count_stddev` (None: no count
   released, the clip norm fixed), its groups at the `ratios` the factory
-  weighs them with (None: their own). The ledger then tracks the mechanism
-  that runs, whatever the plan calibrated; a group whose applied noise
-  overspends its target has its rounds refused by the ledger."""
+  weighs them with (None: their own) and, without sampling, each group's
+  `participations` where the factory caps them (None: the plan's). The
+  ledger then tracks the mechanism that runs, whatever the plan calibrated;
+  a group whose applied noise overspends its target has its rounds refused
+  by the ledger."""
   if len(noise_multipliers) != plan.assignment.num_groups:
     raise ValueError(
         f'{len(noise_multipliers)} noise multipliers applied for '
@@ -230,11 +233,13 @@ def with_noise(plan: PrivacyPlan, noise_multipliers: Sequence[float],
     if group.is_private and not z > 0:
       raise ValueError(f'privacy group {group.name!r} is private, but the '
                        f'factory applies noise multiplier {z}.')
+  own = participations or [None] * len(noise_multipliers)
   budgets = [accounting.GroupBudget(g.name, z, g.epsilon, g.delta,
-                                    old.sampling if old else None)
+                                    part or (old.sampling if old else None))
              if g.is_private else None
-             for g, z, old in zip(plan.assignment.groups, noise_multipliers,
-                                  plan.ledger.budgets)]
+             for g, z, old, part in zip(plan.assignment.groups,
+                                        noise_multipliers,
+                                        plan.ledger.budgets, own)]
   assignment = (plan.assignment if ratios is None else
                 with_ratios(plan.assignment, ratios))
   return dataclasses.replace(

@@ -24,6 +24,7 @@ from tff_hdp.learning import ditto
 from tff_hdp.learning.execution import Execution
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy import empirical_epsilon
+from tff_hdp.privacy import min_separation
 from tff_hdp.privacy import release_policy
 from tff_hdp.privacy.privacy_groups import GroupAssignment
 from tff_hdp.privacy.privacy_groups import PrivacyGroup
@@ -32,6 +33,7 @@ from tff_hdp.simulation import canary_audit
 from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import evaluation
 from tff_hdp.simulation import folder_lock
+from tff_hdp.simulation import participation
 from tff_hdp.simulation import round_loop
 from tff_hdp.simulation import run_lifecycle
 from tff_hdp.simulation import runtime
@@ -230,6 +232,8 @@ class TrustedRounds(round_loop.RoundProgram):
     rates = np.asarray(plan.rates())
     self._client_rates = None if plan.group_rates is None else rates[
         [plan.assignment.group_of(c) for c in self._population]]
+    self._schedule = _device_schedule(plan, self._population,
+                                      sampling_seed)
     self._private_flags = {
         c: client_choices.groups[client_choices.group_of(c)].is_private
         for c in task.client_ids
@@ -263,9 +267,12 @@ class TrustedRounds(round_loop.RoundProgram):
 
   def train(self, round_num: int) -> dict:
     plan, groups = self.plan, self.plan.assignment.groups
-    sampled = selection.sample_clients(self._population, plan.sampling,
-                                       self._sampling_seed, round_num,
-                                       self._client_rates)
+    if self._schedule is not None:
+      sampled = [self._population[i] for i in self._schedule[round_num - 1]]
+    else:
+      sampled = selection.sample_clients(self._population, plan.sampling,
+                                         self._sampling_seed, round_num,
+                                         self._client_rates)
     canaries = []
     if self._audit is not None:
       sampled, canaries = self._audit.split(sampled)
@@ -316,6 +323,25 @@ class TrustedRounds(round_loop.RoundProgram):
     return metrics
 
 
+def _device_schedule(plan: plans.PrivacyPlan, population: Sequence,
+                     seed: int) -> list[np.ndarray] | None:
+  """Each round's clients (indices into `population`) when devices enforce
+  their own participation (`participation.schedule_rounds`): a private
+  group's devices keep the rule its budget is accounted under (the run's,
+  or the group's own cap), a group without guarantee may take part every
+  round. None when clients are sampled."""
+  sampling = plan.sampling
+  if not isinstance(sampling, min_separation.DeviceParticipation):
+    return None
+  models = [(budget.sampling or sampling).model(plan.rounds)
+            if budget is not None else
+            min_separation.MinSeparation(plan.rounds, 1, plan.rounds)
+            for budget in plan.ledger.budgets]
+  return participation.schedule_rounds(
+      np.array([plan.assignment.group_of(c) for c in population]), models,
+      sampling.clients_per_round, seed)
+
+
 def run_configuration(task: FederatedTask, config: Configuration,
                       choices: GroupAssignment, settings: Settings,
                       output_dir: str | None,
@@ -348,7 +374,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
         task.num_trainable_parameters))
     # The ledger accounts the noise the factory says it applies.
     applied = plans.with_noise(plan, built.noise.noise_multipliers,
-                               built.noise.clip_count_stddev, built.ratios)
+                               built.noise.clip_count_stddev, built.ratios,
+                               built.noise.participations)
     if built.ratios is not None and progress:
       print(_ratios_line(config.name, applied))
     process = execution.build_fedhdp(
@@ -403,6 +430,15 @@ def _ratios_line(name: str, plan: plans.PrivacyPlan) -> str:
   return line
 
 
+# What a run's epsilon protects, by how clients take part.
+_ADJACENCY = {
+    'poisson': 'add or remove one client',
+    'fixed': 'replace one client',
+    'device': ('zero out one device (its updates replaced by zeros, in any '
+               'rounds its participation rule allows)'),
+}
+
+
 def _summary(task, config, settings, plan, assignment, audit, program,
              result) -> dict:
   """A finished configuration's summary.json."""
@@ -413,6 +449,7 @@ def _summary(task, config, settings, plan, assignment, audit, program,
     metrics = {k: v for k, v in metrics.items()
                if k not in release_policy.PRIVATE_CLIENT_METRICS}
   fixed = isinstance(settings.sampling, accounting.FixedSizeSampling)
+  device = isinstance(settings.sampling, min_separation.DeviceParticipation)
   empirical = _canary_estimates(program, audit) if audit else {}
   return {
       'configuration': config.name,
@@ -423,10 +460,15 @@ def _summary(task, config, settings, plan, assignment, audit, program,
       'ditto': dataclasses.asdict(settings.ditto) if settings.ditto else None,
       'dropped_clients': task.dropped_clients,
       'rounds': settings.rounds,
-      'sampling': 'fixed' if fixed else 'poisson',
+      'sampling': 'device' if device else 'fixed' if fixed else 'poisson',
       'sampling_rate': settings.sampling.rate,
+      **({'participation': {
+          'min_separation': settings.sampling.min_separation,
+          'max_participations': settings.sampling.max_participations,
+          'noise': type(plan.sampling.noise).__name__}} if device else {}),
       'denominator': settings.denominator,
-      'adjacency': 'replace one client' if fixed else 'add or remove one client',
+      'adjacency': _ADJACENCY['device' if device else 'fixed' if fixed
+                             else 'poisson'],
       'privacy_accounted': plan.accounted,
       'privacy_warnings': privacy_warnings(settings),
       'groups': [{
@@ -437,6 +479,8 @@ def _summary(task, config, settings, plan, assignment, audit, program,
           'ratio': applied.ratio,
           'noise_multiplier': z,
           **({'sampling_rate': q} if plan.group_rates else {}),
+          **({'max_participations': (budget.sampling or plan.sampling)
+              .max_participations} if device and budget else {}),
           'epsilon_spent': (epsilons[g.name] if plan.accounted
                             else None),
           # The alarm reads the final model's scores: the all-rounds ones,
@@ -446,9 +490,10 @@ def _summary(task, config, settings, plan, assignment, audit, program,
               'audit_alarm': empirical_epsilon.alarm(
                   empirical[g.name]['final_model'], epsilons[g.name])}
              if g.name in empirical else {}),
-      } for g, applied, n, z, q in zip(
+      } for g, applied, n, z, q, budget in zip(
           assignment.groups, plan.assignment.groups,
-          assignment.group_sizes(), plan.noise_multipliers, plan.rates())],
+          assignment.group_sizes(), plan.noise_multipliers, plan.rates(),
+          plan.ledger.budgets)],
       **({'canaries': {'per_group': settings.canaries,
                        'unseen_per_group': settings.canaries,
                        'confidence': canary_audit.CONFIDENCE}}
