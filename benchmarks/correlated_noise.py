@@ -16,7 +16,10 @@ es-ES pattern, n 2,000, b 313, k 6):
   multiplier;
 - for the best BLT, the epsilon of devices capped at fewer participations
   on the same stream (one noise multiplier, calibrated for the
-  k-participation devices at --epsilon).
+  k-participation devices at --epsilon);
+- groups at --group_epsilons, each on its own stream as a run calibrates it:
+  the BLT's and the efficient tree's noise multipliers, the epsilon each
+  spends, and their model noise per round.
 
 The BLT parameters are written to --output (JSON, keyed by "n,b,k,buffers")
 for runs to read; the file in the repository is this command's output:
@@ -56,11 +59,13 @@ _BUFFERS = flags.DEFINE_list('buffers', ['1', '2', '3'],
                              'Buffer counts to optimize.')
 _EPSILON = flags.DEFINE_float('epsilon', 8.0, 'Target of the k-participation '
                               'devices for the capped-devices table.')
-_DELTA = flags.DEFINE_float('delta', 1e-6, 'Delta of that table.')
+_DELTA = flags.DEFINE_float('delta', 1e-6, 'Delta of that table and of '
+                             'the groups table.')
+_GROUP_EPSILONS = flags.DEFINE_list(
+    'group_epsilons', ['1', '8'], 'Targets of the groups table (each group '
+    'on its own BLT stream, and on its own efficient tree).')
 _OUTPUT = flags.DEFINE_string(
-    'output', os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), 'tff_hdp', 'privacy',
-                           'blt_parameters.json'),
+    'output', blt.PARAMETERS_FILE,
     'JSON file the parameters are added to.')
 
 flags.register_validator(
@@ -76,6 +81,10 @@ flags.register_validator('noise_multiplier', lambda v: v > 0,
                          '--noise_multiplier must be positive.')
 flags.register_validator('epsilon', lambda v: v > 0,
                          '--epsilon must be positive.')
+flags.register_validator(
+    'group_epsilons',
+    lambda v: all(e.replace('.', '', 1).isdigit() and float(e) > 0 for e in v),
+    '--group_epsilons takes positive numbers, e.g. --group_epsilons=1,8.')
 
 
 def _tree_accounting(model: min_separation.MinSeparation) -> None:
@@ -96,6 +105,36 @@ def _tree_accounting(model: min_separation.MinSeparation) -> None:
         z, model.rounds, model.max_participations, model.min_separation - 1)
     print(f'TF Privacy: rho {theirs:.4f} zCDP ({time.time() - start:.1f} s)',
           flush=True)
+
+
+def _groups_table(model, params) -> None:
+  """Each group of --group_epsilons on its own stream, as a run calibrates
+  it (`DeviceParticipation`): BLT's and the efficient tree's noise
+  multipliers, the epsilon each then spends, and the model's noise per round
+  (RMSE in clip units over the run's prefixes)."""
+  n = model.rounds
+  c = params.coefficients(n)
+  strategies = {
+      'BLT': (min_separation.ToeplitzNoise(tuple(c)),
+              blt.prefix_noise_power(c)),
+      'tree': (min_separation.TreeNoise(),
+               blt.tree_noise_power(model, efficient=True)),
+  }
+  print(f'Groups, each on its own stream (delta {_DELTA.value:g}):')
+  for epsilon in (float(e) for e in _GROUP_EPSILONS.value):
+    rmse = {}
+    for name, (noise, power) in strategies.items():
+      start = time.time()
+      stream = min_separation.DeviceParticipation(
+          n, 1, model.min_separation, model.max_participations, noise)
+      z = stream.calibrate(epsilon, _DELTA.value, n, None)
+      spent = stream.epsilon_spent(z, None, n, _DELTA.value)
+      rmse[name] = power ** 0.5 * z
+      print(f'  eps {epsilon:g}, {name}: z {z:.4f}, spends eps {spent:.8f}, '
+            f'model noise RMSE {rmse[name]:.4f} x clip '
+            f'({time.time() - start:.1f} s)')
+    print(f'  eps {epsilon:g}: BLT RMSE / tree RMSE '
+          f'{rmse["BLT"] / rmse["tree"]:.4f}')
 
 
 def main(argv):
@@ -138,6 +177,7 @@ def main(argv):
     mu = min_separation.toeplitz_sensitivity_squared(c, capped) ** 0.5 / z
     print(f'  devices capped at {k}: eps '
           f'{min_separation.gaussian_epsilon(mu, _DELTA.value):.3f}')
+  _groups_table(model, best[1])
   with open(_OUTPUT.value, 'w') as f:
     json.dump(stored, f, indent=1, sort_keys=True)
     f.write('\n')
