@@ -9,12 +9,14 @@ what they compute and write."""
 import json
 import math
 import os
+import sys
 
 import numpy as np
 import pytest
 from scipy import optimize
 from scipy import stats
 
+from tests import pinned_runs
 from tests import repository
 from tests.privacy import strategy_oracles as oracles
 from tff_hdp.privacy import blt
@@ -157,3 +159,25 @@ def test_a_levels_cap_is_what_the_schedule_keeps(tmp_path):
   last = _refusal(tmp_path, *FLAGS, '--opt_out_fraction=0',
                   '--algorithms=blt_shared', '--level_participations=1,1')
   assert 'round 6 has 0 devices' in last, last
+
+
+def test_a_killed_blt_run_resumes_to_the_uninterrupted_one(tmp_path):
+  """The streams' state (BLT's buffers) survives a SIGKILL: killed after
+  its fourth round (in a process of its own) and resumed here, the run
+  writes what an uninterrupted one does. Seeded noise, so the two runs
+  draw the same."""
+  flags = [*FLAGS, '--rounds=8', '--checkpoint_every=1', '--eval_every=8',
+           '--unsafe_seeded_dp_randomness', '--algorithms=fedhdp_blt']
+  whole, cut = str(tmp_path / 'whole'), str(tmp_path / 'cut')
+  assert repository.run_program('run_experiment.py', *flags,
+                                f'--output_dir={whole}').returncode == 0
+  command = [sys.executable, os.path.join(repository.ROOT,
+                                          'run_experiment.py'),
+             *flags, f'--output_dir={cut}']
+  assert repository.kill_after_rows(command, cut, 'fedhdp_blt', 4) < 8
+  result = repository.run_program('run_experiment.py', *flags,
+                                  f'--output_dir={cut}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  got, want = pinned_runs.collect(cut), pinned_runs.collect(whole)
+  assert {k: v for k, v in got.items() if k != 'files'} == {
+      k: v for k, v in want.items() if k != 'files'}
