@@ -42,6 +42,9 @@ SHARED_CHANGES = [
     ('deltas', [], '1e-5'),
     ('unsafe_allow_large_delta', [], 'true'),
 ]
+# Devices that enforce their own participation (--sampling=device).
+_DEVICE = ['--sampling=device', '--min_separation=1',
+           '--max_participations=2']
 TRUSTED_CHANGES = SHARED_CHANGES + [
     ('epsilons', [], '2'),
     ('algorithms', [], 'dp_fedavg'),
@@ -52,6 +55,11 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('opt_out_fraction', [], '0.1'),
     ('clients_per_round', [], '5'),
     ('sampling', [], 'fixed'),
+    ('min_separation', _DEVICE, '2'),
+    ('max_participations', _DEVICE, '3'),
+    ('level_participations', _DEVICE + ['--algorithms=blt_shared',
+                                        '--clip_lr=0', '--epsilons=1,3'],
+     '1,2'),
     ('local_epochs', [], '2'),
     ('cohort_size', [], '4'),
     ('canaries', [], '3'),
