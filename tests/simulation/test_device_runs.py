@@ -22,7 +22,8 @@ from tests.privacy import strategy_oracles as oracles
 from tff_hdp.privacy import blt
 from tff_hdp.privacy import min_separation as ms
 
-pytestmark = pytest.mark.tf
+# The tests share the module's `run`: one xdist worker trains it.
+pytestmark = [pytest.mark.tf, pytest.mark.xdist_group('test_device_runs')]
 
 ROUNDS, B, K, PER_ROUND = 6, 2, 3, 20
 FLAGS = ['--task=digits', '--epsilons=1,8', '--deltas=1e-6',
