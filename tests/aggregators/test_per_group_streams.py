@@ -8,6 +8,7 @@ import tensorflow_federated as tff
 
 from tff_hdp.aggregators import BltSumFactory
 from tff_hdp.aggregators import PerGroupStreamsFactory
+from tff_hdp.aggregators.per_group_streams import CohortPerGroupStreamsFactory
 from tff_hdp.aggregators.tree_noise import TreeSumFactory
 from tff_hdp.privacy import blt
 
@@ -78,6 +79,39 @@ def test_a_tree_stream_adds_tffs_own_tree_noise():
     want = alone.next(alone_state, [values[0], values[2]])
     state, alone_state = out.state, want.state
     np.testing.assert_allclose(out.result, want.result, rtol=1e-5, atol=1e-6)
+
+
+def test_cohorts_release_what_separate_clients_release():
+  """Six devices (one non-finite, one with an invalid row) as six TFF
+  clients through clipping streams, and as two cohorts of three whose rows
+  the cohort factory clips itself: the same sums, noise and state, round
+  after round."""
+  params, clip = blt.BltParameters((0.8, 0.3), (0.4, 0.2)), 1.0
+
+  def build(cohorts):
+    make = CohortPerGroupStreamsFactory if cohorts else PerGroupStreamsFactory
+    return make([BltSumFactory(params, 0.5, clip, seed=3,
+                               clip_updates=not cohorts),
+                 tff.aggregators.SumFactory() if cohorts
+                 else _clipped_sum(clip)],
+                [2.0, 1.0], [3.0, None], [0.5, 0.0], clip)
+
+  separate = build(False).create(VALUE, WEIGHT)
+  cohort = build(True).create(tff.TensorType(np.float32, [None, 3]),
+                              tff.TensorType(np.float32, [None, 2]))
+  rng = np.random.default_rng(1)
+  rows = np.array([[1, 0], [0, 1], [1, 0], [1, 1], [1, 0], [0, 1]],
+                  np.float32)
+  a, b = separate.initialize(), cohort.initialize()
+  for _ in range(3):
+    values = (2 * rng.normal(size=(6, 3))).astype(np.float32)
+    values[4, 1] = np.nan
+    one = separate.next(a, list(values), list(rows))
+    two = cohort.next(b, [values[:3], values[3:]], [rows[:3], rows[3:]])
+    a, b = one.state, two.state
+    np.testing.assert_allclose(two.result, one.result, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(two.measurements['group_client_counts'],
+                               [3, 2])
 
 
 def test_bad_settings_are_refused():

@@ -64,14 +64,18 @@ class BltSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
   def __init__(self, parameters: blt.BltParameters, noise_multiplier: float,
                clip: float, seed: int | None = None,
-               inner: tff.aggregators.UnweightedAggregationFactory | None = None
-               ) -> None:
+               inner: tff.aggregators.UnweightedAggregationFactory | None = None,
+               clip_updates: bool = True) -> None:
+    """`clip_updates=False`: the values arrive as sums of device updates
+    each already clipped to `clip` (a cohort's, `PerGroupStreamsFactory`),
+    so they are summed as they are; the noise is the same."""
     inner = tff.aggregators.SumFactory() if inner is None else inner
     _validate(parameters, noise_multiplier, clip, inner)
     self._thetas = np.array(parameters.thetas, np.float32)
     self._omegas = np.array(parameters.omegas, np.float32)
     self._noise_std = float(noise_multiplier) * float(clip)
     self._clip = float(clip)
+    self._clip_updates = bool(clip_updates)
     self._seed = dp_randomness.fresh_secret() if seed is None else int(seed)
     self._inner = inner
 
@@ -150,8 +154,9 @@ class BltSumFactory(tff.aggregators.UnweightedAggregationFactory):
     @tff.federated_computation(init_fn.type_signature.result,
                                tff.FederatedType(value_type, tff.CLIENTS))
     def next_fn(state, value):
-      summed = inner.next(state['inner'],
-                          tff.federated_map(clip_update, value))
+      if self._clip_updates:
+        value = tff.federated_map(clip_update, value)
+      summed = inner.next(state['inner'], value)
       own, result = tff.federated_map(add_noise, (state['own'],
                                                   summed.result))
       return tff.templates.MeasuredProcessOutput(

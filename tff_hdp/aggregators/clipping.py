@@ -31,3 +31,16 @@ def zero_rows(x, keep):
   shape = tf.concat(
       [tf.shape(keep), tf.ones([tf.rank(x) - tf.rank(keep)], tf.int32)], 0)
   return tf.where(tf.reshape(keep, shape), x, tf.zeros_like(x))
+
+
+def clip_rows(leaves, clip_norm):
+  """Each row (leading index) of the stacked `leaves` clipped to `clip_norm`
+  over all leaves, a row with a non-finite norm zeroed; and the rows'
+  norms."""
+  squares = [tf.reduce_sum(tf.reshape(tf.square(x), [tf.shape(x)[0], -1]),
+                           axis=1) for x in leaves]
+  norms = tf.sqrt(tf.add_n(squares))
+  scale, finite = safe_clip_scale(norms, clip_norm)
+  return [zero_rows(x, finite) * tf.reshape(scale, [-1] + [1] *
+                                            (x.shape.rank - 1))
+          for x in leaves], norms

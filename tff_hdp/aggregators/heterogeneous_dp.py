@@ -421,18 +421,10 @@ class CohortHeterogeneousDPFactory(HeterogeneousDPFactory):
 
   def _contribution(self, value, one_hot, clip_norm):
     one_hot = valid_group_rows(one_hot)
-    leaves = tf.nest.flatten(value)
-    squares = [tf.reduce_sum(tf.reshape(tf.square(x), [tf.shape(x)[0], -1]),
-                             axis=1) for x in leaves]
-    norms = tf.sqrt(tf.add_n(squares))
     # As tf.clip_by_global_norm: scale by S / max(||Delta||, S), row by row;
     # a row with a non-finite norm adds zero, even in a zero-weight slot.
-    scale, finite = clipping.safe_clip_scale(norms, clip_norm)
-    group_sums = [
-        tf.tensordot(one_hot, clipping.zero_rows(x, finite) * tf.reshape(
-            scale, [-1] + [1] * (x.shape.rank - 1)), [[0], [0]])
-        for x in leaves
-    ]
+    clipped, norms = clipping.clip_rows(tf.nest.flatten(value), clip_norm)
+    group_sums = [tf.tensordot(one_hot, x, [[0], [0]]) for x in clipped]
     counted = tf.reduce_sum(one_hot, axis=1)
     centred_bits = tf.reduce_sum(
         (tf.cast(norms <= clip_norm, tf.float32) - 0.5) * counted)

@@ -16,6 +16,14 @@ A client's weight is its float32 one-hot group vector; a row that is not
 one-hot (or a zero row, e.g. after a non-finite update) sends zeros to every
 stream. The clip is each stream's own and fixed: correlated noise is
 calibrated to one sensitivity for the whole run.
+
+`CohortPerGroupStreamsFactory` is the same for cohorts (`tff_hdp.learning.
+cohort`): a TFF client holds K devices' updates stacked and their [K, l]
+group rows; each row is clipped on its own at CLIENTS (as
+`CohortHeterogeneousDPFactory` clips) and group j's clipped rows summed, so
+its streams must add noise without clipping again (`BltSumFactory(...,
+clip_updates=False)`, a plain sum for a group without guarantee): the
+server receives the same group sums as from K separate TFF clients.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.aggregators import clipping
 from tff_hdp.aggregators import heterogeneous_dp
 
 
@@ -91,9 +100,22 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
     self._noise = np.asarray(noise_stddevs, np.float32)
     self._clip = float(clip)
 
+  # A weight is one group row ([l]); a cohort's, one per device ([None, l]).
+  _ROWS = ()
+
   @property
   def num_groups(self) -> int:
     return len(self._factories)
+
+  def _member(self, value, one_hot, j):
+    """What client `value` sends to group `j`'s stream: its update if it is
+    a member, zeros otherwise."""
+    inside = heterogeneous_dp.valid_group_rows(one_hot)[j] > 0
+    return tf.nest.map_structure(
+        lambda x: tf.where(inside, x, tf.zeros_like(x)), value)
+
+  def _counts(self, one_hot):
+    return heterogeneous_dp.valid_group_rows(one_hot)
 
   def create(self, value_type: tff.types.Type,
              weight_type: tff.types.Type) -> tff.templates.AggregationProcess:
@@ -106,27 +128,26 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
     value_type = tff.types.to_type(value_type)
     weight_type = tff.types.to_type(weight_type)
     l = self.num_groups
-    expected_weight = tff.TensorType(np.float32, [l])
+    expected_weight = tff.TensorType(np.float32, [*self._ROWS, l])
     if not weight_type.is_equivalent_to(expected_weight):
       raise TypeError('the weight must be the one-hot privacy-group vector '
                       f'{expected_weight}, got {weight_type}.')
-    template = tff.types.structure_from_tensor_type_tree(lambda t: None,
-                                                         value_type)
-    streams = [f.create(value_type) for f in self._factories]
 
     def member_of(j):
       @tff.tensorflow.computation(value_type, weight_type)
       def member(value, one_hot):
-        inside = heterogeneous_dp.valid_group_rows(one_hot)[j] > 0
-        return tf.nest.map_structure(
-            lambda x: tf.where(inside, x, tf.zeros_like(x)), value)
+        return self._member(value, one_hot, j)
       return member
 
     members = [member_of(j) for j in range(l)]
+    member_type = members[0].type_signature.result
+    template = tff.types.structure_from_tensor_type_tree(lambda t: None,
+                                                         member_type)
+    streams = [f.create(member_type) for f in self._factories]
 
     @tff.tensorflow.computation(weight_type)
     def group_row(one_hot):
-      return heterogeneous_dp.valid_group_rows(one_hot)
+      return self._counts(one_hot)
 
     sum_types = [s.next.type_signature.result.result.member for s in streams]
     counts_type = tff.TensorType(np.float32, [l])
@@ -169,3 +190,18 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
           measurements)
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+class CohortPerGroupStreamsFactory(PerGroupStreamsFactory):
+  """`PerGroupStreamsFactory` for cohorts (see the module docstring)."""
+
+  _ROWS = (None,)
+
+  def _member(self, value, one_hot, j):
+    rows = heterogeneous_dp.valid_group_rows(one_hot)[:, j]
+    clipped, _ = clipping.clip_rows(tf.nest.flatten(value), self._clip)
+    return tf.nest.pack_sequence_as(
+        value, [tf.tensordot(rows, x, [[0], [0]]) for x in clipped])
+
+  def _counts(self, one_hot):
+    return tf.reduce_sum(heterogeneous_dp.valid_group_rows(one_hot), axis=0)

@@ -369,6 +369,25 @@ def _tree_noise(model):
   return min_separation.TreeNoise()
 
 
+def _streams(cohorts: bool):
+  """`PerGroupStreamsFactory`, or its cohort twin (whose streams get sums
+  of rows it clipped itself)."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.aggregators import per_group_streams
+  return (per_group_streams.CohortPerGroupStreamsFactory if cohorts
+          else per_group_streams.PerGroupStreamsFactory)
+
+
+def _plain_stream(clip: float, cohorts: bool):
+  """A group without guarantee's stream: a clipped sum (in cohorts the rows
+  arrive clipped)."""
+  # pylint: disable-next=g-import-not-at-top
+  import tensorflow_federated as tff
+  if cohorts:
+    return tff.aggregators.SumFactory()
+  return tff.aggregators.clipping_factory(clip, tff.aggregators.SumFactory())
+
+
 def _streams_factory(context: TrustedContext) -> GroupFactory:
   """`PerGroupStreamsFactory`: each private group's stream adds the
   correlated noise its plan accounts (BLT's buffers, or TFF's efficient
@@ -376,9 +395,7 @@ def _streams_factory(context: TrustedContext) -> GroupFactory:
   noise-aware ratios unless --r or --level_ratios is given."""
   # pylint: disable=g-import-not-at-top
   import numpy as np
-  import tensorflow_federated as tff
   from tff_hdp.aggregators import blt_noise
-  from tff_hdp.aggregators import per_group_streams
   from tff_hdp.aggregators import tree_noise
   from tff_hdp.privacy import blt
   from tff_hdp.privacy import min_separation
@@ -396,8 +413,7 @@ def _streams_factory(context: TrustedContext) -> GroupFactory:
                                      plan.noise_multipliers)):
     seed = int(np.random.default_rng([context.seed, j, 0x57]).integers(2**62))
     if not group.is_private:
-      factories.append(tff.aggregators.clipping_factory(
-          clip, tff.aggregators.SumFactory()))
+      factories.append(_plain_stream(clip, context.cohorts))
     elif isinstance(strategy, min_separation.TreeNoise):
       factories.append(tree_noise.TreeSumFactory(z, clip, seed))
     else:
@@ -405,8 +421,9 @@ def _streams_factory(context: TrustedContext) -> GroupFactory:
       if tuple(parameters.coefficients(plan.rounds)) != strategy.coefficients:
         raise ValueError('the BLT parameters differ from the strategy the '
                          'plan accounts.')
-      factories.append(blt_noise.BltSumFactory(parameters, z, clip, seed))
-  factory = per_group_streams.PerGroupStreamsFactory(
+      factories.append(blt_noise.BltSumFactory(
+          parameters, z, clip, seed, clip_updates=not context.cohorts))
+  factory = _streams(context.cohorts)(
       factories, [g.ratio for g in plan.assignment.groups],
       plan.expected_group_sizes, [z * clip for z in plan.noise_multipliers],
       clip)
@@ -471,10 +488,8 @@ def _capped_stream_factory(context: TrustedContext) -> GroupFactory:
   noise-aware ratio against the stream's mean."""
   # pylint: disable=g-import-not-at-top
   import numpy as np
-  import tensorflow_federated as tff
   from tff_hdp.aggregators import blt_noise
   from tff_hdp.aggregators import merged_groups
-  from tff_hdp.aggregators import per_group_streams
   from tff_hdp.privacy import blt
   from tff_hdp.privacy import group_weights
   # pylint: enable=g-import-not-at-top
@@ -509,10 +524,11 @@ def _capped_stream_factory(context: TrustedContext) -> GroupFactory:
   clip = context.clip.initial_norm
   seed = int(np.random.default_rng([context.seed, 0x57]).integers(2**62))
   parameters = blt.parameters_for(sampling.model(plan.rounds))
-  inner = per_group_streams.PerGroupStreamsFactory(
-      [blt_noise.BltSumFactory(parameters, z, clip, seed)] +
-      [tff.aggregators.clipping_factory(clip, tff.aggregators.SumFactory())
-       for _ in others], ratios, [private_count] + [None] * len(others),
+  inner = _streams(context.cohorts)(
+      [blt_noise.BltSumFactory(parameters, z, clip, seed,
+                               clip_updates=not context.cohorts)] +
+      [_plain_stream(clip, context.cohorts) for _ in others], ratios,
+      [private_count] + [None] * len(others),
       [z * clip] + [0.0] * len(others), clip)
   return GroupFactory(
       merged_groups.MergedGroupsFactory.private_together(inner, private),
@@ -597,7 +613,8 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               cohorts=True, groups=_with_ratio, sweep='r'),
     Algorithm('fedhdp_blt', TRUSTED, 'FedHDP with per-group BLT noise',
               _streams_factory, (RATIO, LEVEL_RATIOS, HETEROGENEITY),
-              _STREAM_MEASUREMENTS, groups=_with_ratio, sweep='r',
+              _STREAM_MEASUREMENTS, cohorts=True, groups=_with_ratio,
+              sweep='r',
               fixed_clip=True, privacy_plan=_device_plan(_blt_noise)),
     Algorithm('fedhdp_tree', TRUSTED, 'FedHDP with a tree per group',
               _streams_factory, (RATIO, LEVEL_RATIOS, HETEROGENEITY),
@@ -606,7 +623,7 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm('blt_shared', TRUSTED,
               'one BLT stream, devices capped per level',
               _capped_stream_factory, (LEVEL_PARTICIPATIONS, HETEROGENEITY),
-              _STREAM_MEASUREMENTS[:1], fixed_clip=True,
+              _STREAM_MEASUREMENTS[:1], cohorts=True, fixed_clip=True,
               privacy_plan=_device_plan(_blt_noise)),
     Algorithm('individualized_sampling', TRUSTED,
               'individualized sampling (IDP-FedAvg SAMPLE)',
