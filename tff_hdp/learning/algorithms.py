@@ -438,6 +438,38 @@ def _individualized_plan(*args, **kwargs) -> plans.PrivacyPlan:
   return plan_individualized_sampling(*args, **kwargs)
 
 
+@dataclasses.dataclass(frozen=True)
+class _MergedGroups:
+  """The private groups merged into one (`MergedGroupsFactory.
+  private_together`) at noise multiplier z: its expected count, the
+  non-private groups after it, the merged groups' noise-aware ratios and
+  each original group's ratio."""
+
+  private_count: float
+  others: tuple[int, ...]
+  ratios: tuple[float, ...]
+  group_ratios: tuple[float, ...]
+
+  @classmethod
+  def of(cls, context: TrustedContext, z: float) -> _MergedGroups:
+    # pylint: disable-next=g-import-not-at-top
+    from tff_hdp.privacy import group_weights
+    plan = context.plan
+    private = [g.is_private for g in plan.assignment.groups]
+    private_count = sum(d for d, p in zip(plan.expected_group_sizes, private)
+                        if p)
+    others = tuple(j for j, p in enumerate(private) if not p)
+    rates, sizes = plan.rates(), plan.assignment.group_sizes()
+    spread = context.options.get('heterogeneity')
+    ratios = tuple(group_weights.noise_aware_ratios(
+        [z] + [0.0] * len(others),
+        [private_count] + [rates[j] * sizes[j] for j in others],
+        context.num_parameters, 1.0 if spread is None else spread))
+    return cls(private_count, others, ratios, tuple(
+        ratios[0] if p else ratios[1 + others.index(j)]
+        for j, p in enumerate(private)))
+
+
 def _individualized_factory(context: TrustedContext) -> GroupFactory:
   """The private groups' sums merged under one noise draw
   (`MergedGroupsFactory` over `HeterogeneousDPFactory`), their mean
@@ -445,26 +477,17 @@ def _individualized_factory(context: TrustedContext) -> GroupFactory:
   # pylint: disable=g-import-not-at-top
   from tff_hdp.aggregators import heterogeneous_dp
   from tff_hdp.aggregators import merged_groups
-  from tff_hdp.privacy import group_weights
   # pylint: enable=g-import-not-at-top
   plan = context.plan
-  groups = plan.assignment.groups
-  private = [g.is_private for g in groups]
+  private = [g.is_private for g in plan.assignment.groups]
   z = max(plan.noise_multipliers)
-  private_count = sum(d for d, p in zip(plan.expected_group_sizes, private)
-                      if p)
-  others = [j for j, p in enumerate(private) if not p]
-  rates, sizes = plan.rates(), plan.assignment.group_sizes()
-  spread = context.options.get('heterogeneity')
-  ratios = group_weights.noise_aware_ratios(
-      [z] + [0.0] * len(others),
-      [private_count] + [rates[j] * sizes[j] for j in others],
-      context.num_parameters, 1.0 if spread is None else spread)
+  merged = _MergedGroups.of(context, z)
+  others = len(merged.others)
   inner = (heterogeneous_dp.CohortHeterogeneousDPFactory if context.cohorts
            else heterogeneous_dp.HeterogeneousDPFactory)(
-               noise_multipliers=[z] + [0.0] * len(others),
-               ratios=ratios,
-               expected_group_sizes=[private_count] + [None] * len(others),
+               noise_multipliers=[z] + [0.0] * others,
+               ratios=merged.ratios,
+               expected_group_sizes=[merged.private_count] + [None] * others,
                initial_clip_norm=context.clip.initial_norm,
                target_unclipped_quantile=context.clip.target_quantile,
                clip_learning_rate=context.clip.learning_rate,
@@ -474,9 +497,7 @@ def _individualized_factory(context: TrustedContext) -> GroupFactory:
   return GroupFactory(
       merged_groups.MergedGroupsFactory.private_together(inner, private),
       GroupNoise(plan.noise_multipliers, plan.ledger.clip_count_stddev),
-      seeded=True,
-      ratios=tuple(ratios[0] if p else ratios[1 + others.index(j)]
-                   for j, p in enumerate(private)))
+      seeded=True, ratios=merged.group_ratios)
 
 
 def _capped_stream_factory(context: TrustedContext) -> GroupFactory:
@@ -491,7 +512,6 @@ def _capped_stream_factory(context: TrustedContext) -> GroupFactory:
   from tff_hdp.aggregators import blt_noise
   from tff_hdp.aggregators import merged_groups
   from tff_hdp.privacy import blt
-  from tff_hdp.privacy import group_weights
   # pylint: enable=g-import-not-at-top
   plan = context.plan
   sampling = plan.sampling
@@ -512,31 +532,22 @@ def _capped_stream_factory(context: TrustedContext) -> GroupFactory:
       if p else None for p in private)
   z = max(part.calibrate(g.epsilon, g.delta, plan.rounds, None)
           for g, part in zip(groups, participations) if part is not None)
-  others = [j for j, p in enumerate(private) if not p]
-  rates, sizes = plan.rates(), plan.assignment.group_sizes()
-  private_count = sum(d for d, p in zip(plan.expected_group_sizes, private)
-                      if p)
-  spread = context.options.get('heterogeneity')
-  ratios = group_weights.noise_aware_ratios(
-      [z] + [0.0] * len(others),
-      [private_count] + [rates[j] * sizes[j] for j in others],
-      context.num_parameters, 1.0 if spread is None else spread)
+  merged = _MergedGroups.of(context, z)
+  others = len(merged.others)
   clip = context.clip.initial_norm
   seed = int(np.random.default_rng([context.seed, 0x57]).integers(2**62))
   parameters = blt.parameters_for(sampling.model(plan.rounds))
   inner = _streams(context.cohorts)(
       [blt_noise.BltSumFactory(parameters, z, clip, seed,
                                clip_updates=not context.cohorts)] +
-      [_plain_stream(clip, context.cohorts) for _ in others], ratios,
-      [private_count] + [None] * len(others),
-      [z * clip] + [0.0] * len(others), clip)
+      [_plain_stream(clip, context.cohorts)] * others, merged.ratios,
+      [merged.private_count] + [None] * others,
+      [z * clip] + [0.0] * others, clip)
   return GroupFactory(
       merged_groups.MergedGroupsFactory.private_together(inner, private),
       GroupNoise(tuple(z if p else 0.0 for p in private), None,
                  participations),
-      seeded=True,
-      ratios=tuple(ratios[0] if p else ratios[1 + others.index(j)]
-                   for j, p in enumerate(private)))
+      seeded=True, ratios=merged.group_ratios)
 
 
 def _with_ratio(choices: GroupAssignment,

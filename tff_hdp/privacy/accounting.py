@@ -87,14 +87,10 @@ Sampling = PoissonSampling | FixedSizeSampling
 # `epsilon_spent`.
 
 
-def _sampled(sampling) -> bool:
-  return isinstance(sampling, (PoissonSampling, FixedSizeSampling))
-
-
 def _self_accounted(sampling, other) -> bool:
   """Whether `sampling` accounts itself; refuses a further event beside it
   (it is a Gaussian's curve, not an RDP one to compose with)."""
-  if _sampled(sampling):
+  if isinstance(sampling, (PoissonSampling, FixedSizeSampling)):
     return False
   if other is not None:
     raise ValueError(f'{type(sampling).__name__} composes no other event.')

@@ -120,8 +120,16 @@ def tree_sensitivity_squared(model: MinSeparation) -> float:
   return float(max(table[0].max() for table in stretch))
 
 
-def _earliest_column(coefficients, model: MinSeparation) -> np.ndarray:
-  """`C p` for the earliest pattern p (rounds 0, b, 2b, ...) of `model`."""
+def toeplitz_sensitivity_squared(coefficients, model: MinSeparation) -> float:
+  """Worst-case squared sensitivity of a lower-triangular Toeplitz strategy
+  `C[i, j] = c_{i-j}` (BLT's, or any optimal Toeplitz one).
+
+  For non-negative, non-increasing c the worst pattern is the earliest and
+  densest one, rounds 0, b, 2b, ... (McMahan et al. 2024, "Efficient and
+  near-optimal noise generation for streaming differential privacy",
+  Lemma on b-min-separated participation; tested against every pattern at
+  small n). Other coefficients are refused, not bounded.
+  """
   c = np.asarray(coefficients, dtype=np.float64)
   n, b = model.rounds, model.min_separation
   if c.ndim != 1 or c.size < n:
@@ -135,20 +143,6 @@ def _earliest_column(coefficients, model: MinSeparation) -> np.ndarray:
   for t in range(0, b * model.reachable_participations, b):
     if t < n:
       column[t:] += c[:n - t]
-  return column
-
-
-def toeplitz_sensitivity_squared(coefficients, model: MinSeparation) -> float:
-  """Worst-case squared sensitivity of a lower-triangular Toeplitz strategy
-  `C[i, j] = c_{i-j}` (BLT's, or any optimal Toeplitz one).
-
-  For non-negative, non-increasing c the worst pattern is the earliest and
-  densest one, rounds 0, b, 2b, ... (McMahan et al. 2024, "Efficient and
-  near-optimal noise generation for streaming differential privacy",
-  Lemma on b-min-separated participation; tested against every pattern at
-  small n). Other coefficients are refused, not bounded.
-  """
-  column = _earliest_column(coefficients, model)
   return float(column @ column)
 
 
