@@ -450,6 +450,7 @@ def _summary(task, config, settings, plan, assignment, audit, program,
                if k not in release_policy.PRIVATE_CLIENT_METRICS}
   fixed = isinstance(settings.sampling, accounting.FixedSizeSampling)
   device = isinstance(settings.sampling, min_separation.DeviceParticipation)
+  kind = 'device' if device else 'fixed' if fixed else 'poisson'
   empirical = _canary_estimates(program, audit) if audit else {}
   return {
       'configuration': config.name,
@@ -460,15 +461,14 @@ def _summary(task, config, settings, plan, assignment, audit, program,
       'ditto': dataclasses.asdict(settings.ditto) if settings.ditto else None,
       'dropped_clients': task.dropped_clients,
       'rounds': settings.rounds,
-      'sampling': 'device' if device else 'fixed' if fixed else 'poisson',
+      'sampling': kind,
       'sampling_rate': settings.sampling.rate,
       **({'participation': {
           'min_separation': settings.sampling.min_separation,
           'max_participations': settings.sampling.max_participations,
           'noise': type(plan.sampling.noise).__name__}} if device else {}),
       'denominator': settings.denominator,
-      'adjacency': _ADJACENCY['device' if device else 'fixed' if fixed
-                             else 'poisson'],
+      'adjacency': _ADJACENCY[kind],
       'privacy_accounted': plan.accounted,
       'privacy_warnings': privacy_warnings(settings),
       'groups': [{
