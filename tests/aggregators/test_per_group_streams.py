@@ -81,17 +81,28 @@ def test_a_tree_stream_adds_tffs_own_tree_noise():
     np.testing.assert_allclose(out.result, want.result, rtol=1e-5, atol=1e-6)
 
 
-def test_cohorts_release_what_separate_clients_release():
+def _blt_stream(clip, clip_updates):
+  return BltSumFactory(blt.BltParameters((0.8, 0.3), (0.4, 0.2)), 0.5, clip,
+                       seed=3, clip_updates=clip_updates)
+
+
+def _tree_stream(clip, clip_updates):
+  return TreeSumFactory(0.5, clip, seed=3, clip_updates=clip_updates)
+
+
+@pytest.mark.parametrize('stream', [_blt_stream, _tree_stream],
+                         ids=['blt', 'tree'])
+def test_cohorts_release_what_separate_clients_release(stream):
   """Six devices (one non-finite, one with an invalid row) as six TFF
   clients through clipping streams, and as two cohorts of three whose rows
   the cohort factory clips itself: the same sums, noise and state, round
-  after round."""
-  params, clip = blt.BltParameters((0.8, 0.3), (0.4, 0.2)), 1.0
+  after round. The values are large, so a stream that clipped a cohort's
+  sum again would differ."""
+  clip = 1.0
 
   def build(cohorts):
     make = CohortPerGroupStreamsFactory if cohorts else PerGroupStreamsFactory
-    return make([BltSumFactory(params, 0.5, clip, seed=3,
-                               clip_updates=not cohorts),
+    return make([stream(clip, clip_updates=not cohorts),
                  tff.aggregators.SumFactory() if cohorts
                  else _clipped_sum(clip)],
                 [2.0, 1.0], [3.0, None], [0.5, 0.0], clip)

@@ -14,7 +14,8 @@ sum_k r_k n_k, n_j the same count as D_j, as `HeterogeneousDPFactory` does.
 
 A client's weight is its float32 one-hot group vector; a row that is not
 one-hot (or a zero row, e.g. after a non-finite update) sends zeros to every
-stream. The clip is each stream's own and fixed: correlated noise is
+stream, and so does a non-finite update (as the cohorts' clipping zeroes
+it). The clip is each stream's own and fixed: correlated noise is
 calibrated to one sensitivity for the whole run.
 
 `CohortPerGroupStreamsFactory` is the same for cohorts (`tff_hdp.learning.
@@ -109,8 +110,12 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
 
   def _member(self, value, one_hot, j):
     """What client `value` sends to group `j`'s stream: its update if it is
-    a member, zeros otherwise."""
-    inside = heterogeneous_dp.valid_group_rows(one_hot)[j] > 0
+    a member and finite, zeros otherwise (TFF's tree would clip a NaN to
+    NaN and carry it in its nodes for the rest of the run)."""
+    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(x))
+                            for x in tf.nest.flatten(value)])
+    inside = tf.logical_and(
+        heterogeneous_dp.valid_group_rows(one_hot)[j] > 0, finite)
     return tf.nest.map_structure(
         lambda x: tf.where(inside, x, tf.zeros_like(x)), value)
 

@@ -415,7 +415,8 @@ def _streams_factory(context: TrustedContext) -> GroupFactory:
     if not group.is_private:
       factories.append(_plain_stream(clip, context.cohorts))
     elif isinstance(strategy, min_separation.TreeNoise):
-      factories.append(tree_noise.TreeSumFactory(z, clip, seed))
+      factories.append(tree_noise.TreeSumFactory(
+          z, clip, seed, clip_updates=not context.cohorts))
     else:
       parameters = blt.parameters_for(plan.sampling.model(plan.rounds))
       if tuple(parameters.coefficients(plan.rounds)) != strategy.coefficients:
@@ -629,8 +630,9 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               fixed_clip=True, privacy_plan=_device_plan(_blt_noise)),
     Algorithm('fedhdp_tree', TRUSTED, 'FedHDP with a tree per group',
               _streams_factory, (RATIO, LEVEL_RATIOS, HETEROGENEITY),
-              _STREAM_MEASUREMENTS, groups=_with_ratio, sweep='r',
-              fixed_clip=True, privacy_plan=_device_plan(_tree_noise)),
+              _STREAM_MEASUREMENTS, cohorts=True, groups=_with_ratio,
+              sweep='r', fixed_clip=True,
+              privacy_plan=_device_plan(_tree_noise)),
     Algorithm('blt_shared', TRUSTED,
               'one BLT stream, devices capped per level',
               _capped_stream_factory, (LEVEL_PARTICIPATIONS, HETEROGENEITY),
