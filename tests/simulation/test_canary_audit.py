@@ -174,7 +174,8 @@ def test_canaries_need_poisson_sampling_and_a_private_group(task):
       rounds=1, sampling=accounting.FixedSizeSampling(40, 10), canaries=5)
   choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 4.0, DELTA)], 0.0, seed=0)
-  with pytest.raises(ValueError, match='--canaries needs --sampling=poisson'):
+  with pytest.raises(ValueError,
+                     match='--canaries needs --sampling=poisson or device'):
     trusted_setting.run_configuration(
         task, trusted_setting.Configuration('fedhdp', 1.0), choices,
         settings, None, progress=False)

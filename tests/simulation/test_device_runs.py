@@ -90,6 +90,37 @@ def test_every_round_takes_its_clients_and_the_table_says_device(run):
   assert f'{PER_ROUND} clients per round (device)' in result.stdout
 
 
+def test_canaries_take_part_as_devices_and_leave_the_accounting(run,
+                                                               tmp_path):
+  """An audit run (in cohorts): its canaries are devices of their groups,
+  scheduled among the others (every round still takes exactly its
+  clients), each private group gets its estimate from 10 inserted against
+  10 unseen canaries, and the noise and epsilon are the plain run's (a
+  device's accounting rests on its own participations)."""
+  plain, _ = run
+  out = str(tmp_path / 'audit')
+  result = repository.run_program(
+      'run_experiment.py', *FLAGS, '--algorithms=fedhdp_blt',
+      '--canaries=10', '--cohort_size=8', f'--output_dir={out}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'sampled or scheduled' in result.stdout
+  rows = repository.rounds_rows(out, 'fedhdp_blt')
+  assert [int(r['num_clients']) for r in rows] == [PER_ROUND] * ROUNDS
+  summaries = []
+  for folder in (plain, out):
+    with open(os.path.join(folder, 'fedhdp_blt', 'summary.json')) as f:
+      summaries.append(json.load(f))
+  without, audit = ([g for g in s['groups'] if g['target_epsilon']]
+                    for s in summaries)
+  assert [g['name'] for g in audit] == [g['name'] for g in without]
+  for plain_group, group in zip(without, audit):
+    assert group['noise_multiplier'] == plain_group['noise_multiplier']
+    assert group['epsilon_spent'] == plain_group['epsilon_spent']
+    for scores in group['empirical_epsilon'].values():
+      assert (scores['inserted'], scores['unseen']) == (10, 10)
+      assert np.isfinite(scores['estimate'])
+
+
 def _refusal(output_dir, *flags) -> str:
   """The one line a refused run ends with (exit status 2)."""
   result = repository.run_program('run_experiment.py', *flags,

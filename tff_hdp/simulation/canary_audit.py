@@ -15,7 +15,11 @@ checkpoints are). `tff_hdp.privacy.empirical_epsilon` turns the inserted
 against the unseen scores into an estimate and a lower bound per group.
 
 Real clients are sampled exactly as in the same run without canaries: the
-canaries' draws follow theirs in the one sampling stream.
+canaries' draws follow theirs in the one sampling stream. Without sampling
+(`--sampling=device`) canaries are devices under the same participation
+rule as their group's members; a round's schedule then takes them among the
+others, so real devices' rounds differ from a run without canaries, and
+their privacy does not (each device's rests on its own participations).
 
 Under sample-level DP-SGD (`--canaries=K` with an untrusted server or
 cross-silo) each client or silo holds K canary examples and keeps K unseen
@@ -42,8 +46,9 @@ from tff_hdp.privacy.privacy_groups import GroupAssignment
 CONFIDENCE = 0.95
 AUDIT_NOTICE = (
     'an audit run: {k} canary clients join every private group (counted in '
-    'its size, sampled, clipped and noised as members) and {k} more are kept '
-    'unseen; the released model holds the canaries\' contributions.')
+    'its size, sampled or scheduled, clipped and noised as members) and {k} '
+    'more are kept unseen; the released model holds the canaries\' '
+    'contributions.')
 EXAMPLE_AUDIT_NOTICE = (
     'an audit run: {k} canary examples join every {member}\'s data '
     '(sampled at its rate and clipped like its examples, their gradient a '

@@ -507,9 +507,11 @@ def _canary_audit(task: FederatedTask, assignment: GroupAssignment,
                   settings: Settings) -> canary_audit.CanaryAudit | None:
   if not settings.canaries:
     return None
-  if not isinstance(settings.sampling, accounting.PoissonSampling):
-    raise ValueError('--canaries needs --sampling=poisson: canaries are '
-                     'drawn as members are, each on its own.')
+  if not isinstance(settings.sampling, (accounting.PoissonSampling,
+                                        min_separation.DeviceParticipation)):
+    raise ValueError('--canaries needs --sampling=poisson or device: '
+                     'canaries take part as members do, each on its own '
+                     '(a fixed-size draw would trade members for them).')
   return canary_audit.CanaryAudit.create(assignment, settings.canaries,
                                          settings.seed,
                                          task.num_trainable_parameters)
