@@ -17,7 +17,8 @@ is the noise:
                    num_clients), fresh noise, amplification accounted;
   per_group_blt_audit  per_group_blt with --canaries canary devices per
                    group: each group's canary estimate beside its epsilon
-                   (its accuracy is not the rule's: it trains with them).
+                   (its accuracy is not the rule's: it trains with them);
+  nonprivate       the same schedule without noise: the ceiling.
 
 Each configuration runs `run_experiment.py` into --output_dir/<name> with
 checkpoints, so the same command resumes what a stopped one left (a
@@ -79,6 +80,7 @@ CONFIGS = {
     'per_group_tree': ('fedhdp_tree', _TWO_GROUPS + _DEVICE),
     'poisson_fedhdp': ('fedhdp', _TWO_GROUPS + ('--sampling=poisson',)),
     'per_group_blt_audit': ('fedhdp_blt', _TWO_GROUPS + _DEVICE),
+    'nonprivate': ('nonprivate', _TWO_GROUPS + _DEVICE),
 }
 _CONFIGS = flags.DEFINE_list('configs', list(CONFIGS), 'Configurations to '
                              f'run and tabulate: any of {", ".join(CONFIGS)}.')
