@@ -124,9 +124,9 @@ MAX_PARTICIPATIONS = absl_flags.DEFINE_integer(
 LOCAL_EPOCHS = absl_flags.DEFINE_integer('local_epochs', 1, 'Local epochs E.')
 CANARIES = absl_flags.DEFINE_integer(
     'canaries', 0, 'An audit run. Trusted server: adds this many canary '
-    'clients to every private group (members sampled, clipped and noised '
-    'like any other, whose update is a fixed random direction) and keeps as '
-    'many unseen; reports each group\'s empirical epsilon from their scores '
+    'clients to every private group (members sampled or scheduled, clipped '
+    'and noised like any other, whose update is a fixed random direction) '
+    'and keeps as many unseen; reports each group\'s empirical epsilon from their scores '
     '(final model and all rounds) beside the printed one. Untrusted server: '
     'adds this many canary examples to every client\'s data (sampled and '
     'clipped like its examples, whose gradient is a fixed random direction), '

@@ -33,6 +33,12 @@ def zero_rows(x, keep):
   return tf.where(tf.reshape(keep, shape), x, tf.zeros_like(x))
 
 
+def all_finite(structure) -> tf.Tensor:
+  """Whether every value of the nested `structure` is finite."""
+  return tf.reduce_all(
+      [tf.reduce_all(tf.math.is_finite(x)) for x in tf.nest.flatten(structure)])
+
+
 def clip_rows(leaves, clip_norm):
   """Each row (leading index) of the stacked `leaves` clipped to `clip_norm`
   over all leaves, a row with a non-finite norm zeroed; and the rows'

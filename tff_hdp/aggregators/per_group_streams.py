@@ -112,10 +112,9 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
     """What client `value` sends to group `j`'s stream: its update if it is
     a member and finite, zeros otherwise (TFF's tree would clip a NaN to
     NaN and carry it in its nodes for the rest of the run)."""
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(x))
-                            for x in tf.nest.flatten(value)])
     inside = tf.logical_and(
-        heterogeneous_dp.valid_group_rows(one_hot)[j] > 0, finite)
+        heterogeneous_dp.valid_group_rows(one_hot)[j] > 0,
+        clipping.all_finite(value))
     return tf.nest.map_structure(
         lambda x: tf.where(inside, x, tf.zeros_like(x)), value)
 

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.aggregators import clipping
 from tff_hdp.learning import canaries as canaries_lib
 
 DATA_KEY = 'data'
@@ -55,15 +56,10 @@ def make_client_data(dataset: tf.data.Dataset, group_one_hot: np.ndarray,
   return data
 
 
-def all_finite(structure) -> tf.Tensor:
-  return tf.reduce_all(
-      [tf.reduce_all(tf.math.is_finite(x)) for x in tf.nest.flatten(structure)])
-
-
 def drop_if_non_finite(update, one_hot):
   """A non-finite update becomes zeros with a zero weight (the client is
   dropped); also returns whether it was finite, for the count."""
-  finite = all_finite(update)
+  finite = clipping.all_finite(update)
   update = tf.nest.map_structure(
       lambda u: tf.where(finite, u, tf.zeros_like(u)), update)
   return update, tf.where(finite, one_hot, tf.zeros_like(one_hot)), finite

@@ -35,7 +35,7 @@ import tensorflow_federated as tff
 
 from tff_hdp.privacy import plans
 from tff_hdp.learning import canaries as canaries_lib
-from tff_hdp.learning import client_work
+from tff_hdp.aggregators import clipping
 from tff_hdp.learning import cohort
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import learning_process
@@ -212,8 +212,8 @@ def _build_silo_round(model_fn, per_example_loss, per_example_error,
           lambda a, p: tf.where(role['reset'], a, p), anchor, personal)
       update = epoch(start, role['regularization'], 0)
       new_personal = tf.nest.map_structure(tf.subtract, start, update)
-    finite = tf.logical_and(client_work.all_finite(update),
-                            client_work.all_finite(new_personal))
+    finite = tf.logical_and(clipping.all_finite(update),
+                            clipping.all_finite(new_personal))
     update = tf.nest.map_structure(
         lambda u: tf.where(finite, u, tf.zeros_like(u)), update)
     new_personal = tf.nest.map_structure(lambda u, p: tf.where(finite, u, p),

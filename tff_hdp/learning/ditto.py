@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.aggregators import clipping
 from tff_hdp.learning import client_work
 from tff_hdp.learning import cohort
 
@@ -49,7 +50,7 @@ def _group_lambda(one_hot, lambdas: np.ndarray):
 
 def _keep_if_finite(updated, personal):
   """A personal model that went non-finite is not kept."""
-  finite = client_work.all_finite(updated)
+  finite = clipping.all_finite(updated)
   return tf.nest.map_structure(lambda u, p: tf.where(finite, u, p), updated,
                                personal)
 
