@@ -67,7 +67,8 @@ def pinned():
     return json.load(f)
 
 
-_collected = {}
+_collected = {}  # (setting, count) -> what the run wrote (`collect`)
+_folders = {}  # (setting, count) -> the run's output folder
 
 
 def _run(setting, addresses, output_dir, extra_flags=()):
@@ -83,8 +84,9 @@ def _run(setting, addresses, output_dir, extra_flags=()):
 @pytest.mark.parametrize('setting', [_param(s) for s in LEARNING])
 def test_workers_give_the_local_results(setting, count, three_workers, pinned,
                                         tmp_path):
-  got = _run(setting, three_workers[:count], str(tmp_path / 'out'))
-  _collected[setting, count] = got
+  out = str(tmp_path / 'out')
+  got = _run(setting, three_workers[:count], out)
+  _collected[setting, count], _folders[setting, count] = got, out
   assert_local_results(f'{setting} on {count} workers', setting, got, pinned)
 
 
@@ -161,12 +163,17 @@ def test_three_workers_repeat_exactly(three_workers, tmp_path):
   assert _run(setting, three_workers, str(tmp_path / 'again')) == first
 
 
+@_group('trusted_ditto_cohorts')
 def test_another_worker_count_is_another_run(three_workers, tmp_path):
-  """Both runs in this process: the refusal reads the folder's run key."""
-  out = str(tmp_path / 'out')
-  pinned_runs.run('trusted_ditto_cohorts', out,
-                  (f'--workers={",".join(three_workers[:2])}',),
-                  in_process=True)
+  """Both runs in this process: the refusal reads the folder's run key.
+  The folder is test_workers_give_the_local_results' two-worker run where
+  this worker ran it (the same flags), else a run of its own."""
+  out = _folders.get(('trusted_ditto_cohorts', 2))
+  if out is None:
+    out = str(tmp_path / 'out')
+    pinned_runs.run('trusted_ditto_cohorts', out,
+                    (f'--workers={",".join(three_workers[:2])}',),
+                    in_process=True)
   result = repository.run_program(
       'run_experiment.py',
       *pinned_runs.flags('trusted_ditto_cohorts', out,
