@@ -33,14 +33,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_hdp.privacy import plans
-from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.aggregators import clipping
+from tff_hdp.aggregators import stacking
+from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
+from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import cohort
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import learning_process
-from tff_hdp.aggregators import stacking
-from tff_hdp.aggregators.cluster_mean import ClusterMeanFactory
+from tff_hdp.privacy import plans
 
 DATA_KEY = dp_sgd.DATA_KEY
 PRIVACY_KEY = dp_sgd.PRIVACY_KEY
