@@ -128,3 +128,37 @@ def test_slices_merge_and_join_in_slice_order():
       form, slices, _reverse_finishing_workers(form)))
   assert list(values) == _VALUES
   assert total == np.float32(0.0)
+
+
+def test_workers_share_one_compile_of_each_part(monkeypatch):
+  """Three workers' threads asking at once for the same parts get one
+  compile each, and the same compiled computation."""
+  compiled = []
+  native = remote_execution.compiler.desugar_and_transform_to_native
+
+  def counting(comp):
+    compiled.append(comp)
+    return native(comp)
+
+  monkeypatch.setattr(remote_execution.compiler,
+                      'desugar_and_transform_to_native', counting)
+  form, _ = _form_and_slices([1.0, 2.0, 3.0], 3)
+  parts = [form.up_to_merge, form.merge, form.after_merge]
+  shared = remote_execution.SharedCompiler()
+  barrier = threading.Barrier(3)
+  results = [None] * 3
+
+  def worker(i):
+    barrier.wait(timeout=_WAIT_SECONDS)
+    results[i] = [shared(part) for part in parts]
+
+  threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join(timeout=60)
+  assert sorted(map(id, compiled)) == sorted(map(id, parts))
+  assert all(r is not None for r in results)
+  for i in range(3):
+    assert [id(c) for c in results[i]] == [id(c) for c in results[0]]
+    assert all(c is not p for c, p in zip(results[i], parts))

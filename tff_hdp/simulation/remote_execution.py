@@ -27,6 +27,8 @@ connection for `timeout` seconds while a call waits raises
 but is still computing `timeout` seconds after another finished its part. A
 worker whose computation fails is named (`WorkerFailedError`). At the start, a worker still silent after
 a couple of seconds is named on stderr with what to check, before the wait.
+Every worker runs the same parts of a computation, compiled once for all
+(`SharedCompiler`), not once per worker.
 The local worker of a default run gets the same care (`LocalWorkerContext`,
 otherwise TFF's own sync context): a call fails once its process has ended.
 """
@@ -39,6 +41,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Sequence
 
@@ -173,15 +176,38 @@ def await_workers(addresses: Sequence[str], timeout: float) -> None:
       channel.close()
 
 
-def context_arguments(address: str) -> dict:
+def context_arguments(address: str,
+                      compiler_fn: Callable[[object], object] = (
+                          compiler.desugar_and_transform_to_native)) -> dict:
   """The arguments of TFF's (sync or async) execution context over a
-  `RemoteExecutor` talking to `address`, as TFF's local context has them."""
+  `RemoteExecutor` talking to `address`, as TFF's local context has them
+  (`compiler_fn`: TFF's native compiler, or a `SharedCompiler` of it)."""
   channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
   return dict(executor_fn=_executor_factory(stub),
-              compiler_fn=compiler.desugar_and_transform_to_native,
+              compiler_fn=compiler_fn,
               transform_args=tff.tensorflow.transform_args,
               transform_result=tff.tensorflow.transform_result)
+
+
+class SharedCompiler:
+  """TFF's native compiler with one cache for the contexts of all workers.
+
+  Each worker's context compiles what it runs (`up_to_merge`, `after_merge`
+  and, on worker 0, `merge`) with its own cache; these are the same
+  computations on every worker, and compiling one costs about as much as a
+  short round, so on N workers they were compiled N times. Here the first
+  worker to need one compiles it and the others wait for it and reuse it.
+  """
+
+  def __init__(self):
+    self._pipeline = compiler_pipeline.CompilerPipeline(
+        compiler.desugar_and_transform_to_native)
+    self._lock = threading.Lock()
+
+  def __call__(self, comp):
+    with self._lock:
+      return self._pipeline.compile(comp)
 
 
 def _reason(error: BaseException) -> str:
@@ -322,9 +348,10 @@ class RemoteWorkersContext(context_base.SyncContext):
   def __init__(self, addresses: Sequence[str], timeout: float):
     self.addresses = list(addresses)
     self._timeout = timeout
+    shared = SharedCompiler()
     self._contexts = [
         WorkerContext(a, async_execution_context.AsyncExecutionContext(
-            **context_arguments(a))) for a in self.addresses]
+            **context_arguments(a, shared))) for a in self.addresses]
     self._runner = async_utils.AsyncThreadRunner()
     self._compiler = compiler_pipeline.CompilerPipeline(
         mergeable_comp_compiler.compile_to_mergeable_comp_form)
