@@ -83,6 +83,15 @@ def renew_local_worker() -> None:
     init(*installed)
 
 
+def quiet_logging() -> None:
+  """Errors only from TF's and absl's Python loggers (TFF and Keras log
+  every model they build at INFO)."""
+  import absl.logging  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel('ERROR')
+  absl.logging.set_verbosity(absl.logging.ERROR)
+
+
 def init(workers: Sequence[str] = (),
          worker_timeout: float = DEFAULT_WORKER_TIMEOUT) -> None:
   """Installs the execution context (see the module docstring) and quiets
@@ -94,10 +103,7 @@ def init(workers: Sequence[str] = (),
     return
   if _initialized is not None:
     stop_workers()
-  import absl.logging  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  tf.get_logger().setLevel('ERROR')
-  absl.logging.set_verbosity(absl.logging.ERROR)
+  quiet_logging()
   if workers:
     # pylint: disable-next=g-import-not-at-top
     from tff_hdp.simulation import remote_execution
