@@ -5,10 +5,10 @@ Every worker runs the same parts of each computation (`up_to_merge`,
 it runs with a cache of its own, so with one context per worker the same part
 was compiled once per worker; `remote_execution.SharedCompiler` compiles it
 once for all. Each row builds a fresh FedAvg process (TFF's
-`build_weighted_fed_avg`, a 32-64-10 Keras model, --clients synthetic clients
-a round), runs `initialize` and --rounds rounds on N workers started here on
-127.0.0.1, and counts TFF's native compiles with their CPU time and the
-driver's CPU time over the whole run.
+`build_weighted_fed_avg` on the embedded digits task, its first --clients
+clients each round), runs `initialize` and --rounds rounds on N workers
+started here on 127.0.0.1, and counts TFF's native compiles with their CPU
+time and the driver's CPU time over the whole run.
 
   .venv/bin/python benchmarks/worker_compile.py
   .venv/bin/python benchmarks/worker_compile.py --workers=2,3 --repeats=2
@@ -37,40 +37,20 @@ _REPEATS = flags.DEFINE_integer('repeats', 2, 'Runs per row (alternating the '
                                 'two compilers; the median is shown).')
 
 
-def _process():
-  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf
+def _process(task):
+  # pylint: disable-next=g-import-not-at-top
   import tensorflow_federated as tff
-  # pylint: enable=g-import-not-at-top
-
-  def model_fn():
-    keras = tf.keras.Sequential([
-        tf.keras.layers.InputLayer(input_shape=(32,)),
-        tf.keras.layers.Dense(64, activation='relu'),
-        tf.keras.layers.Dense(10)])
-    return tff.learning.models.from_keras_model(
-        keras, loss=tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True),
-        input_spec=(tf.TensorSpec([None, 32], tf.float32),
-                    tf.TensorSpec([None], tf.int32)))
-
   return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+      task.tff_model_fn(),
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
 
 
-def _client_data():
-  # pylint: disable=g-import-not-at-top
-  import numpy as np
-  import tensorflow as tf
-  # pylint: enable=g-import-not-at-top
-  rng = np.random.default_rng(0)
-  return [tf.data.Dataset.from_tensor_slices((
-      rng.normal(size=(40, 32)).astype(np.float32),
-      rng.integers(0, 10, size=40).astype(np.int32))).batch(20)
-          for _ in range(_CLIENTS.value)]
+def _client_data(task):
+  return [task.train_dataset(c, seed=0)
+          for c in task.client_ids[:_CLIENTS.value]]
 
 
-def _run(addresses, shared: bool, data) -> tuple[int, float, float, float]:
+def _run(addresses, shared: bool, task, data) -> tuple[int, float, float, float]:
   """One run: (compiles, their CPU seconds, driver CPU seconds, wall)."""
   # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.backends.native import compiler
@@ -95,7 +75,7 @@ def _run(addresses, shared: bool, data) -> tuple[int, float, float, float]:
     context = remote_execution.RemoteWorkersContext(addresses, timeout=60)
     with context_stack_impl.context_stack.install(context):
       cpu, wall = time.process_time(), time.perf_counter()
-      process = _process()
+      process = _process(task)
       state = process.initialize()
       for _ in range(_ROUNDS.value):
         state = process.next(state, data).state
@@ -110,6 +90,8 @@ def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top
   import portpicker
+  import tasks
+  from tff_hdp.federated_task import TaskOptions
   from tff_hdp.simulation import runtime
   from tff_hdp.simulation import workers
   # pylint: enable=g-import-not-at-top
@@ -120,8 +102,9 @@ def main(argv):
                                     stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL) for p in ports]
   addresses = [f'{workers.LOOPBACK}:{p}' for p in ports]
-  data = _client_data()
-  print(f'FedAvg, {_CLIENTS.value} clients a round, {_ROUNDS.value} rounds; '
+  task = tasks.load('digits', TaskOptions())
+  data = _client_data(task)
+  print(f'FedAvg on digits, {_CLIENTS.value} clients a round, {_ROUNDS.value} rounds; '
         f'median of {_REPEATS.value} runs; load average '
         f'{os.getloadavg()[0]:.2f}')
   print()
@@ -129,12 +112,12 @@ def main(argv):
         'wall s |')
   print('|---|---|---|---|---|---|')
   try:
-    _run(addresses[:1], True, data)  # warm-up: TFF's and Keras' autograph
+    _run(addresses[:1], True, task, data)  # warm-up: TFF's and Keras' autograph
     for count in counts:
       rows = {True: [], False: []}
       for _ in range(_REPEATS.value):
         for shared in (False, True):
-          rows[shared].append(_run(addresses[:count], shared, data))
+          rows[shared].append(_run(addresses[:count], shared, task, data))
       for shared in (False, True):
         runs = sorted(rows[shared], key=lambda r: r[2])
         n, compile_cpu, cpu, wall = runs[len(runs) // 2]
