@@ -50,7 +50,8 @@ def _client_data(task):
           for c in task.client_ids[:_CLIENTS.value]]
 
 
-def _run(addresses, shared: bool, task, data) -> tuple[int, float, float, float]:
+def _run(addresses, shared: bool, task,
+         data) -> tuple[int, float, float, float]:
   """One run: (compiles, their CPU seconds, driver CPU seconds, wall)."""
   # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.backends.native import compiler
@@ -104,9 +105,9 @@ def main(argv):
   addresses = [f'{workers.LOOPBACK}:{p}' for p in ports]
   task = tasks.load('digits', TaskOptions())
   data = _client_data(task)
-  print(f'FedAvg on digits, {_CLIENTS.value} clients a round, {_ROUNDS.value} rounds; '
-        f'median of {_REPEATS.value} runs; load average '
-        f'{os.getloadavg()[0]:.2f}')
+  print(f'FedAvg on digits, {_CLIENTS.value} clients a round, '
+        f'{_ROUNDS.value} rounds; median of {_REPEATS.value} runs; load '
+        f'average {os.getloadavg()[0]:.2f}')
   print()
   print('| workers | compiler | compiles | compile CPU s | driver CPU s | '
         'wall s |')
