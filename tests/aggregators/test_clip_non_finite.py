@@ -14,6 +14,7 @@ from tff_hdp.simulation import cross_silo_setting as cse
 from tff_hdp.learning import cross_silo_process
 from tff_hdp.learning import dp_sgd
 from tff_hdp.learning import noise_aware
+from tff_hdp.aggregators import clipping
 from tff_hdp.aggregators import CohortHeterogeneousDPFactory
 from tff_hdp.aggregators import HeterogeneousDPFactory
 from tests.aggregators import test_heterogeneous_dp
@@ -121,6 +122,19 @@ def _bad_gradients():
   grads[0][5] = 1e30
   grads[1][5] = -1e30
   return grads, np.array([1, 3, 5])
+
+
+@pytest.mark.parametrize('kind', ['nan', 'inf', 'overflow'])
+def test_zero_unless_gives_exact_zeros_for_a_dropped_structure(kind):
+  """A dropped update is zeros of its shapes, not its entries times 0 (NaN
+  times 0 is NaN); a kept one is itself."""
+  value = _bad_update(kind)
+  dropped = clipping.zero_unless(tf.constant(False), value)
+  kept = clipping.zero_unless(tf.constant(True), value)
+  for k, shape in SHAPES.items():
+    assert dropped[k].shape == shape
+    np.testing.assert_array_equal(dropped[k].numpy(), np.zeros(shape))
+    np.testing.assert_array_equal(kept[k].numpy(), value[k])
 
 
 def test_clipped_sum_drops_an_example_with_a_non_finite_norm():

@@ -123,7 +123,7 @@ class BltSumFactory(tff.aggregators.UnweightedAggregationFactory):
       flat = _flatten(value)
       norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(x)) for x in flat]))
       scale, finite = clipping.safe_clip_scale(norm, self._clip)
-      clipped = [tf.where(finite, x * scale, tf.zeros_like(x)) for x in flat]
+      clipped = clipping.zero_unless(finite, [x * scale for x in flat])
       return _pack(value, clipped)
 
     @tff.tensorflow.computation(state_type, value_type)

@@ -33,6 +33,13 @@ def zero_rows(x, keep):
   return tf.where(tf.reshape(keep, shape), x, tf.zeros_like(x))
 
 
+def zero_unless(condition, structure):
+  """The nested `structure`, or zeros of its shapes where the scalar
+  `condition` is False (a dropped client's update and weight)."""
+  return tf.nest.map_structure(
+      lambda x: tf.where(condition, x, tf.zeros_like(x)), structure)
+
+
 def all_finite(structure) -> tf.Tensor:
   """Whether every value of the nested `structure` is finite."""
   return tf.reduce_all(

@@ -115,8 +115,7 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
     inside = tf.logical_and(
         heterogeneous_dp.valid_group_rows(one_hot)[j] > 0,
         clipping.all_finite(value))
-    return tf.nest.map_structure(
-        lambda x: tf.where(inside, x, tf.zeros_like(x)), value)
+    return clipping.zero_unless(inside, value)
 
   def _counts(self, one_hot):
     return heterogeneous_dp.valid_group_rows(one_hot)

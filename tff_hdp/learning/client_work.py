@@ -60,9 +60,8 @@ def drop_if_non_finite(update, one_hot):
   """A non-finite update becomes zeros with a zero weight (the client is
   dropped); also returns whether it was finite, for the count."""
   finite = clipping.all_finite(update)
-  update = tf.nest.map_structure(
-      lambda u: tf.where(finite, u, tf.zeros_like(u)), update)
-  return update, tf.where(finite, one_hot, tf.zeros_like(one_hot)), finite
+  return (clipping.zero_unless(finite, update),
+          clipping.zero_unless(finite, one_hot), finite)
 
 
 def local_step(model, optimizer, opt_state, batch):

@@ -214,11 +214,10 @@ def _build_silo_round(model_fn, per_example_loss, per_example_error,
       new_personal = tf.nest.map_structure(tf.subtract, start, update)
     finite = tf.logical_and(clipping.all_finite(update),
                             clipping.all_finite(new_personal))
-    update = tf.nest.map_structure(
-        lambda u: tf.where(finite, u, tf.zeros_like(u)), update)
+    update = clipping.zero_unless(finite, update)
     new_personal = tf.nest.map_structure(lambda u, p: tf.where(finite, u, p),
                                          new_personal, personal)
-    weight = tf.where(finite, one_hot * own['weight'], tf.zeros_like(one_hot))
+    weight = clipping.zero_unless(finite, one_hot * own['weight'])
     audit = () if rows is None else dp_sgd.canary_slots(
         canaries, own[dp_sgd.INDEX_KEY], rows, update)
     return (update, weight,
