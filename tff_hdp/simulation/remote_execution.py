@@ -177,15 +177,16 @@ def await_workers(addresses: Sequence[str], timeout: float) -> None:
 
 
 def context_arguments(address: str,
-                      compiler_fn: Callable[[object], object] = (
-                          compiler.desugar_and_transform_to_native)) -> dict:
+                      compiler_fn: Callable[[object], object] | None = None
+                      ) -> dict:
   """The arguments of TFF's (sync or async) execution context over a
   `RemoteExecutor` talking to `address`, as TFF's local context has them
-  (`compiler_fn`: TFF's native compiler, or a `SharedCompiler` of it)."""
+  (`compiler_fn`: a `SharedCompiler`; None: TFF's native compiler)."""
   channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
   return dict(executor_fn=_executor_factory(stub),
-              compiler_fn=compiler_fn,
+              compiler_fn=(compiler_fn or
+                           compiler.desugar_and_transform_to_native),
               transform_args=tff.tensorflow.transform_args,
               transform_result=tff.tensorflow.transform_result)
 
