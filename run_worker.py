@@ -61,9 +61,11 @@ def main(argv: list[str]) -> None:
         max_concurrent_computation_calls=MAX_CALLS.value)
   except workers.WorkerStartError as e:
     raise entry.InputError(f'--listen={LISTEN.value}: {e}') from None
+  # Before the line that says it listens: a SIGTERM sent on that line stops
+  # the worker with status 0, as the docstring says.
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
   print(f'TFF worker listening on {LISTEN.value} (pid {process.pid}); '
         'Ctrl-C stops it.', flush=True)
-  signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
   try:
     status = process.wait()
   except KeyboardInterrupt:
@@ -78,4 +80,4 @@ def main(argv: list[str]) -> None:
 if __name__ == '__main__':
   entry.run(main, __doc__,
             [('run_worker.py', ['listen', 'max_concurrent_computation_calls'])],
-            _address)
+            _address, needs_tensorflow=False)

@@ -10,7 +10,8 @@ does a full disk, naming the file it could not write.
 
 TensorFlow is imported by the flag parser, after the flags are read: Keras
 2.14 cannot build functional or Sequential models when TensorFlow is first
-imported inside `app.run`'s main.
+imported inside `app.run`'s main. A program that uses none (run_worker.py)
+says so and is spared the import.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def help_text(usage: str, groups: Sequence[tuple[str, Sequence[str]]]) -> str:
 def run(main: Callable[[list[str]], None], usage: str,
         groups: Sequence[tuple[str, Sequence[str]]] | None = None,
         validate: Callable[[], None] | None = None,
-        share_output_dir: bool = False) -> None:
+        share_output_dir: bool = False,
+        needs_tensorflow: bool = True) -> None:
   """Runs `main` as absl's `app.run` does (see the module docstring).
 
   Args:
@@ -139,6 +141,9 @@ def run(main: Callable[[list[str]], None], usage: str,
       `InputError` naming the flag.
     share_output_dir: leave --output_dir open to other invocations: `main`
       holds each run's own folder instead (a sweep several invocations share).
+    needs_tensorflow: False for a program that never uses TensorFlow (e.g.
+      run_worker.py, which starts TFF's C++ worker): it then starts in a
+      fraction of a second and without the import's memory.
   """
 
   def parse(argv: list[str]) -> list[str]:
@@ -164,17 +169,21 @@ def run(main: Callable[[list[str]], None], usage: str,
         check_writable(absl_flags.FLAGS.output_dir)
     except InputError as e:
       fail(str(e))
-    import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    if needs_tensorflow:
+      import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     return rest
 
   def guarded_main(argv: list[str]) -> None:
     # pylint: disable=g-import-not-at-top
-    import tensorflow as tf
     from tff_hdp.simulation import folder_lock
     from tff_hdp.simulation.workers import WorkerFailedError
     from tff_hdp.simulation.workers import WorkerStartError
     from tff_hdp.simulation.workers import WorkerUnavailableError
     # pylint: enable=g-import-not-at-top
+    tf_file_errors = ()  # `except ()` catches nothing
+    if needs_tensorflow:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      tf_file_errors = tf.errors.PermissionDeniedError
     try:
       with (contextlib.nullcontext() if share_output_dir else
             _hold_output_dir(folder_lock)):
@@ -183,7 +192,7 @@ def run(main: Callable[[list[str]], None], usage: str,
       fail(str(e))
     except OSError as e:
       fail(file_error(e))
-    except tf.errors.PermissionDeniedError as e:  # TF's file I/O, e.g. a save
+    except tf_file_errors as e:  # TF's file I/O, e.g. a save
       fail(e.message.splitlines()[0])
     except (WorkerUnavailableError, WorkerFailedError) as e:
       # Threads still waiting on the lost worker would block a normal exit.

@@ -68,8 +68,8 @@ import runpy, sys
 sys.path.insert(0, {root!r})
 from cli import entry
 real_run = entry.run
-def check_only(main, usage, groups=None, validate=None):
-  real_run(lambda argv: None, usage, groups, validate)
+def check_only(main, usage, groups=None, validate=None, **options):
+  real_run(lambda argv: None, usage, groups, validate, **options)
 entry.run = check_only
 sys.argv = {argv!r}
 runpy.run_path(sys.argv[0], run_name='__main__')
