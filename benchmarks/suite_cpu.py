@@ -44,7 +44,6 @@ _OUTPUT = flags.DEFINE_string('output', None, 'CSV of every test (test, '
 
 _RECORD_ENV = 'SUITE_CPU_RECORD'  # the pytest plugin's JSON-lines file
 _TICKS = os.sysconf('SC_CLK_TCK')
-_ENVIRON = dict(os.environ)  # before `entry.run` imports TensorFlow
 
 
 def _descendants_cpu() -> dict[int, float]:
@@ -140,13 +139,9 @@ def main(argv):
   del argv
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   record = tempfile.NamedTemporaryFile(suffix='.jsonl', delete=False).name
-  # The suite gets the environment `make test` gives it, without what
-  # importing TensorFlow here set (TF_CPP_MIN_LOG_LEVEL=1 would let the
-  # processes the tests start print TF's warnings).
-  env = {k: v for k, v in _ENVIRON.items()}
-  env['PYTHONPATH'] = os.pathsep.join(
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [os.path.dirname(os.path.abspath(__file__))] +
-      [p for p in [_ENVIRON.get('PYTHONPATH')] if p])
+      [p for p in [os.environ.get('PYTHONPATH')] if p]))
   env[_RECORD_ENV] = record
   command = [sys.executable, '-m', 'pytest', '-q', '-rf', '-p', 'suite_cpu',
              '-n', str(_PROCESSES.value), '--dist', 'loadgroup',
@@ -181,4 +176,4 @@ def main(argv):
 
 if __name__ == '__main__':
   entry.run(main, __doc__, [('suite_cpu.py', [
-      'tests', 'processes', 'top', 'output'])])
+      'tests', 'processes', 'top', 'output'])], needs_tensorflow=False)
