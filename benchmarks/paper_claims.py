@@ -176,4 +176,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  entry.run(main, __doc__)
+  entry.run(main, __doc__, needs_tensorflow=False)

@@ -10,10 +10,12 @@ one entry here.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import tensorflow as tf
+
+if TYPE_CHECKING:
+  import tensorflow as tf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +47,18 @@ def _squared_error(outputs, y):
   return np.square(outputs.reshape(y.shape) - y).astype(np.float64)
 
 
+# TensorFlow only where a graph is scored: the reporting tools read these
+# records (labels, which way is better) without importing it.
+
+
 def _argmax_error(y, p):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return tf.not_equal(tf.argmax(p, axis=-1, output_type=tf.int32),
                       tf.cast(tf.reshape(y, [-1]), tf.int32))
 
 
 def _sign_error(y, p):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return tf.not_equal(tf.where(tf.reshape(p, [-1]) >= 0, 1.0, -1.0),
                       tf.cast(tf.reshape(y, [-1]), tf.float32))
 

@@ -14,8 +14,6 @@ from tff_hdp.reporting import paper_claims
 from tff_hdp.reporting import published
 from tests import repository
 
-pytestmark = pytest.mark.tf
-
 ROOT = repository.ROOT
 
 
@@ -162,6 +160,7 @@ def test_untrusted_claim_needs_the_same_seeds_for_every_rule(tmp_path):
   assert not claim.holds and 'not all run on the same 3+ seeds' in claim.detail
 
 
+@pytest.mark.tf  # --cross_silo_dirs reads runs through the cross-silo setting
 def test_command_exits_1_when_a_claim_fails_and_names_missing_folders(
     tmp_path):
   preset_dir = str(tmp_path / 'mnist_noniid')
