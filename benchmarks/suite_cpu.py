@@ -95,13 +95,12 @@ def pytest_runtest_protocol(item, nextitem):
   """The pytest plugin (`-p suite_cpu`, this folder on the path)."""
   del nextitem
   before, start = _snapshot(), time.monotonic()
-  outcome = yield
+  yield
   own, descendants = _spent(before, _snapshot())
   with open(os.environ[_RECORD_ENV], 'a') as f:
     f.write(json.dumps({'test': item.nodeid,
                         'wall': time.monotonic() - start, 'own': own,
                         'descendants': descendants}) + '\n')
-  return outcome
 
 
 def _table(rows: list[dict]) -> None:

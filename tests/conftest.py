@@ -32,11 +32,10 @@ FAST_TIER = bool(os.environ.get('TFF_HDP_FAST_TIER'))
 _MODULE_MARK = re.compile(r'^pytestmark = pytest\.mark\.tf$', re.MULTILINE)
 
 if FAST_TIER:
-  _STAND_IN = tempfile.mkdtemp(prefix='tff_hdp_fast_tier_')
-  os.makedirs(os.path.join(_STAND_IN, 'tensorflow'))
-  with open(os.path.join(_STAND_IN, 'tensorflow', '__init__.py'), 'w') as f:
-    f.write("raise ImportError('TensorFlow is not importable in the fast "
-            "tier (TFF_HDP_FAST_TIER): mark the test that needs it tf.')\n")
+  _STAND_IN = repository.tensorflow_stand_in(
+      tempfile.mkdtemp(prefix='tff_hdp_fast_tier_'),
+      'TensorFlow is not importable in the fast tier (TFF_HDP_FAST_TIER): '
+      'mark the test that needs it tf.')
   sys.path.insert(0, _STAND_IN)
   os.environ['PYTHONPATH'] = os.pathsep.join(
       [_STAND_IN] + [p for p in [os.environ.get('PYTHONPATH')] if p])

@@ -38,6 +38,15 @@ def data_path(*parts: str) -> str:
   return path
 
 
+def tensorflow_stand_in(folder: str, message: str) -> str:
+  """Writes into `folder` a `tensorflow` package whose import raises
+  ImportError(`message`); returns `folder`, to put first on a path."""
+  os.makedirs(os.path.join(folder, 'tensorflow'), exist_ok=True)
+  with open(os.path.join(folder, 'tensorflow', '__init__.py'), 'w') as f:
+    f.write(f'raise ImportError({message!r})\n')
+  return folder
+
+
 def rounds_rows(output_dir: str, configuration: str) -> list[dict]:
   """The rows of a run's `<configuration>/rounds.csv` so far ([] before)."""
   path = os.path.join(output_dir, configuration, 'rounds.csv')

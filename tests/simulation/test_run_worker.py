@@ -22,12 +22,10 @@ from tff_hdp.simulation import workers
 
 
 def test_run_worker_serves_and_stops_without_tensorflow(tmp_path):
-  stand_in = tmp_path / 'tensorflow'
-  stand_in.mkdir()
-  (stand_in / '__init__.py').write_text(
-      "raise ImportError('run_worker.py imported TensorFlow')\n")
+  stand_in = repository.tensorflow_stand_in(
+      str(tmp_path), 'run_worker.py imported TensorFlow')
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-      [str(tmp_path)] + [p for p in [os.environ.get('PYTHONPATH')] if p]))
+      [stand_in] + [p for p in [os.environ.get('PYTHONPATH')] if p]))
   address = f'{workers.LOOPBACK}:{portpicker.pick_unused_port()}'
   server = subprocess.Popen(
       [sys.executable, os.path.join(repository.ROOT, 'run_worker.py'),
