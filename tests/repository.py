@@ -6,12 +6,14 @@ absent the test is skipped with a reason that names the file and the setting
 turns any such skip into a failed run, so CI never passes without running them.
 """
 
+import contextlib
 import csv
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -58,19 +60,42 @@ def rounds_rows(output_dir: str, configuration: str) -> list[dict]:
 
 def kill_after_rows(command, output_dir: str, configuration: str, rows: int,
                     **popen) -> int:
-  """Starts `command` in a session of its own, SIGKILLs the session (TFF's
-  worker with it) once `<configuration>/rounds.csv` has `rows` rows; returns
-  the rows written by then (more may land before the kill)."""
-  proc = subprocess.Popen(command, start_new_session=True,
-                          **({'stdout': subprocess.DEVNULL,
-                              'stderr': subprocess.DEVNULL} | popen))
-  deadline = time.time() + 300
-  while (len(rounds_rows(output_dir, configuration)) < rows and
-         proc.poll() is None):
-    assert time.time() < deadline, 'run made no progress'
-    time.sleep(0.05)
-  os.killpg(proc.pid, signal.SIGKILL)
-  proc.wait()
+  """Starts `command` in a session of its own and SIGKILLs the session (TFF's
+  worker with it) right after `<configuration>/rounds.csv` gets its `rows`-th
+  row: the run stops itself there (tests/stop_after_rows/sitecustomize.py),
+  so where the kill lands does not depend on the machine's speed. Returns
+  the rows written (`rows`). A run that ends before that row fails the
+  calling test with its exit status and the end of its output."""
+  path = os.path.join(output_dir, configuration, 'rounds.csv')
+  env = dict(popen.pop('env', os.environ))
+  env['PYTHONPATH'] = os.pathsep.join(
+      [os.path.join(ROOT, 'tests', 'stop_after_rows')] +
+      ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
+  env['TFF_HDP_TEST_STOP_AFTER'] = f'{rows}:{path}'
+  with tempfile.TemporaryFile() as output:
+    proc = subprocess.Popen(command, start_new_session=True, env=env,
+                            **({'stdout': output, 'stderr': output} | popen))
+    deadline = time.time() + 300
+    while True:
+      pid, status = os.waitpid(proc.pid, os.WUNTRACED | os.WNOHANG)
+      if pid and os.WIFSTOPPED(status):
+        break
+      if pid:  # it ended: say how, with what it printed
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        with contextlib.suppress(ProcessLookupError):
+          os.killpg(proc.pid, signal.SIGKILL)  # a worker it left
+        output.seek(0)
+        raise AssertionError(
+            f'the run ended (exit status {proc.returncode}) before row {rows}'
+            f' of {path}, with {len(rounds_rows(output_dir, configuration))} '
+            f'rows; its output ends:\n{output.read()[-3000:].decode()}')
+      if time.time() > deadline:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise AssertionError(f'the run wrote no row {rows} of {path} in 300 s')
+      time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
   return len(rounds_rows(output_dir, configuration))
 
 

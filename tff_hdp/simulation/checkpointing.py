@@ -122,8 +122,15 @@ def _write_private(path: str, text: str) -> None:
     os.close(directory)
 
 
+def _dtype_name(dtype) -> str:
+  """A leaf's dtype as compared between a checkpoint and a state: every
+  string kind is one ('|S22' as saved, '<U0' in a TFF type)."""
+  dtype = np.dtype(dtype)
+  return 'string' if dtype.kind in 'SUO' else dtype.str
+
+
 def _leaves_signature(structure) -> list[tuple[tuple[int, ...], str]]:
-  return [(tuple(np.shape(x)), np.asarray(x).dtype.str)
+  return [(tuple(np.shape(x)), _dtype_name(np.asarray(x).dtype))
           for x in tf.nest.flatten(structure)]
 
 
@@ -135,7 +142,7 @@ def _type_signature(state_type) -> list[tuple[tuple, str]]:
 
   class Leaf:  # not a nest, so tf.nest keeps it whole
     def __init__(self, t):
-      self.signature = (tuple(t.shape), np.dtype(t.dtype).str)
+      self.signature = (tuple(t.shape), _dtype_name(t.dtype))
 
   return [leaf.signature for leaf in tf.nest.flatten(
       tff.types.structure_from_tensor_type_tree(Leaf, state_type))]

@@ -249,7 +249,11 @@ class TrustedRounds(round_loop.RoundProgram):
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
     ids = self._task.client_ids if self._personalization else None
-    restored, done, personal = checkpoint.restore(self.state, ids)
+    # The state's TFF type: the tree's level buffer (float32[?, ...]) grows
+    # with the rounds, so a saved state differs in size from a fresh one.
+    restored, done, personal = checkpoint.restore(
+        self.state, ids,
+        state_type=self._process.initialize.type_signature.result)
     if restored is not None:
       self.state = restored
       if self._personalization is not None:
