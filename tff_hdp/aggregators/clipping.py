@@ -46,6 +46,21 @@ def all_finite(structure) -> tf.Tensor:
       [tf.reduce_all(tf.math.is_finite(x)) for x in tf.nest.flatten(structure)])
 
 
+def centred_clip_bits(norms, clip_norm):
+  """Each update's answer to adaptive clipping's count of unclipped updates,
+  centred: +1/2 for a norm within `clip_norm`, -1/2 for a clipped (or
+  non-finite) one, and 0 for an update of norm 0.
+
+  The accounting gives the count sensitivity 1/2. Under zero-out adjacency
+  a device's updates are replaced by zeros: had a zero update answered
+  "unclipped" (+1/2), the count would move by 1 against the device's
+  clipped update. A zero update answers nothing, so the count moves by at
+  most 1/2 whether the device is removed or zeroed out.
+  """
+  answers = tf.cast(norms <= clip_norm, tf.float32) - 0.5
+  return tf.where(tf.equal(norms, 0.0), tf.zeros_like(answers), answers)
+
+
 def clip_rows(leaves, clip_norm):
   """Each row (leading index) of the stacked `leaves` clipped to `clip_norm`
   over all leaves, a row with a non-finite norm zeroed; and the rows'

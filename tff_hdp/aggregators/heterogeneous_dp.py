@@ -90,7 +90,8 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
   its privacy group (a zero vector excludes the client, e.g. after a
   non-finite update). Per round, with current clip norm S:
 
-  * every client update is clipped to S and its bit `b = ||Delta|| <= S` kept;
+  * every client update is clipped to S and its bit `b = ||Delta|| <= S` kept
+    (a zero update keeps none: `clipping.centred_clip_bits`);
   * group j's mean is `(sum of its clipped updates + N(0, (z_j S)^2 I)) / D_j`,
     with `D_j` the expected group size when given (fixed denominator) or the
     realized count otherwise;
@@ -272,7 +273,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
         tf.reshape(one_hot, [l] + [1] * x.shape.rank) * x[tf.newaxis]
         for x in clipped
     ]
-    centred_bit = (tf.cast(norm <= clip_norm, tf.float32) - 0.5) * counted
+    centred_bit = clipping.centred_clip_bits(norm, clip_norm) * counted
     return collections.OrderedDict(
         group_sums=stacked, counts=one_hot, centred_bits=centred_bit)
 
@@ -427,7 +428,7 @@ class CohortHeterogeneousDPFactory(HeterogeneousDPFactory):
     group_sums = [tf.tensordot(one_hot, x, [[0], [0]]) for x in clipped]
     counted = tf.reduce_sum(one_hot, axis=1)
     centred_bits = tf.reduce_sum(
-        (tf.cast(norms <= clip_norm, tf.float32) - 0.5) * counted)
+        clipping.centred_clip_bits(norms, clip_norm) * counted)
     return collections.OrderedDict(
         group_sums=group_sums, counts=tf.reduce_sum(one_hot, axis=0),
         centred_bits=centred_bits)

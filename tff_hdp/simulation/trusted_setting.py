@@ -438,8 +438,9 @@ def _ratios_line(name: str, plan: plans.PrivacyPlan) -> str:
 _ADJACENCY = {
     'poisson': 'add or remove one client',
     'fixed': 'replace one client',
-    'device': ('zero out one device (its updates replaced by zeros, in any '
-               'rounds its participation rule allows)'),
+    'device': ('zero out one device (its updates replaced by zeros, which '
+               'answer nothing to the clip count, in any rounds its '
+               'participation rule allows)'),
 }
 
 
