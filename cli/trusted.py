@@ -162,7 +162,7 @@ def run() -> None:
             if scored < n else '') + '\n')
   caption = '\n'.join(warnings + tables.table_notes(
       settings.release_unprotected_stats, task.metric,
-      audited=settings.canaries > 0))
+      audited=settings.canaries > 0, summary=summaries[-1]))
   tables.print_and_write_table(
       flags.OUTPUT_DIR.value, header, rows, caption=caption,
       records=tables.results_records(summaries),

@@ -11,6 +11,7 @@ import sys
 
 import dp_accounting
 import pytest
+from dp_accounting import pld
 from dp_accounting import rdp
 
 from tests import repository
@@ -43,8 +44,8 @@ def test_fedhdp_aggregation_trains_in_stock_tff(tmp_path):
 def test_a_trusted_rule_from_user_code_trains_beside_fedhdp(tmp_path):
   """Registered in user code and chosen with --algorithms: its own rows, the
   measurements its record declares, and per group the epsilon of the noise
-  it applies, as dp_accounting computes it (a fixed clip: no count query,
-  so z_j alone, Poisson at q, T rounds)."""
+  it applies, as dp_accounting's PLD accountant computes it (a fixed clip: no
+  count query, so z_j alone, Poisson at q, T rounds), and RDP's beside it."""
   out = tmp_path / 'out'
   result = _example('trusted_rule.py', '--algorithms=groupwise_fixed,fedhdp',
                     '--epsilons=1,4', '--rounds=3', '--clients_per_round=20',
@@ -62,16 +63,22 @@ def test_a_trusted_rule_from_user_code_trains_beside_fedhdp(tmp_path):
   with open(out / 'groupwise_fixed' / 'summary.json') as f:
     summary = json.load(f)
   q = summary['sampling_rate']
+  assert summary['accountant'] == 'pld'
   for group in summary['groups']:
     if group['target_epsilon'] is None:
       continue
-    accountant = rdp.RdpAccountant()
-    accountant.compose(dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(
-            q, dp_accounting.GaussianDpEvent(group['noise_multiplier'])), 3))
+    run = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        q, dp_accounting.GaussianDpEvent(group['noise_multiplier'])), 3)
+    accountant = pld.PLDAccountant(
+        value_discretization_interval=summary['pld_discretization'])
+    accountant.compose(run)
     direct = accountant.get_epsilon(group['delta'])
     assert group['epsilon_spent'] == pytest.approx(direct, rel=1e-9)
     assert direct <= group['target_epsilon'] * (1 + 1e-6)
+    accountant = rdp.RdpAccountant()
+    accountant.compose(run)
+    assert group['epsilon_spent_rdp'] == pytest.approx(
+        accountant.get_epsilon(group['delta']), rel=1e-9)
     # The noise std it reports is z_j S / (q N_j).
     std = float(ours[0][f"noise_std_{group['name']}"])
     assert std == pytest.approx(

@@ -70,6 +70,8 @@ TRUSTED_SUMMARY = {
         'dropped_clients', 'rounds', 'sampling', 'sampling_rate',
         'denominator', 'adjacency', 'clip_count_stddev')},
     'privacy_accounted': 'whether the settings are accounted: public',
+    **{k: 'which accountant bounds the epsilons: a flag' for k in (
+        'accountant', 'pld_discretization')},
     **EVERY_SUMMARY,
     'groups': 'public group sizes and targets, z, the accountant\'s epsilon',
     'metrics': 'checked against COVERED',

@@ -175,7 +175,7 @@ def plan_individualized_sampling(assignment: GroupAssignment,
   def rates_at(z: float) -> list[float]:
     return [accounting.calibrate_sampling_rate(
         assignment.groups[j].epsilon, assignment.groups[j].delta, z,
-        count_stddev, rounds) for j in private]
+        count_stddev, rounds, sampling.accountant) for j in private]
 
   def expected(z: float) -> float:
     return sum(q * sizes[j] for q, j in zip(rates_at(z), private))
@@ -199,7 +199,7 @@ def plan_individualized_sampling(assignment: GroupAssignment,
   for j, q in zip(private, rates_at(z)):
     rates[j] = q
   budgets = [accounting.GroupBudget(
-      g.name, z, g.epsilon, g.delta, accounting.PoissonSampling(q))
+      g.name, z, g.epsilon, g.delta, dataclasses.replace(sampling, q=q))
              if g.is_private else None
              for g, q in zip(assignment.groups, rates)]
   return dataclasses.replace(

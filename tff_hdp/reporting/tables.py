@@ -150,16 +150,33 @@ def audit_alarms(summary: dict) -> list[str]:
   return lines
 
 
+def accountant_note(summary: dict) -> list[str]:
+  """The line naming the bound a trusted run's epsilons are (summary.json's
+  `accountant`), with RDP's for the same run where the PLD's is printed."""
+  if summary.get('accountant') != 'pld':
+    return []
+  rdp = ', '.join(f'{g["name"]} {g["epsilon_spent_rdp"]:.4g}'
+                  for g in summary['groups'] if 'epsilon_spent_rdp' in g)
+  return [f'Accountant: PLD (dp_accounting, pessimistic, discretization '
+          f'{summary["pld_discretization"]:g}), an upper bound; RDP\'s looser '
+          f'bound on the same run ({summary["configuration"]}): {rdp} '
+          '(summary.json: epsilon_spent_rdp).']
+
+
 def table_notes(release_unprotected: bool, metric: str = 'accuracy',
-                audited: bool = False) -> list[str]:
+                audited: bool = False,
+                summary: dict | None = None) -> list[str]:
   """What the results table's cells mean, printed above it; `metric` is the
   task's (an MSE's variance is shown as it is, `metric_cell`); `audited`: a
-  canary run's table."""
+  canary run's table; `summary`, a configuration's summary.json, names the
+  accountant."""
   variance = (VARIANCE_NOTE if metric in _PERCENT_METRICS else
               'In parentheses: variance across clients of their '
               f'{metric}, in its units squared.')
-  return [variance, EPSILON_NOTE] + ([EMPIRICAL_NOTE] if audited else []) + (
-      [] if release_unprotected else [WITHHELD_NOTE])
+  return [variance, EPSILON_NOTE] + (
+      accountant_note(summary) if summary else []) + (
+          [EMPIRICAL_NOTE] if audited else []) + (
+              [] if release_unprotected else [WITHHELD_NOTE])
 
 
 def write_table(output_dir: str, header, rows, stem: str = 'results',

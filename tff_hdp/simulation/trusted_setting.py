@@ -444,6 +444,20 @@ _ADJACENCY = {
 }
 
 
+def _accountant_fields(plan) -> dict:
+  """summary.json's word on the bound its epsilons are: the accountant of
+  the private groups (PLD with its discretization, RDP, or the device
+  setting's exact Gaussian curve)."""
+  used = {plan.ledger.accountant(j) for j, b in
+          enumerate(plan.ledger.budgets) if b is not None}
+  if not used:
+    return {}
+  if used == {'pld'}:
+    return {'accountant': 'pld', 'pld_discretization':
+            plan.sampling.accountant.discretization}
+  return {'accountant': 'gaussian' if used == {None} else 'rdp'}
+
+
 def _summary(task, config, settings, plan, assignment, audit, program,
              result) -> dict:
   """A finished configuration's summary.json."""
@@ -474,6 +488,7 @@ def _summary(task, config, settings, plan, assignment, audit, program,
           'noise': type(plan.sampling.noise).__name__}} if device else {}),
       'denominator': settings.denominator,
       'adjacency': _ADJACENCY[kind],
+      **_accountant_fields(plan),
       'privacy_accounted': plan.accounted,
       'privacy_warnings': privacy_warnings(settings),
       'groups': [{
@@ -488,6 +503,9 @@ def _summary(task, config, settings, plan, assignment, audit, program,
               .max_participations} if device and budget else {}),
           'epsilon_spent': (epsilons[g.name] if plan.accounted
                             else None),
+          **({'epsilon_spent_rdp': plan.ledger.rdp_epsilon(j, plan.rounds)}
+             if plan.accounted and plan.ledger.accountant(j) == 'pld'
+             else {}),
           # The alarm reads the final model's scores: the all-rounds ones,
           # maxima over rounds, are not Gaussian-shaped.
           **({'canaries': settings.canaries,
@@ -495,10 +513,10 @@ def _summary(task, config, settings, plan, assignment, audit, program,
               'audit_alarm': empirical_epsilon.alarm(
                   empirical[g.name]['final_model'], epsilons[g.name])}
              if g.name in empirical else {}),
-      } for g, applied, n, z, q, budget in zip(
+      } for j, (g, applied, n, z, q, budget) in enumerate(zip(
           assignment.groups, plan.assignment.groups,
           assignment.group_sizes(), plan.noise_multipliers, plan.rates(),
-          plan.ledger.budgets)],
+          plan.ledger.budgets))],
       **({'canaries': {'per_group': settings.canaries,
                        'unseen_per_group': settings.canaries,
                        'confidence': canary_audit.CONFIDENCE}}
