@@ -685,6 +685,9 @@ def _check_values(current: str) -> None:
             '--level_fractions must be in (0, 1] (a level without clients is '
             'no level) and sum to 1, got '
             f'{",".join(LEVEL_FRACTIONS.value)}.')
+    # Every level holds clients (the data check refuses one that does not);
+    # the opt-out group holds them when some clients opt out.
+    check_group_weights([True] * len(_level_targets()) + [OPT_OUT.value > 0])
   if current == CROSS_SILO:
     lambdas = floats(LAMBDAS, 0, MAX_FLOAT32)
     check_distinct('--lambdas', lambdas, LAMBDAS.value)
@@ -700,6 +703,26 @@ def _check_values(current: str) -> None:
     _in(NUM_CLUSTERS, 1)
     _in(SELECTION_FRACTION, 0, 1)
     _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
+
+
+def check_group_weights(has_clients: list[bool]) -> None:
+  """FedHDP weighs group j by r_j N_j: over the groups that have clients
+  (`has_clients`: the private levels in --epsilons order, then the opt-out
+  group, whose ratio is 1) the ratios of --level_ratios, or of each --r,
+  must not all be 0, else every weight is 0 and the model never moves."""
+  levels = len(has_clients) - 1
+  given = []
+  level_ratios = absl_flags.FLAGS['level_ratios']
+  if level_ratios.value:
+    given.append((f'--level_ratios={",".join(level_ratios.value)}',
+                  floats(level_ratios)))
+  if R.value:
+    given += [(f'--r={r:g}', [r] * levels) for r in floats(R)]
+  for name, ratios in given:
+    check(any(r > 0 for r, has in zip(ratios + [1.0], has_clients) if has),
+          f'{name} with --opt_out_fraction={OPT_OUT.value:g} weighs every '
+          'group that has clients 0 (no client opts out), so the model never '
+          'moves; give a private level a ratio above 0.')
 
 
 def _check_workers() -> None:

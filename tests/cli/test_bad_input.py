@@ -46,6 +46,11 @@ CASES = [
      '--level_ratios and --r', 'give one of them'),
     (['--algorithms=dp_fedavg', '--level_ratios=1'], '--level_ratios',
      'read by fedhdp, fedhdp_blt, fedhdp_tree only'),
+    # Every group with clients at ratio 0: the model never moved, exit 0.
+    (['--epsilons=1,2,3', '--level_ratios=0,0,0', '--opt_out_fraction=0'],
+     '--level_ratios=0,0,0', 'weighs every group that has clients 0'),
+    (['--r=0,1', '--opt_out_fraction=0'], '--r=0',
+     'weighs every group that has clients 0'),
     (['--heterogeneity=0'], '--heterogeneity', '(0, inf)'),
     (['--sampling=device', '--max_participations=2'], '--sampling=device',
      'needs --min_separation'),

@@ -56,6 +56,9 @@ def _run(*flags, cwd=ROOT):
      "--level_fractions leave privacy level 'private_eps2' without clients"),
     (['--opt_out_fraction=0.999', '--rounds=1'],
      "--opt_out_fraction=0.999 and --level_fractions leave privacy level"),
+    # 0.001 of 100 clients rounds to no opt-out client: every weight 0.
+    (['--level_ratios=0', '--opt_out_fraction=0.001', '--rounds=1'],
+     '--level_ratios=0 with --opt_out_fraction=0.001 weighs every group'),
     # No advice to pass --data_dir to a task that makes its own data.
     (['--num_clients=15'], '--num_clients must be a multiple of 10, got 15.'),
 ])
