@@ -51,7 +51,10 @@ CASES = [
      '--level_ratios=0,0,0', 'weighs every group that has clients 0'),
     (['--r=0,1', '--opt_out_fraction=0'], '--r=0',
      'weighs every group that has clients 0'),
-    (['--heterogeneity=0'], '--heterogeneity', '(0, inf)'),
+    (['--heterogeneity=0'], '--heterogeneity', '(0, 1e+29]'),
+    # numpy's overflow warnings and 'ratio r must be >= 0, got nan' before.
+    (['--heterogeneity=1e308'], '--heterogeneity', '(0, 1e+29]'),
+    (['--heterogeneity=inf'], '--heterogeneity', '(0, 1e+29]'),
     (['--sampling=device', '--max_participations=2'], '--sampling=device',
      'needs --min_separation'),
     (['--sampling=device', '--min_separation=0', '--max_participations=2'],

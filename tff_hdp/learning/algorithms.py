@@ -606,7 +606,7 @@ HETEROGENEITY = Option(
     'clients\' updates around their mean, as a fraction of what the clip '
     'norm allows (sigma_c^2 = h S^2 / d; not given: 1, as spread as the '
     'clip allows). A public setting: it costs no privacy.', low=0.0,
-    low_open=True)
+    low_open=True, high=MAX_RATIO)  # h D_j, like r_j N_j: a count times it
 LEVEL_PARTICIPATIONS = Option(
     'level_participations', 'blt_shared: the most rounds a device of each '
     'private level takes part in, in --epsilons order, each at most '
