@@ -607,6 +607,23 @@ def _check_participation() -> None:
             f'participation); drop it or pass --sampling=device.')
 
 
+def _check_device_algorithms() -> None:
+  """The algorithms whose noise is accounted for devices only run with
+  --sampling=device, and --level_participations lie within its cap: the
+  checks their plan and factory make, before TensorFlow loads."""
+  for name in ALGORITHMS.value:
+    check(not algorithms.REGISTRY[name].device_only or
+          SAMPLING.value == 'device',
+          f'--algorithms={name}: {algorithms.DEVICE_ONLY}')
+  caps = absl_flags.FLAGS['level_participations']
+  if caps.value and MAX_PARTICIPATIONS.value is not None:
+    try:
+      algorithms.check_level_participations(floats(caps),
+                                            MAX_PARTICIPATIONS.value)
+    except ValueError as e:
+      raise InputError(str(e)) from None
+
+
 def _check_values(current: str) -> None:
   """The values of the flags that the `current` setting reads."""
   _in(SEED, 0, 2**31 - 1)
@@ -653,6 +670,7 @@ def _check_values(current: str) -> None:
   if current == TRUSTED:
     _in(CLIENTS_PER_ROUND, 1)
     _check_participation()
+    _check_device_algorithms()
     _in(OPT_OUT, 0, 1)
     check(not (OPT_OUT.value == 1 and 'fedhdp' in ALGORITHMS.value),
           '--opt_out_fraction=1 leaves fedhdp no private clients; give a '
