@@ -84,7 +84,16 @@ def test_bad_input_found_with_the_data_is_one_clear_line(flags, message,
   if '--num_clients=15' in flags:  # digits reads no data: no --data_dir advice
     assert last.endswith(message), last
   assert 'Traceback' not in result.stderr
-  assert not os.path.exists(tmp_path / 'out' / 'results.md')
+  # The folder the command created goes with it (it held only .run.lock).
+  assert not os.path.exists(tmp_path / 'out')
+
+
+def test_a_refused_run_keeps_a_folder_it_did_not_create(tmp_path):
+  (tmp_path / 'mine').mkdir()
+  result = _run('--clients_per_round=5000', '--rounds=1',
+                f'--output_dir={tmp_path}/mine')
+  assert result.returncode == 2
+  assert os.path.isdir(tmp_path / 'mine')
 
 
 def test_no_flags_trains_the_embedded_task_and_prints_the_table(tmp_path):
