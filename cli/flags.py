@@ -484,6 +484,9 @@ def _check_applies(current: str) -> None:
   if DATA_DIR.value and task is not None and task.data is None:
     check(False, f'--data_dir does not apply to --task={TASK.value}, which '
           'makes its own data; drop it.')
+  check(not DATA_DIR.value or os.path.isdir(DATA_DIR.value) or
+        not os.path.exists(DATA_DIR.value), f'--data_dir={DATA_DIR.value} is '
+        'a file, not a folder; pass the folder that holds the task\'s files.')
   if CLIENT_DATA.value:
     for name in ('task', 'data_dir', 'num_clients'):
       check(not absl_flags.FLAGS[name].present,

@@ -138,6 +138,9 @@ CASES = [
      'does not apply to point-estimation runs'),
     (['--trials=10'], '--trials', 'does not apply to trusted-server runs'),
     (['--data_dir=/tmp'], '--data_dir', 'makes its own data'),
+    # "does not exist", after TensorFlow loaded, before.
+    (['--task=mnist_noniid', '--data_dir={file}'], '--data_dir',
+     'is a file, not a folder'),
     # Setting-specific values.
     (['--algorithms=mrmtl', '--lambdas=-1'], '--lambdas', '[0, 1e+38]'),
     (['--algorithms=mrmtl', '--client_lrs=0'], '--client_lrs', '(0, 1e+38]'),

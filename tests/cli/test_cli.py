@@ -33,7 +33,7 @@ def _run(*flags, cwd=ROOT):
     (['--rounds=500', '--clients_per_round=10', '--epsilons=0.5',
       '--clip_count_stddev=0.5'], 'cannot be met'),
     (['--task=mnist_noniid', '--data_dir={tmp}/nowhere'],
-     'nowhere does not exist; it must hold mnist.npz'),
+     'nowhere does not exist; it must be a folder holding mnist.npz'),
     (['--task=mnist_noniid', '--data_dir={tmp}/bad'],
      'bad/mnist.npz as an .npz archive'),
     (['--algorithms=local', '--task=vehicle', '--data_dir={vehicle}',
