@@ -34,7 +34,11 @@ DATA_DIR = absl_flags.DEFINE_string(
     'datasets). Default: the task\'s folder under $TFF_HDP_DATA, else '
     '../shared/data beside the repository.')
 NUM_CLIENTS = absl_flags.DEFINE_integer(
-    'num_clients', None, 'Number of clients, for tasks that allow choosing it.')
+    'num_clients', None, 'Number of clients, for tasks that allow choosing '
+    'it (EMNIST and LEAF tasks: a seeded subset of the writers). Default: '
+    'the task\'s own, ' + ', '.join(
+        f'{name} {task.num_clients:,}' for name, task in tasks.REGISTRY.items()
+        if task.num_clients) + '; every client of the data for the others.')
 CLIENT_DATA = absl_flags.DEFINE_string(
     'client_data', None, 'A TFF SqlClientData file (or FilePerUserClientData '
     'folder) of your own clients, '

@@ -41,6 +41,9 @@ class Task:
   module: str
   loader: str
   data: str | None = None
+  # Its clients without --num_clients (None: every client of its data), for
+  # --help; tests/tasks/test_task_defaults.py checks it against the loader.
+  num_clients: int | None = None
 
   def default_data_dir(self) -> str | None:
     return (os.path.join(data_root(), self.data)
@@ -48,20 +51,24 @@ class Task:
 
 
 REGISTRY: dict[str, Task] = {
-    'digits': Task('tasks.digits', 'load_task'),
+    'digits': Task('tasks.digits', 'load_task', num_clients=100),
     'fashion_mnist_iid': Task('tasks.mnist', 'load_fashion_iid_task',
-                              'fashion_mnist'),
+                              'fashion_mnist', num_clients=20),
     'femnist': Task('tasks.emnist', 'load_full_task', 'emnist'),
     'femnist_leaf': Task('tasks.femnist_leaf', 'load_task', 'femnist_leaf'),
     'fmnist': Task('tasks.emnist', 'load_digits_task', 'emnist'),
     'gleam': Task('tasks.cross_silo', 'load_gleam_task', 'cross_silo/gleam'),
-    'linear_regression': Task('tasks.linear_regression', 'load_task'),
-    'mnist_iid': Task('tasks.mnist', 'load_iid_task', 'mnist'),
-    'mnist_noniid': Task('tasks.mnist', 'load_task', 'mnist'),
-    'mnist_noniid_skewed': Task('tasks.mnist', 'load_skewed_task', 'mnist'),
-    'population': Task('tasks.population', 'load_task'),
+    'linear_regression': Task('tasks.linear_regression', 'load_task',
+                              num_clients=100),
+    'mnist_iid': Task('tasks.mnist', 'load_iid_task', 'mnist', num_clients=20),
+    'mnist_noniid': Task('tasks.mnist', 'load_task', 'mnist',
+                         num_clients=2000),
+    'mnist_noniid_skewed': Task('tasks.mnist', 'load_skewed_task', 'mnist',
+                                num_clients=2000),
+    'population': Task('tasks.population', 'load_task', num_clients=1000),
     'rotated_masked_mnist': Task('tasks.cross_silo',
-                                 'load_rotated_masked_mnist_task', 'mnist'),
+                                 'load_rotated_masked_mnist_task', 'mnist',
+                                 num_clients=40),
     'school': Task('tasks.cross_silo', 'load_school_task', 'cross_silo/school'),
     'vehicle': Task('tasks.cross_silo', 'load_vehicle_task',
                     'cross_silo/vehicle_partial'),
