@@ -905,9 +905,10 @@ def _load_registered_task():
                           batch_size=BATCH_SIZE.value, seed=SEED.value,
                           num_clients=NUM_CLIENTS.value))
   except ValueError as e:
-    where = '' if DATA_DIR.value or data_dir is None else (
-        f' (the default --data_dir, under ${tasks.DATA_ROOT_ENV} or '
-        '../shared/data; pass --data_dir=DIR)')
+    # Where the folder an error names comes from (not a --num_clients one).
+    where = '' if DATA_DIR.value or not data_dir or data_dir not in str(
+        e) else (f' (the default --data_dir, under ${tasks.DATA_ROOT_ENV} or '
+                 '../shared/data; pass --data_dir=DIR)')
     raise InputError(f'--task={TASK.value}: {e}{where}') from None
 
 
