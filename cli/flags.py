@@ -693,6 +693,10 @@ def _check_values(current: str) -> None:
     # Noise on a count of clients: more than any count (MAX_COUNT) estimates
     # nothing, and the accountant's z_eff = (z^-2 + (2 z_b)^-2)^-1/2 search
     # never ends once 2 z_b overflows.
+    check(not (CLIP_COUNT_STDDEV.value == 0 and CLIP_LR.value > 0),
+          f'--clip_count_stddev must be in (0, {MAX_COUNT}] with adaptive '
+          'clipping, got 0: the clip count it adapts to would be released '
+          'without noise; pass --clip_lr=0 to fix the clip norm instead.')
     _in(CLIP_COUNT_STDDEV, 0, MAX_COUNT, low_open=CLIP_LR.value > 0)
     for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP):
       _in(flag, 0, MAX_FLOAT32)

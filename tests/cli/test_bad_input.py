@@ -86,6 +86,9 @@ CASES = [
     (['--target_quantile=1.5'], '--target_quantile', '[0, 1]'),
     (['--clip_lr=-0.1'], '--clip_lr', '[0, 88]'),
     (['--clip_count_stddev=-1'], '--clip_count_stddev', '(0, 2147483647]'),
+    (['--clip_count_stddev=0'], '--clip_count_stddev',
+     'with adaptive clipping, got 0: the clip count it adapts to would be '
+     'released without noise; pass --clip_lr=0 to fix the clip norm'),
     (['--opt_out_fraction=1.5'], '--opt_out_fraction', '[0, 1]'),
     (['--opt_out_fraction=1'], '--opt_out_fraction=1',
      'leaves fedhdp no private clients'),
