@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import tempfile
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,6 +32,17 @@ _DEFAULT_DATA_ROOT = os.path.join(
 def data_root() -> str:
   """`$TFF_HDP_DATA`, or `../shared/data` beside the repository."""
   return os.path.normpath(os.environ.get(DATA_ROOT_ENV) or _DEFAULT_DATA_ROOT)
+
+
+# Where the tasks keep files they generate or index (the population's file,
+# indexed copies of --client_data files), read by more than one task module.
+CACHE_ENV = 'TFF_HDP_CACHE'
+
+
+def cache_dir() -> str:
+  """`$TFF_HDP_CACHE`, or `<tmp>/tff_hdp_cache`."""
+  return os.environ.get(CACHE_ENV) or os.path.join(tempfile.gettempdir(),
+                                                   'tff_hdp_cache')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+import tasks
 from tasks import models
 from tff_hdp.federated_task import Arrays, ClientSource, FederatedTask
 from tff_hdp.federated_task import check_client, seeded_subset
@@ -777,8 +778,7 @@ def load_task(path: str, name: str, batch_size: int,
   cache) holds indexed copies of files without an index.
   """
   if cache_folder is None:
-    from tasks import population  # pylint: disable=g-import-not-at-top
-    cache_folder = population.cache_dir()
+    cache_folder = tasks.cache_dir()
   opened = _open(path, cache_folder)
   parse = parse_examples(opened.num_features)
   described = f'{path} ({len(opened.train.client_ids)} clients)'
