@@ -9,11 +9,13 @@ line can read the names (for --help and validation) without TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import os
+import sqlite3
 import tempfile
-from typing import TYPE_CHECKING
+from typing import Iterator, TYPE_CHECKING
 
 if TYPE_CHECKING:
   from tff_hdp.federated_task import FederatedTask
@@ -43,6 +45,25 @@ def cache_dir() -> str:
   """`$TFF_HDP_CACHE`, or `<tmp>/tff_hdp_cache`."""
   return os.environ.get(CACHE_ENV) or os.path.join(tempfile.gettempdir(),
                                                    'tff_hdp_cache')
+
+
+@contextlib.contextmanager
+def writing_cache(folder: str) -> Iterator[None]:
+  """A block that writes under the cache `folder`: its failure (a folder
+  that cannot be made or written, SQLite's full disk) is one ValueError
+  naming the folder and $TFF_HDP_CACHE, where the user can point it."""
+  try:
+    yield
+  except (OSError, sqlite3.OperationalError) as e:
+    reason = (e.strerror if isinstance(e, OSError) and e.strerror else
+              str(e))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+      reason = 'it is a file, not a folder'
+    name = (f'${CACHE_ENV}={folder}' if os.environ.get(CACHE_ENV) == folder
+            else folder)
+    raise ValueError(f'the task cache {name} cannot be written ({reason}); '
+                     f'set ${CACHE_ENV} to a writable folder with free '
+                     'space.') from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -363,15 +363,16 @@ def indexed_copy(path: str, fingerprint: str, folder: str) -> str:
   modified; the copy is the owner's alone, as it holds their examples)."""
   if _has_client_index(path):
     return path
-  os.makedirs(folder, exist_ok=True)
   copy = os.path.join(folder, f'client_data-{fingerprint}.sqlite')
-  if not os.path.exists(copy):
-    with _private_file_in_place_of(copy) as tmp, \
-        sqlite3.connect(f'file:{path}?mode=ro', uri=True) as source, \
-        sqlite3.connect(tmp) as target:
-      source.backup(target)
-      target.execute('CREATE INDEX examples_by_client ON examples '
-                     '(client_id, split_name)')
+  with tasks.writing_cache(folder):
+    os.makedirs(folder, exist_ok=True)
+    if not os.path.exists(copy):
+      with _private_file_in_place_of(copy) as tmp, \
+          sqlite3.connect(f'file:{path}?mode=ro', uri=True) as source, \
+          sqlite3.connect(tmp) as target:
+        source.backup(target)
+        target.execute('CREATE INDEX examples_by_client ON examples '
+                       '(client_id, split_name)')
   return copy
 
 

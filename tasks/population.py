@@ -103,11 +103,12 @@ def cached_file(num_clients: int, seed: int, folder: str | None = None
   """The population's file under `folder` (default `tasks.cache_dir()`),
   written on first use."""
   folder = folder or tasks.cache_dir()
-  os.makedirs(folder, exist_ok=True)
   path = os.path.join(folder,
                       f'population-v{_VERSION}-n{num_clients}-s{seed}.sqlite')
-  if not os.path.exists(path):
-    write(path, num_clients, seed)
+  with tasks.writing_cache(folder):
+    os.makedirs(folder, exist_ok=True)
+    if not os.path.exists(path):
+      write(path, num_clients, seed)
   return path
 
 
