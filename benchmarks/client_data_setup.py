@@ -135,9 +135,9 @@ def main(argv):
   if _TFF_LOOP.value:
     _tff_loop(_TFF_LOOP.value)
     return
-  from tasks import population  # pylint: disable=g-import-not-at-top
+  import tasks  # pylint: disable=g-import-not-at-top
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
-  cache = population.cache_dir()
+  cache = tasks.cache_dir()
   os.makedirs(cache, exist_ok=True)
   plain = os.path.join(cache, f'tff_layout-{_CLIENTS.value}.sqlite')
   if not os.path.exists(plain):

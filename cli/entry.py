@@ -89,15 +89,28 @@ def _raise(error: OSError) -> None:
   raise InputError(f'--output_dir: {file_error(error)}')
 
 
-def _hold_output_dir(folder_lock):
+def _hold_output_dir(folder_lock, created: bool):
   """The run's hold on its --output_dir (`folder_lock`): a second command
-  into the same folder stops at once, before it loads data or writes."""
+  into the same folder stops at once, before it loads data or writes. A
+  folder this command `created` goes again when the run fails before
+  writing into it, so a refused command leaves no empty folder behind."""
   flags = absl_flags.FLAGS
   folder = _output_dir()
   dry_run = 'dry_run' in flags and flags.dry_run
   if not folder or dry_run or not os.path.isdir(folder):
     return contextlib.nullcontext()
-  return folder_lock.exclusive(folder)
+  return _held(folder_lock, folder, created)
+
+
+@contextlib.contextmanager
+def _held(folder_lock, folder: str, created: bool):
+  with folder_lock.exclusive(folder):
+    try:
+      yield
+    except BaseException:
+      if created:  # still held: no other run can have started writing
+        folder_lock.remove_if_unused(folder)
+      raise
 
 
 def _describe(flag: absl_flags.Flag) -> str:
@@ -146,7 +159,10 @@ def run(main: Callable[[list[str]], None], usage: str,
       fraction of a second and without the import's memory.
   """
 
+  created = False  # whether the flag checks created --output_dir
+
   def parse(argv: list[str]) -> list[str]:
+    nonlocal created
     if any(a.split('=')[0] in HELP_FLAGS for a in argv[1:]):
       try:
         text = (help_text(usage, groups) if groups else
@@ -162,9 +178,13 @@ def run(main: Callable[[list[str]], None], usage: str,
     if len(rest) > 1:
       fail(f'unexpected arguments: {" ".join(rest[1:])} (flags are written '
            '--name=value)')
+    given = _output_dir()  # None: a default folder, named by validate
+    existed = bool(given) and os.path.exists(given)
     try:
       if validate is not None:
         validate()
+      folder = _output_dir()
+      created = bool(folder) and not existed and os.path.isdir(folder)
       if 'output_dir' in absl_flags.FLAGS and absl_flags.FLAGS.output_dir:
         check_writable(absl_flags.FLAGS.output_dir)
     except InputError as e:
@@ -186,7 +206,7 @@ def run(main: Callable[[list[str]], None], usage: str,
       tf_file_errors = tf.errors.PermissionDeniedError
     try:
       with (contextlib.nullcontext() if share_output_dir else
-            _hold_output_dir(folder_lock)):
+            _hold_output_dir(folder_lock, created)):
         main(argv)
     except (InputError, WorkerStartError, folder_lock.FolderInUseError) as e:
       fail(str(e))

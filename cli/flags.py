@@ -34,7 +34,11 @@ DATA_DIR = absl_flags.DEFINE_string(
     'datasets). Default: the task\'s folder under $TFF_HDP_DATA, else '
     '../shared/data beside the repository.')
 NUM_CLIENTS = absl_flags.DEFINE_integer(
-    'num_clients', None, 'Number of clients, for tasks that allow choosing it.')
+    'num_clients', None, 'Number of clients, for tasks that allow choosing '
+    'it (EMNIST and LEAF tasks: a seeded subset of the writers). Default: '
+    'the task\'s own, ' + ', '.join(
+        f'{name} {task.num_clients:,}' for name, task in tasks.REGISTRY.items()
+        if task.num_clients) + '; every client of the data for the others.')
 CLIENT_DATA = absl_flags.DEFINE_string(
     'client_data', None, 'A TFF SqlClientData file (or FilePerUserClientData '
     'folder) of your own clients, '
@@ -496,6 +500,9 @@ def _check_applies(current: str) -> None:
   if DATA_DIR.value and task is not None and task.data is None:
     check(False, f'--data_dir does not apply to --task={TASK.value}, which '
           'makes its own data; drop it.')
+  check(not DATA_DIR.value or os.path.isdir(DATA_DIR.value) or
+        not os.path.exists(DATA_DIR.value), f'--data_dir={DATA_DIR.value} is '
+        'a file, not a folder; pass the folder that holds the task\'s files.')
   if CLIENT_DATA.value:
     for name in ('task', 'data_dir', 'num_clients'):
       check(not absl_flags.FLAGS[name].present,
@@ -639,6 +646,23 @@ def _check_accountant() -> None:
       low_open=True)
 
 
+def _check_device_algorithms() -> None:
+  """The algorithms whose noise is accounted for devices only run with
+  --sampling=device, and --level_participations lie within its cap: the
+  checks their plan and factory make, before TensorFlow loads."""
+  for name in ALGORITHMS.value:
+    check(not algorithms.REGISTRY[name].device_only or
+          SAMPLING.value == 'device',
+          f'--algorithms={name}: {algorithms.DEVICE_ONLY}')
+  caps = absl_flags.FLAGS['level_participations']
+  if caps.value and MAX_PARTICIPATIONS.value is not None:
+    try:
+      algorithms.check_level_participations(floats(caps),
+                                            MAX_PARTICIPATIONS.value)
+    except ValueError as e:
+      raise InputError(str(e)) from None
+
+
 def _check_values(current: str) -> None:
   """The values of the flags that the `current` setting reads."""
   _in(SEED, 0, 2**31 - 1)
@@ -686,6 +710,7 @@ def _check_values(current: str) -> None:
     _in(CLIENTS_PER_ROUND, 1)
     _check_participation()
     _check_accountant()
+    _check_device_algorithms()
     _in(OPT_OUT, 0, 1)
     check(not (OPT_OUT.value == 1 and 'fedhdp' in ALGORITHMS.value),
           '--opt_out_fraction=1 leaves fedhdp no private clients; give a '
@@ -701,6 +726,10 @@ def _check_values(current: str) -> None:
     # Noise on a count of clients: more than any count (MAX_COUNT) estimates
     # nothing, and the accountant's z_eff = (z^-2 + (2 z_b)^-2)^-1/2 search
     # never ends once 2 z_b overflows.
+    check(not (CLIP_COUNT_STDDEV.value == 0 and CLIP_LR.value > 0),
+          f'--clip_count_stddev must be in (0, {MAX_COUNT}] with adaptive '
+          'clipping, got 0: the clip count it adapts to would be released '
+          'without noise; pass --clip_lr=0 to fix the clip norm instead.')
     _in(CLIP_COUNT_STDDEV, 0, MAX_COUNT, low_open=CLIP_LR.value > 0)
     for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP):
       _in(flag, 0, MAX_FLOAT32)
@@ -718,6 +747,9 @@ def _check_values(current: str) -> None:
             '--level_fractions must be in (0, 1] (a level without clients is '
             'no level) and sum to 1, got '
             f'{",".join(LEVEL_FRACTIONS.value)}.')
+    # Every level holds clients (the data check refuses one that does not);
+    # the opt-out group holds them when some clients opt out.
+    check_group_weights([True] * len(_level_targets()) + [OPT_OUT.value > 0])
   if current == CROSS_SILO:
     lambdas = floats(LAMBDAS, 0, MAX_FLOAT32)
     check_distinct('--lambdas', lambdas, LAMBDAS.value)
@@ -733,6 +765,26 @@ def _check_values(current: str) -> None:
     _in(NUM_CLUSTERS, 1)
     _in(SELECTION_FRACTION, 0, 1)
     _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
+
+
+def check_group_weights(has_clients: list[bool]) -> None:
+  """FedHDP weighs group j by r_j N_j: over the groups that have clients
+  (`has_clients`: the private levels in --epsilons order, then the opt-out
+  group, whose ratio is 1) the ratios of --level_ratios, or of each --r,
+  must not all be 0, else every weight is 0 and the model never moves."""
+  levels = len(has_clients) - 1
+  given = []
+  level_ratios = absl_flags.FLAGS['level_ratios']
+  if level_ratios.value:
+    given.append((f'--level_ratios={",".join(level_ratios.value)}',
+                  floats(level_ratios)))
+  if R.value:
+    given += [(f'--r={r:g}', [r] * levels) for r in floats(R)]
+  for name, ratios in given:
+    check(any(r > 0 for r, has in zip(ratios + [1.0], has_clients) if has),
+          f'{name} with --opt_out_fraction={OPT_OUT.value:g} weighs every '
+          'group that has clients 0 (no client opts out), so the model never '
+          'moves; give a private level a ratio above 0.')
 
 
 def _check_workers() -> None:
@@ -890,9 +942,10 @@ def _load_registered_task():
                           batch_size=BATCH_SIZE.value, seed=SEED.value,
                           num_clients=NUM_CLIENTS.value))
   except ValueError as e:
-    where = '' if DATA_DIR.value or data_dir is None else (
-        f' (the default --data_dir, under ${tasks.DATA_ROOT_ENV} or '
-        '../shared/data; pass --data_dir=DIR)')
+    # Where the folder an error names comes from (not a --num_clients one).
+    where = '' if DATA_DIR.value or not data_dir or data_dir not in str(
+        e) else (f' (the default --data_dir, under ${tasks.DATA_ROOT_ENV} or '
+                 '../shared/data; pass --data_dir=DIR)')
     raise InputError(f'--task={TASK.value}: {e}{where}') from None
 
 

@@ -66,6 +66,7 @@ def learning_setup(task):
       flags.ALGORITHMS.value, flags.swept_values(flags.TRUSTED))
   if 'fedhdp' in flags.ALGORITHMS.value:
     _check_levels_have_clients(choices, n)
+  flags.check_group_weights([size > 0 for size in choices.group_sizes()])
   return settings, choices, configs
 
 

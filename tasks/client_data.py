@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+import tasks
 from tasks import models
 from tff_hdp.federated_task import Arrays, ClientSource, FederatedTask
 from tff_hdp.federated_task import check_client, seeded_subset
@@ -362,15 +363,16 @@ def indexed_copy(path: str, fingerprint: str, folder: str) -> str:
   modified; the copy is the owner's alone, as it holds their examples)."""
   if _has_client_index(path):
     return path
-  os.makedirs(folder, exist_ok=True)
   copy = os.path.join(folder, f'client_data-{fingerprint}.sqlite')
-  if not os.path.exists(copy):
-    with _private_file_in_place_of(copy) as tmp, \
-        sqlite3.connect(f'file:{path}?mode=ro', uri=True) as source, \
-        sqlite3.connect(tmp) as target:
-      source.backup(target)
-      target.execute('CREATE INDEX examples_by_client ON examples '
-                     '(client_id, split_name)')
+  with tasks.writing_cache(folder):
+    os.makedirs(folder, exist_ok=True)
+    if not os.path.exists(copy):
+      with _private_file_in_place_of(copy) as tmp, \
+          sqlite3.connect(f'file:{path}?mode=ro', uri=True) as source, \
+          sqlite3.connect(tmp) as target:
+        source.backup(target)
+        target.execute('CREATE INDEX examples_by_client ON examples '
+                       '(client_id, split_name)')
   return copy
 
 
@@ -777,8 +779,7 @@ def load_task(path: str, name: str, batch_size: int,
   cache) holds indexed copies of files without an index.
   """
   if cache_folder is None:
-    from tasks import population  # pylint: disable=g-import-not-at-top
-    cache_folder = population.cache_dir()
+    cache_folder = tasks.cache_dir()
   opened = _open(path, cache_folder)
   parse = parse_examples(opened.num_features)
   described = f'{path} ({len(opened.train.client_ids)} clients)'

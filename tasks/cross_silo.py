@@ -171,8 +171,8 @@ def load_rotated_masked_mnist(data_dir: str | None,
   1,500 train and 250 test images each.
   """
   if num_silos < ROTATIONS or num_silos % ROTATIONS:
-    raise ValueError(f'rotated MNIST needs a positive multiple of {ROTATIONS} '
-                     f'silos, got {num_silos}.')
+    raise ValueError(f'--num_clients: rotated MNIST needs a positive multiple '
+                     f'of {ROTATIONS} silos, got {num_silos}.')
   if patch < 1 or 28 % patch or not 0.0 <= mask_ratio <= 1.0:
     raise ValueError(f'mask patches must divide 28 and the ratio lie in '
                      f'[0, 1]; got {patch} and {mask_ratio}.')

@@ -37,8 +37,10 @@ def require_dir(data_dir: str | None, what: str) -> str:
     raise ValueError(f'no data directory given: pass --data_dir=DIR where DIR '
                      f'holds {what}.')
   if not os.path.isdir(data_dir):
-    raise ValueError(f'data directory {data_dir} does not exist; it must hold '
-                     f'{what}.')
+    problem = ('is a file, not a folder' if os.path.exists(data_dir) else
+               'does not exist')
+    raise ValueError(f'data directory {data_dir} {problem}; it must be a '
+                     f'folder holding {what}.')
   return data_dir
 
 

@@ -61,5 +61,8 @@ def load_task(options: TaskOptions) -> FederatedTask:
   if num_clients % 10:
     raise ValueError(
         f'digits: --num_clients must be a multiple of 10, got {num_clients}.')
-  return load(clients_per_digit=num_clients // 10,
-              batch_size=options.batch_size, seed=options.seed)
+  try:
+    return load(clients_per_digit=num_clients // 10,
+                batch_size=options.batch_size, seed=options.seed)
+  except ValueError as e:  # too many clients for the digits
+    raise ValueError(f'--num_clients={num_clients}: {e}') from None

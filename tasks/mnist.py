@@ -39,16 +39,16 @@ def load(data_dir: str | None, num_clients: int = NUM_CLIENTS,
   test set.
   """
   if num_clients < 10 or num_clients % 10:
-    raise ValueError('non-IID MNIST needs a positive multiple of 10 clients, '
-                     f'got {num_clients}.')
+    raise ValueError('--num_clients: non-IID MNIST needs a positive multiple '
+                     f'of 10 clients, got {num_clients}.')
   x_train, y_train, x_test, y_test = data_files.read_mnist(data_dir)
   per_digit = num_clients // 10
   rng = np.random.default_rng(seed)
   by_digit = [rng.permutation(np.flatnonzero(y_train == d)) for d in range(10)]
   per_client = min(len(idx) for idx in by_digit) // per_digit
   if per_client < 2:
-    raise ValueError(f'{num_clients} clients leave fewer than 2 MNIST images '
-                     'per client.')
+    raise ValueError(f'--num_clients={num_clients} leaves fewer than 2 MNIST '
+                     'images per client.')
   x = flat_images(x_train)
   y = y_train.astype(np.int32)
   train, test = {}, {}
@@ -83,13 +83,13 @@ def load_iid(data_dir: str | None, num_clients: int = IID_CLIENTS,
   """
   label = IID_DATASETS[dataset]
   if num_clients < 1:
-    raise ValueError(f'IID {label} needs at least 1 client, got '
-                     f'{num_clients}.')
+    raise ValueError(f'--num_clients: IID {label} needs at least 1 client, '
+                     f'got {num_clients}.')
   x_train, y_train, x_test, y_test = data_files.read_mnist(data_dir, label)
   per_client = len(x_train) // num_clients
   if per_client < 2:
-    raise ValueError(f'{num_clients} clients leave fewer than 2 {label} '
-                     'images per client.')
+    raise ValueError(f'--num_clients={num_clients} leaves fewer than 2 '
+                     f'{label} images per client.')
   rng = np.random.default_rng(seed)
   order = rng.permutation(len(x_train))
   x = flat_images(x_train)

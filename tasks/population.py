@@ -14,11 +14,11 @@ client ids, fast enough for 10^6 clients). Files are cached by (N, seed).
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
 import tensorflow as tf
 
+import tasks
 from tasks import client_data, models
 from tff_hdp.federated_task import Arrays, FederatedTask, TaskOptions
 
@@ -98,21 +98,17 @@ def write(path: str, num_clients: int, seed: int) -> None:
                                                               seed)))
 
 
-def cache_dir() -> str:
-  return os.environ.get('TFF_HDP_CACHE') or os.path.join(
-      tempfile.gettempdir(), 'tff_hdp_cache')
-
-
 def cached_file(num_clients: int, seed: int, folder: str | None = None
                 ) -> str:
-  """The population's file under `folder` (default `cache_dir()`), written
-  on first use."""
-  folder = folder or cache_dir()
-  os.makedirs(folder, exist_ok=True)
+  """The population's file under `folder` (default `tasks.cache_dir()`),
+  written on first use."""
+  folder = folder or tasks.cache_dir()
   path = os.path.join(folder,
                       f'population-v{_VERSION}-n{num_clients}-s{seed}.sqlite')
-  if not os.path.exists(path):
-    write(path, num_clients, seed)
+  with tasks.writing_cache(folder):
+    os.makedirs(folder, exist_ok=True)
+    if not os.path.exists(path):
+      write(path, num_clients, seed)
   return path
 
 

@@ -84,6 +84,47 @@ def test_no_layer_imports_a_higher_one():
   assert violations(ROOT) == []
 
 
+def import_cycles(root: str) -> list[list[str]]:
+  """The project's modules that import each other in a cycle (inside
+  functions too), each cycle once as its sorted module names: a cycle only
+  works while an import stays deferred, and reorders easily into an error."""
+  modules = {}
+  for top in ('tff_hdp', 'tasks', 'cli'):
+    for dirpath, _, files in os.walk(os.path.join(root, top)):
+      for name in files:
+        if name.endswith('.py'):
+          path = os.path.join(dirpath, name)
+          rel = os.path.relpath(path, root)[:-3].replace(os.sep, '.')
+          module = rel.removesuffix('.__init__')
+          modules[module] = (path, module if name == '__init__.py' else
+                             module.rpartition('.')[0])
+  graph = {}
+  for module, (path, package) in modules.items():
+    graph[module] = set()
+    for imported in _imports(path, package):  # the longest module it names
+      parts = imported.split('.')
+      found = next((m for m in ('.'.join(parts[:k]) for k in
+                                range(len(parts), 0, -1)) if m in modules),
+                   module)
+      if found != module:
+        graph[module].add(found)
+  def reaches(start):
+    seen, todo = set(), [start]
+    while todo:
+      for m in graph[todo.pop()] - seen:
+        seen.add(m)
+        todo.append(m)
+    return seen
+  reach = {m: reaches(m) for m in graph}
+  cycles = {tuple(sorted(m2 for m2 in reach[m] if m in reach[m2]))
+            for m in graph if m in reach[m]}
+  return sorted(list(c) for c in cycles)
+
+
+def test_no_modules_import_each_other():
+  assert import_cycles(ROOT) == []
+
+
 def _write(root, relpath, text=''):
   path = os.path.join(root, relpath)
   os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -111,6 +152,14 @@ def test_the_check_reports_an_upward_import(tmp_path):
       'tasks.loader -> tff_hdp.learning.dp_sgd (tasks may not import '
       'learning)',
   ])
+
+
+def test_the_check_reports_a_cycle_through_a_deferred_import(tmp_path):
+  root = str(tmp_path)
+  _write(root, 'tasks/a.py', 'from tasks import b\n')
+  _write(root, 'tasks/b.py', 'def f():\n  from tasks.a import g\n')
+  _write(root, 'tasks/c.py', 'from tasks import a\n')
+  assert import_cycles(root) == [['tasks.a', 'tasks.b']]
 
 
 def test_the_privacy_layer_and_the_flags_load_without_tensorflow():

@@ -33,7 +33,7 @@ def _run(*flags, cwd=ROOT):
     (['--rounds=500', '--clients_per_round=10', '--epsilons=0.5',
       '--clip_count_stddev=0.5'], 'cannot be met'),
     (['--task=mnist_noniid', '--data_dir={tmp}/nowhere'],
-     'nowhere does not exist; it must hold mnist.npz'),
+     'nowhere does not exist; it must be a folder holding mnist.npz'),
     (['--task=mnist_noniid', '--data_dir={tmp}/bad'],
      'bad/mnist.npz as an .npz archive'),
     (['--algorithms=local', '--task=vehicle', '--data_dir={vehicle}',
@@ -56,6 +56,9 @@ def _run(*flags, cwd=ROOT):
      "--level_fractions leave privacy level 'private_eps2' without clients"),
     (['--opt_out_fraction=0.999', '--rounds=1'],
      "--opt_out_fraction=0.999 and --level_fractions leave privacy level"),
+    # 0.001 of 100 clients rounds to no opt-out client: every weight 0.
+    (['--level_ratios=0', '--opt_out_fraction=0.001', '--rounds=1'],
+     '--level_ratios=0 with --opt_out_fraction=0.001 weighs every group'),
     # No advice to pass --data_dir to a task that makes its own data.
     (['--num_clients=15'], '--num_clients must be a multiple of 10, got 15.'),
 ])
@@ -81,7 +84,16 @@ def test_bad_input_found_with_the_data_is_one_clear_line(flags, message,
   if '--num_clients=15' in flags:  # digits reads no data: no --data_dir advice
     assert last.endswith(message), last
   assert 'Traceback' not in result.stderr
-  assert not os.path.exists(tmp_path / 'out' / 'results.md')
+  # The folder the command created goes with it (it held only .run.lock).
+  assert not os.path.exists(tmp_path / 'out')
+
+
+def test_a_refused_run_keeps_a_folder_it_did_not_create(tmp_path):
+  (tmp_path / 'mine').mkdir()
+  result = _run('--clients_per_round=5000', '--rounds=1',
+                f'--output_dir={tmp_path}/mine')
+  assert result.returncode == 2
+  assert os.path.isdir(tmp_path / 'mine')
 
 
 def test_no_flags_trains_the_embedded_task_and_prints_the_table(tmp_path):

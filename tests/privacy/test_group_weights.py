@@ -2,6 +2,8 @@
 per-group means (`point_estimation_theory.optimal_level_ratios`, itself
 checked by Monte Carlo through the aggregator), for any clip norm."""
 
+import math
+
 import pytest
 
 from tff_hdp.estimation import point_estimation_theory as th
@@ -31,6 +33,9 @@ def test_the_paper_setting_gives_the_order_of_its_best_r():
     (((1.0,), (1.0, 2.0), 10), 'one noise multiplier and one expected size'),
     (((1.0,), (1.0,), 0), 'num_parameters >= 1'),
     (((1.0,), (1.0,), 10, 0.0), 'heterogeneity > 0'),
+    (((1.0,), (1.0,), 10, math.inf), 'finite heterogeneity > 0'),
+    (((1.0,), (1.0,), 10, math.nan), 'finite heterogeneity > 0'),
+    (((1.5,), (95.0,), 7850, 1e308), 'heterogeneity=1e[+]308 overflows'),
     (((-1.0,), (1.0,), 10), 'noise multipliers and expected group sizes'),
     (((1.0,), (-1.0,), 10), 'noise multipliers and expected group sizes'),
 ])

@@ -34,6 +34,22 @@ def test_a_held_folder_is_refused_and_freed_when_its_holder_dies(tmp_path):
     pass
 
 
+def test_a_folder_of_lock_files_only_is_removed_and_any_other_kept(tmp_path):
+  unused = tmp_path / 'unused'
+  (unused / 'fedhdp').mkdir(parents=True)
+  for folder in (unused, unused / 'fedhdp'):
+    (folder / folder_lock.LOCK_FILE).write_text('1')
+  assert folder_lock.remove_if_unused(str(unused))
+  assert not unused.exists()
+  used = tmp_path / 'used'
+  (used / 'fedhdp').mkdir(parents=True)
+  (used / folder_lock.LOCK_FILE).write_text('1')
+  (used / 'fedhdp' / 'rounds.csv').write_text('round\n')
+  assert not folder_lock.remove_if_unused(str(used))
+  assert sorted(os.listdir(used)) == [folder_lock.LOCK_FILE, 'fedhdp']
+  assert os.listdir(used / 'fedhdp') == ['rounds.csv']
+
+
 def _rows(output_dir):
   return repository.rounds_rows(output_dir, 'fedhdp')
 

@@ -359,6 +359,15 @@ def test_the_index_is_built_once_in_the_cache(tmp_path):
   assert len(list(cache.iterdir())) == 1
 
 
+def test_an_index_cache_that_cannot_be_written_is_named(tmp_path):
+  path, _ = _tff_file(tmp_path / 'plain.sqlite', lambda i: 'train')
+  (tmp_path / 'a_file').write_text('')
+  with pytest.raises(ValueError, match='the task cache .*a_file cannot be '
+                     r'written \(it is a file, not a folder\); set '
+                     r'\$TFF_HDP_CACHE'):
+    client_data.load_task(path, 'a', 2, cache_folder=str(tmp_path / 'a_file'))
+
+
 def test_a_file_with_other_splits_or_mixed_test_clients_is_one_line(tmp_path):
   path, _ = _tff_file(tmp_path / 'three.sqlite',
                       lambda i: ('train', 'test', 'holdout')[i % 3])

@@ -134,6 +134,10 @@ def test_missing_data_says_what_to_put_where(tmp_path):
     tasks.load('mnist_noniid', TaskOptions())
   with pytest.raises(ValueError, match='does not exist'):
     mnist.load(str(tmp_path / 'nowhere'))
+  (tmp_path / 'a_file').write_text('')
+  with pytest.raises(ValueError, match='a_file is a file, not a folder; it '
+                     'must be a folder holding mnist.npz'):
+    mnist.load(str(tmp_path / 'a_file'))
   with pytest.raises(ValueError, match='holds neither mnist.npz nor .*'
                      'train-images-idx3-ubyte.gz'):
     mnist.load(str(tmp_path))

@@ -1,12 +1,16 @@
 """The synthetic population file: reproducible from its seed, in TFF's schema,
 and read back by TFF's own reader as the arrays it was generated from."""
 
+import os
+import sqlite3
+
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import client_data, population
+from tests import repository
 
 pytestmark = pytest.mark.tf
 
@@ -68,3 +72,43 @@ def test_clients_are_non_iid_and_small():
   majority = np.mean([np.bincount(y).max() / len(y) for _, y in train.values()])
   assert majority > 0.4
   assert len(np.unique(server[1])) == population.NUM_CLASSES
+
+
+def _population_run(tmp_path):
+  """A population run in this process: its one error line."""
+  result = repository.run_program(
+      'run_experiment.py', '--task=population', '--num_clients=20',
+      '--rounds=1', '--clients_per_round=5', f'--output_dir={tmp_path}/out')
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert 'Traceback' not in result.stderr
+  return result.stderr.strip().splitlines()
+
+
+@pytest.mark.parametrize('under', ['', 'cache'])
+def test_a_cache_that_cannot_be_made_names_it_and_the_variable(
+    tmp_path, monkeypatch, under):
+  """'<path>: Not a directory' (as root a chmod stops nothing: the cache is
+  a file, or a folder under one), naming neither, before."""
+  (tmp_path / 'a_file').write_text('')
+  cache = os.path.join(tmp_path / 'a_file', under) if under else str(
+      tmp_path / 'a_file')
+  monkeypatch.setenv('TFF_HDP_CACHE', cache)
+  reason = 'Not a directory' if under else 'it is a file, not a folder'
+  assert _population_run(tmp_path) == [
+      'run_experiment.py: error: --task=population: the task cache '
+      f'$TFF_HDP_CACHE={cache} cannot be written ({reason}); set '
+      '$TFF_HDP_CACHE to a writable folder with free space.']
+
+
+def test_a_full_disk_while_writing_the_cache_is_one_line(tmp_path,
+                                                         monkeypatch):
+  """SQLite's full disk was a 34-line traceback."""
+  def full(*args):
+    raise sqlite3.OperationalError('database or disk is full')
+  monkeypatch.setattr(client_data, 'example_rows', full)
+  monkeypatch.setenv('TFF_HDP_CACHE', str(tmp_path / 'cache'))
+  assert _population_run(tmp_path) == [
+      'run_experiment.py: error: --task=population: the task cache '
+      f'$TFF_HDP_CACHE={tmp_path}/cache cannot be written (database or disk '
+      'is full); set $TFF_HDP_CACHE to a writable folder with free space.']
+  assert os.listdir(tmp_path / 'cache') == []  # no half-written file

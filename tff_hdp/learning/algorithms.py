@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, Callable, Mapping, TYPE_CHECKING
+from typing import Any, Callable, Mapping, Sequence, TYPE_CHECKING
 
 from tff_hdp.privacy import release_policy
 from tff_hdp.privacy.release_policy import Measurement
@@ -207,6 +207,12 @@ class Algorithm:
   shared_model: bool = False
   first_phase: str | None = None
 
+  @property
+  def device_only(self) -> bool:
+    """Whether its privacy plan accounts devices only (`_device_plan`),
+    refusing sampled clients."""
+    return getattr(self.privacy_plan, 'device_only', False)
+
   def __post_init__(self):
     def refuse(why):
       raise ValueError(f'algorithm {self.name!r}: {why}')
@@ -328,10 +334,19 @@ def _fedhdp_noise_aware_factory(context: TrustedContext) -> GroupFactory:
   return _fedhdp_factory(context, _noise_aware_ratios(context))
 
 
+# Why a `device_only` record refuses any other sampling.
+DEVICE_ONLY = ('correlated noise is accounted without sampling, for devices '
+               'that enforce their own participation: run it with '
+               '--sampling=device (with --min_separation and '
+               '--max_participations).')
+
+
 def _device_plan(noise: Callable[..., Any]) -> Callable[..., Any]:
   """A `privacy_plan` without sampling: `plans.plan_privacy` with each
   private group's sums under the strategy `noise(model)` for the run's
-  participation model (`min_separation.DeviceParticipation`)."""
+  participation model (`min_separation.DeviceParticipation`). Marked
+  `device_only`, so the command line refuses other sampling before
+  TensorFlow loads."""
 
   def plan(assignment, sampling, rounds, *args, **kwargs):
     # pylint: disable=g-import-not-at-top
@@ -339,15 +354,13 @@ def _device_plan(noise: Callable[..., Any]) -> Callable[..., Any]:
     from tff_hdp.privacy.plans import plan_privacy
     # pylint: enable=g-import-not-at-top
     if not isinstance(sampling, min_separation.DeviceParticipation):
-      raise ValueError(
-          'correlated noise is accounted without sampling, for devices that '
-          'enforce their own participation: run it with --sampling=device '
-          '(with --min_separation and --max_participations).')
+      raise ValueError(DEVICE_ONLY)
     return plan_privacy(
         assignment, dataclasses.replace(
             sampling, noise=noise(sampling.model(rounds))), rounds, *args,
         **kwargs)
 
+  plan.device_only = True
   return plan
 
 
@@ -521,12 +534,7 @@ def _capped_stream_factory(context: TrustedContext) -> GroupFactory:
   caps = context.options.get('level_participations')
   if caps is None:
     caps = [sampling.max_participations] * sum(private)
-  for k in caps:
-    if k != int(k) or not 1 <= k <= sampling.max_participations:
-      raise ValueError(
-          f'--level_participations: {k:g} is not a whole number of '
-          f'participations in [1, --max_participations='
-          f'{sampling.max_participations}] (the stream\'s cap).')
+  check_level_participations(caps, sampling.max_participations)
   capped = iter(caps)
   participations = tuple(
       dataclasses.replace(sampling, max_participations=int(next(capped)))
@@ -549,6 +557,19 @@ def _capped_stream_factory(context: TrustedContext) -> GroupFactory:
       GroupNoise(tuple(z if p else 0.0 for p in private), None,
                  participations),
       seeded=True, ratios=merged.group_ratios)
+
+
+def check_level_participations(caps: Sequence[float],
+                               max_participations: int) -> None:
+  """ValueError naming --level_participations unless each cap is a whole
+  number in [1, `max_participations`] (the stream's cap); the command line
+  checks the flags with it before TensorFlow loads."""
+  for k in caps:
+    if k != int(k) or not 1 <= k <= max_participations:
+      raise ValueError(
+          f'--level_participations: {k:g} is not a whole number of '
+          f'participations in [1, --max_participations={max_participations}]'
+          ' (the stream\'s cap).')
 
 
 def _with_ratio(choices: GroupAssignment,
@@ -606,7 +627,7 @@ HETEROGENEITY = Option(
     'clients\' updates around their mean, as a fraction of what the clip '
     'norm allows (sigma_c^2 = h S^2 / d; not given: 1, as spread as the '
     'clip allows). A public setting: it costs no privacy.', low=0.0,
-    low_open=True)
+    low_open=True, high=MAX_RATIO)  # h D_j, like r_j N_j: a count times it
 LEVEL_PARTICIPATIONS = Option(
     'level_participations', 'blt_shared: the most rounds a device of each '
     'private level takes part in, in --epsilons order, each at most '

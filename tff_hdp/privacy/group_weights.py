@@ -27,6 +27,7 @@ the paper found best by search.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 
@@ -52,14 +53,22 @@ def noise_aware_ratios(noise_multipliers: Sequence[float],
   """
   if len(noise_multipliers) != len(expected_group_sizes):
     raise ValueError('one noise multiplier and one expected size per group.')
-  if num_parameters < 1 or not heterogeneity > 0:
-    raise ValueError(f'num_parameters >= 1 and heterogeneity > 0 are '
-                     f'required, got {num_parameters} and {heterogeneity}.')
+  if num_parameters < 1 or not 0 < heterogeneity < math.inf:
+    raise ValueError(f'num_parameters >= 1 and a finite heterogeneity > 0 '
+                     f'are required, got {num_parameters} and '
+                     f'{heterogeneity}.')
   if min(noise_multipliers, default=0) < 0 or min(
       expected_group_sizes, default=0) < 0:
     raise ValueError('noise multipliers and expected group sizes must be '
                      '>= 0.')
-  return tuple(
+  ratios = tuple(
       1.0 if z == 0 else heterogeneity * d / (heterogeneity * d +
                                               num_parameters * z**2)
       for z, d in zip(noise_multipliers, expected_group_sizes))
+  if not all(math.isfinite(r) for r in ratios):  # h D_j or d z_j^2 overflowed
+    raise ValueError(f'heterogeneity={heterogeneity:g} overflows the ratios '
+                     f'h D_j / (h D_j + d z_j^2) (D_j: '
+                     f'{", ".join(f"{d:g}" for d in expected_group_sizes)}, '
+                     f'z_j: {", ".join(f"{z:g}" for z in noise_multipliers)}'
+                     f'); give a smaller one.')
+  return ratios

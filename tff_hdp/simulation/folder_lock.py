@@ -52,3 +52,18 @@ def exclusive(folder: str) -> Iterator[None]:
     yield
   finally:
     os.close(fd)
+
+
+def remove_if_unused(folder: str) -> bool:
+  """Removes `folder` when it holds nothing but lock files (in folders of
+  its own): what a run leaves that stopped before writing anything, e.g.
+  refused by a check that needed the data. Returns whether it did."""
+  for _, _, files in os.walk(folder):
+    if any(name != LOCK_FILE for name in files):
+      return False
+  with contextlib.suppress(OSError):
+    for root, _, files in os.walk(folder, topdown=False):
+      for name in files:
+        os.unlink(os.path.join(root, name))
+      os.rmdir(root)
+  return not os.path.exists(folder)
