@@ -154,7 +154,8 @@ def test_a_given_clip_count_noise_equal_to_the_default_is_the_same_folder(
   # default depends on the task's 100 clients, so these dry runs read them.
   value, is_derived = plans.default_clip_count_stddev(
       [PrivacyGroup('private', 3.6, 1e-4)],
-      accounting.PoissonSampling(clients_per_round / 100), rounds, 100)
+      accounting.PoissonSampling(clients_per_round / 100, accounting.PLD),
+      rounds, 100)
   assert is_derived == derived
 
   def folder(*flags):

@@ -55,6 +55,8 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('opt_out_fraction', [], '0.1'),
     ('clients_per_round', [], '5'),
     ('sampling', [], 'fixed'),
+    ('accountant', [], 'rdp'),
+    ('pld_discretization', [], '0.0005'),
     ('min_separation', _DEVICE, '2'),
     ('max_participations', _DEVICE, '3'),
     ('level_participations', _DEVICE + ['--algorithms=blt_shared',
