@@ -245,6 +245,7 @@ class TrustedRounds(round_loop.RoundProgram):
                     groups, plan.adaptive_clipping, self._measurements))
     self.columns = [c for c in _columns(groups, self._measurements)
                     if c not in withheld]
+    self._released = frozenset(self.columns)
     self.state = process.initialize()
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
@@ -297,10 +298,16 @@ class TrustedRounds(round_loop.RoundProgram):
     self.state = output.state
     agg = output.metrics['aggregator']
     work = output.metrics['client_work']
+    # A withheld column is neither read nor required: the factory reports
+    # it as NaN, or not at all.
     for m in self._measurements:
+      released = [c in self._released for c in m.columns(groups)]
+      if not any(released):
+        continue
       values = agg[m.name] if m.per_group else [agg[m.name]]
-      for column, value in zip(m.columns(groups), values):
-        row[column] = m.kind(value)
+      for column, value, out in zip(m.columns(groups), values, released):
+        if out:
+          row[column] = m.kind(value)
     if sampled:  # A mean over no client is no statistic.
       row['train_loss'] = float(work['train']['loss'])
       acc = work['train'].get('sparse_categorical_accuracy')
@@ -375,7 +382,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
     secret = claimed.secret()
     built = record.build_factory(registry.TrustedContext(
         plan, clip, secret, execution.cohorts, options,
-        task.num_trainable_parameters))
+        task.num_trainable_parameters,
+        release_unprotected_counts=settings.release_unprotected_stats))
     # The ledger accounts the noise the factory says it applies.
     applied = plans.with_noise(plan, built.noise.noise_multipliers,
                                built.noise.clip_count_stddev, built.ratios,
