@@ -83,6 +83,17 @@ def valid_group_rows(one_hot: tf.Tensor) -> tf.Tensor:
   return tf.reshape(clipping.zero_rows(rows, valid), tf.shape(one_hot))
 
 
+def weight_type_error(expected: str, got: tff.Type) -> TypeError:
+  """The error for a weight that is not `expected` (the group vector); a
+  scalar is what TFF's stock builders pass, so it then names the builder
+  that passes the group vector."""
+  hint = ('; TFF\'s build_weighted_fed_avg passes a float32 scalar weight: '
+          'build the process with tff_hdp.learning.group_fed_avg.'
+          'build_group_weighted_fed_avg' if isinstance(got, tff.TensorType)
+          and got.shape is not None and not got.shape else '')
+  return TypeError(f'the weight must be {expected}, got {got}{hint}.')
+
+
 def withhold(value: tf.Tensor, withheld) -> tf.Tensor:
   """`value` with NaN where `withheld` (a bool, or one per entry): an exact
   count no noise protects is reported as NaN, so the measurement keeps its
@@ -334,9 +345,8 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     weight_type = tff.types.to_type(weight_type)
     expected_weight = self._expected_weight_type()
     if not weight_type.is_equivalent_to(expected_weight):
-      raise TypeError(
-          f'the weight must be the one-hot privacy-group vector '
-          f'{expected_weight}, got {weight_type}.')
+      raise weight_type_error(
+          f'the one-hot privacy-group vector {expected_weight}', weight_type)
     template = tff.types.structure_from_tensor_type_tree(lambda t: None,
                                                          value_type)
     l = self.num_groups

@@ -143,8 +143,8 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
     l = self.num_groups
     expected_weight = tff.TensorType(np.float32, [*self._ROWS, l])
     if not weight_type.is_equivalent_to(expected_weight):
-      raise TypeError('the weight must be the one-hot privacy-group vector '
-                      f'{expected_weight}, got {weight_type}.')
+      raise heterogeneous_dp.weight_type_error(
+          f'the one-hot privacy-group vector {expected_weight}', weight_type)
 
     def member_of(j):
       @tff.tensorflow.computation(value_type, weight_type)
