@@ -246,6 +246,11 @@ class TrustedRounds(round_loop.RoundProgram):
     self.columns = [c for c in _columns(groups, self._measurements)
                     if c not in withheld]
     self._released = frozenset(self.columns)
+    # The measurements with a released column: the only ones read, so a
+    # withheld one is not required of the factory.
+    self.measurements_read = tuple(
+        m for m in self._measurements
+        if any(c in self._released for c in m.columns(groups)))
     self.state = process.initialize()
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
@@ -298,15 +303,12 @@ class TrustedRounds(round_loop.RoundProgram):
     self.state = output.state
     agg = output.metrics['aggregator']
     work = output.metrics['client_work']
-    # A withheld column is neither read nor required: the factory reports
-    # it as NaN, or not at all.
-    for m in self._measurements:
-      released = [c in self._released for c in m.columns(groups)]
-      if not any(released):
-        continue
+    # A withheld column is not read: the factory reports it as NaN, or not
+    # at all.
+    for m in self.measurements_read:
       values = agg[m.name] if m.per_group else [agg[m.name]]
-      for column, value, out in zip(m.columns(groups), values, released):
-        if out:
+      for column, value in zip(m.columns(groups), values):
+        if column in self._released:
           row[column] = m.kind(value)
     if sampled:  # A mean over no client is no statistic.
       row['train_loss'] = float(work['train']['loss'])
@@ -410,6 +412,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
         release_unprotected=settings.release_unprotected_stats, audit=audit,
         measurements=record.measurements)
     program.repeats_rounds = built.seeded
+    round_loop.require_measurements(config.algorithm, process,
+                                    program.measurements_read)
     return program
 
   def summarize(program: TrustedRounds, result) -> dict:

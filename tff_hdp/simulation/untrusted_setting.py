@@ -221,6 +221,7 @@ def run_algorithm(task: FederatedTask, algorithm: str,
         task.tff_model_fn(), loss, noise_aware.build_aggregator(
             algorithm, **algorithms.factory_options(record, settings.options)),
         settings.learning_rate, settings.clip_norm, canaries=audit)
+    round_loop.require_measurements(algorithm, process, record.measurements)
     weights = [noise_aware.client_weight(algorithm, p, settings.learning_rate,
                                          settings.clip_norm, num_params)
                for p in client_plans]
