@@ -88,13 +88,13 @@ def run() -> None:
   header = ['Method', 'lambda', 'learning rate', f'{metric}, test-weighted',
             'eps spent per silo (min - max)',
             *([tables.CLIENT_EMPIRICAL_HEADER] if audited else []), 'runs']
-  print(f'\n{task.name}: {len(task.client_ids)} silos, every silo every '
-        f'round, {flags.ROUNDS.value} rounds, silo eps {",".join(flags.EPSILONS.value)}'
-        f', best over the swept settings\n')
   tables.print_and_write_table(
       flags.OUTPUT_DIR.value, header, rows, records=records,
       caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None,
-      alarms=alarms)
+      alarms=alarms,
+      heading=f'{task.name}: {len(task.client_ids)} silos, every silo every '
+      f'round, {flags.ROUNDS.value} rounds, silo eps '
+      f'{",".join(flags.EPSILONS.value)}, best over the swept settings')
   for algorithm, curve in curves.items():
     print(f'\n{algorithm}: best {metric} over learning rates, per lambda\n')
     print(tables.markdown_table(

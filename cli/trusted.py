@@ -154,18 +154,20 @@ def run() -> None:
     raise flags.InputError(str(e)) from None
   header, rows = tables.results_table(summaries)
   scored = len(task.evaluation_clients(task.client_ids))
-  print(f'\n{task.name}: {n} clients, {flags.ROUNDS.value} rounds, '
-        f'{flags.CLIENTS_PER_ROUND.value} clients per round ({flags.SAMPLING.value}), '
-        f'{flags.OPT_OUT.value:.0%} opt out' + (
-            f', {task.dropped_clients} clients without examples dropped'
-            if task.dropped_clients else '') + (
-            f', per-client metrics on a seeded subset of {scored} clients'
-            if scored < n else '') + '\n')
+  heading = (
+      f'{task.name}: {n} clients, {flags.ROUNDS.value} rounds, '
+      f'{flags.CLIENTS_PER_ROUND.value} clients per round ({flags.SAMPLING.value}), '
+      f'{flags.OPT_OUT.value:.0%} opt out' + (
+          f', {task.dropped_clients} clients without examples dropped'
+          if task.dropped_clients else '') + (
+          f', per-client metrics on a seeded subset of {scored} clients'
+          if scored < n else ''))
   caption = '\n'.join(warnings + tables.table_notes(
       settings.release_unprotected_stats, task.metric,
       audited=settings.canaries > 0, summary=summaries[-1]))
   tables.print_and_write_table(
       flags.OUTPUT_DIR.value, header, rows, caption=caption,
       records=tables.results_records(summaries),
-      alarms=[line for s in summaries for line in tables.audit_alarms(s)])
+      alarms=[line for s in summaries for line in tables.audit_alarms(s)],
+      heading=heading)
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')

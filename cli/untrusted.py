@@ -97,12 +97,13 @@ def run() -> None:
   header = ['Aggregation', name, 'eps spent per client (min - max)',
             *([tables.CLIENT_EMPIRICAL_HEADER] if audited else []),
             'seconds']
-  print(f'\n{task.name}: {len(task.client_ids)} clients, all in every round, '
-        f'{flags.ROUNDS.value} rounds, eps ~ {flags.EPSILON_DISTRIBUTION.value}\n')
   tables.print_and_write_table(
       flags.OUTPUT_DIR.value, header, rows, records=records,
       caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None,
-      alarms=alarms)
+      alarms=alarms,
+      heading=f'{task.name}: {len(task.client_ids)} clients, all in every '
+      f'round, {flags.ROUNDS.value} rounds, eps ~ '
+      f'{flags.EPSILON_DISTRIBUTION.value}')
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')
 
 

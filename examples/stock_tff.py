@@ -84,7 +84,8 @@ def main(argv):
     sampled = [c for c in ids if rng.random() < SAMPLING_RATE]
     state, metrics = process.next(state, [
         group_fed_avg.attach_group(
-            preprocess(data.create_tf_dataset_for_client(c)), group_of[c])
+            preprocess(data.create_tf_dataset_for_client(c)), group_of[c],
+            len(TARGETS))
         for c in sampled])
     spent = [None if t is None else accounting.epsilon_spent(
         z, count_stddev, sampling, round_num, t[1])

@@ -57,7 +57,8 @@ def _process(cohort, noise_multipliers):
   factory = (CohortHeterogeneousDPFactory if cohort else
              HeterogeneousDPFactory)(noise_multipliers, [1.0, 0.5],
                                      [None, None], initial_clip_norm=CLIP,
-                                     clip_learning_rate=0.0)
+                                     clip_learning_rate=0.0,
+                                     release_unprotected_counts=True)
   rows = [None] if cohort else []
   return factory.create(
       collections.OrderedDict((k, tff.TensorType(np.float32, rows + s))

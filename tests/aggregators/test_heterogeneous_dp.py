@@ -86,6 +86,50 @@ def test_weighted_combination_of_group_means():
                                 counts)
 
 
+@pytest.mark.parametrize('factory', [HeterogeneousDPFactory,
+                                     HeterogeneousDPFactory.gaussian_fixed])
+def test_counts_no_epsilon_covers_read_nan_unless_released(factory):
+  """Group 0 has noise, group 1 none; a fixed clip: by default the noisy
+  group's exact count, the total and the exact clipped fraction read NaN,
+  and the group without guarantee's count is released."""
+  values = [np.ones(4, np.float32)] * 5  # norm 2 > clip 1: all clipped
+  weights = [_one_hot(g) for g in (0, 0, 1, 1, 1)]
+
+  def measured(**release):
+    if factory is HeterogeneousDPFactory:
+      made = factory([1.0, 0.0], [1.0, 1.0], [2.0, None], 1.0,
+                     clip_learning_rate=0.0, seed=1, **release)
+    else:
+      made = factory([1.0, 0.0], [2.0, 3.0], 1.0, seed=1, **release)
+    process = made.create(VEC, tff.TensorType(np.float32, [2]))
+    return process.next(process.initialize(), values, weights).measurements
+
+  withheld = measured()
+  counts = withheld['group_client_counts']
+  assert np.isnan(counts[0]) and counts[1] == 3.0
+  assert np.isnan(withheld['num_clients'])
+  assert np.isnan(withheld['fraction_clipped_estimate'])
+  assert np.isnan(withheld['unclipped_fraction_estimate'])
+  released = measured(release_unprotected_counts=True)
+  assert released['group_client_counts'].tolist() == [2.0, 3.0]
+  assert released['num_clients'] == 5.0
+  assert released['fraction_clipped_estimate'] == 1.0
+
+
+def test_adaptive_clipping_releases_its_noisy_clipped_fraction():
+  """With adaptive clipping the clipped fraction is the accounted noisy
+  count's: released by default, unlike the exact counts."""
+  factory = HeterogeneousDPFactory.gaussian_adaptive(
+      [1.0, 0.0], [2.0, 3.0], initial_l2_norm_clip=1.0,
+      clipped_count_stddev=0.5, seed=1)
+  process = factory.create(VEC, tff.TensorType(np.float32, [2]))
+  out = process.next(process.initialize(), [np.ones(4, np.float32)] * 3,
+                     [_one_hot(0), _one_hot(1), _one_hot(1)])
+  assert np.isfinite(out.measurements['fraction_clipped_estimate'])
+  assert np.isnan(out.measurements['group_client_counts'][0])
+  assert np.isnan(out.measurements['num_clients'])
+
+
 def test_empty_realized_group_gets_weight_zero():
   values = [np.ones(4, np.float32) * 0.1] * 3
   factory = HeterogeneousDPFactory([0.0, 0.0], [0.3, 1.0], [None, None],

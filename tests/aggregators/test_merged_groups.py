@@ -21,7 +21,8 @@ def _inner(z=1.0):
   return HeterogeneousDPFactory([z, 0.0], [0.5, 1.0], [4.0, None],
                                 initial_clip_norm=1.0, clip_learning_rate=0.2,
                                 clip_count_stddev=1.0,
-                                expected_clients_per_round=8.0, seed=7)
+                                expected_clients_per_round=8.0, seed=7,
+                                release_unprotected_counts=True)
 
 
 def _values():

@@ -28,7 +28,8 @@ def test_group_means_are_combined_by_ratio_and_count():
   realized count); r = (3, 1). Clip 1: [0, 3, 4] counts as [0, .6, .8]."""
   factory = PerGroupStreamsFactory(
       [BltSumFactory(blt.BltParameters((0.9,), (0.3,)), TINY, 1.0, seed=1),
-       _clipped_sum(1.0)], [3.0, 1.0], [2.0, None], [TINY, 0.0], 1.0)
+       _clipped_sum(1.0)], [3.0, 1.0], [2.0, None], [TINY, 0.0], 1.0,
+      release_unprotected_counts=True)
   process = factory.create(VALUE, WEIGHT)
   values = [np.array([1, 0, 0], np.float32), np.array([0, 3, 4], np.float32),
             np.array([0, 0, 0.5], np.float32)]
@@ -41,6 +42,25 @@ def test_group_means_are_combined_by_ratio_and_count():
   np.testing.assert_allclose(out.measurements['group_weights'], w, rtol=1e-6)
   np.testing.assert_allclose(out.measurements['group_noise_stddev'],
                              [TINY / 2, 0.0], rtol=1e-6)
+
+
+def test_a_noisy_groups_count_reads_nan_unless_released():
+  """Group 0's stream adds noise, group 1's none: by default only group
+  1's exact count is released."""
+  def counts(**release):
+    factory = PerGroupStreamsFactory(
+        [BltSumFactory(blt.BltParameters((0.9,), (0.3,)), 0.5, 1.0, seed=1),
+         _clipped_sum(1.0)], [1.0, 1.0], [2.0, None], [0.5, 0.0], 1.0,
+        **release)
+    process = factory.create(VALUE, WEIGHT)
+    weights = [np.array(w, np.float32) for w in ([1, 0], [1, 0], [0, 1])]
+    out = process.next(process.initialize(), [np.ones(3, np.float32)] * 3,
+                       weights)
+    return out.measurements['group_client_counts']
+
+  withheld = counts()
+  assert np.isnan(withheld[0]) and withheld[1] == 1.0
+  assert counts(release_unprotected_counts=True).tolist() == [2.0, 1.0]
 
 
 def test_a_client_reaches_only_its_own_groups_stream():
@@ -105,7 +125,8 @@ def test_cohorts_release_what_separate_clients_release(stream):
     return make([stream(clip, clip_updates=not cohorts),
                  tff.aggregators.SumFactory() if cohorts
                  else _clipped_sum(clip)],
-                [2.0, 1.0], [3.0, None], [0.5, 0.0], clip)
+                [2.0, 1.0], [3.0, None], [0.5, 0.0], clip,
+                release_unprotected_counts=True)
 
   separate = build(False).create(VALUE, WEIGHT)
   cohort = build(True).create(tff.TensorType(np.float32, [None, 3]),

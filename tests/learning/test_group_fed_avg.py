@@ -73,8 +73,14 @@ def _grouped_round(groups, counts):
       model_aggregator=aggregator)
   state = process.initialize()
   output = process.next(state, [
-      group_fed_avg.attach_group(_dataset(i), g) for i, g in enumerate(groups)])
+      _with_group_index(_dataset(i), g) for i, g in enumerate(groups)])
   return process.get_model_weights(output.state).trainable
+
+
+def _with_group_index(dataset, group):
+  """The client data `attach_group` makes, any index allowed: what a
+  dataset built by hand may hold."""
+  return dataset.map(lambda *batch: (batch, tf.constant(group, tf.int32)))
 
 
 def _assert_weights_close(got, want):
@@ -93,6 +99,32 @@ def test_a_client_outside_every_group_weighs_nothing():
   want, _ = _stock_round([0, 1, 2, 3])
   got = _grouped_round([0, 1, 1, 0, 5], counts=[2, 2])
   _assert_weights_close(got, want)
+
+
+@pytest.mark.parametrize('group', [5, 3, -1, 1.0, True])
+def test_attaching_a_group_outside_the_groups_is_refused(group):
+  """Such a client would weigh nothing in the process: refused where its
+  group is attached, not lost silently."""
+  with pytest.raises(ValueError, match=r'group must be an int in 0\.\.2'):
+    group_fed_avg.attach_group(_dataset(0), group, 3)
+  with pytest.raises(ValueError, match='num_groups must be an int >= 1'):
+    group_fed_avg.attach_group(_dataset(0), 0, 0)
+
+
+def test_attach_group_puts_the_index_beside_each_batch():
+  batches = list(group_fed_avg.attach_group(_dataset(0), 2, 3))
+  assert [int(g) for _, g in batches] == [2, 2]
+  np.testing.assert_array_equal(batches[0][0][0], _CLIENTS[0][0][:3])
+
+
+def test_tffs_stock_weighted_builder_points_to_the_group_builder():
+  """TFF's build_weighted_fed_avg gives the factory a scalar weight: the
+  error names the builder that gives it the group vector."""
+  with pytest.raises(TypeError, match='build_group_weighted_fed_avg'):
+    tff.learning.algorithms.build_weighted_fed_avg(
+        _model_fn, _client_sgd(),
+        model_aggregator=HeterogeneousDPFactory.gaussian_fixed(
+            [1.0, 0.0], [2.0, 2.0], clip=1.0, seed=1))
 
 
 def test_the_weight_must_be_the_group_vector():

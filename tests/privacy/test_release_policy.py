@@ -320,6 +320,7 @@ def test_an_untrusted_run_releases_only_what_epsilon_covers(untrusted_run):
   assert set(files) == {'results.md', 'results.csv', '.run.lock'} | {
       f'{a}/{f}' for a in ('robust_hdp', 'pfa')
       for f in ('rounds.csv', 'summary.json',  # no TensorBoard events
+                'final_model.npz',  # the DP model, as a trusted run's
                 # the folder's lock and its private state (no release)
                 '.run.lock', 'checkpoints/run_key.json',
                 'checkpoints/dp_secret_seed')}
@@ -330,6 +331,13 @@ def test_an_untrusted_run_releases_only_what_epsilon_covers(untrusted_run):
     assert set(summary['settings']) == fields
     assert summary['privacy_warnings'] == []
   assert release_policy.UNPROTECTED_WARNING not in stdout
+  for a in ('robust_hdp', 'pfa'):  # the trained model, as README says
+    with np.load(os.path.join(out, a, 'final_model.npz')) as model:
+      assert 'trainable_0' in model and np.isfinite(model['trainable_0']).all()
+  # results.md opens with the line the terminal printed: what was run.
+  with open(os.path.join(out, 'results.md')) as f:
+    heading = f.readline().rstrip('\n')
+  assert heading.startswith('digits: ') and heading in stdout.splitlines()
 
 
 def test_untrusted_local_test_metrics_need_the_flag_and_are_announced(

@@ -99,6 +99,18 @@ def test_write_table_puts_the_caption_above_the_markdown_only(tmp_path):
     assert list(csv.reader(f)) == [['a', 'b'], ['1', '2']]
 
 
+def test_results_md_says_what_ran_as_the_terminal_does(tmp_path, capsys):
+  """The heading (task, rounds, sampling) is printed above the table and
+  written first in results.md, the caption after it."""
+  heading = 'digits: 30 clients, 3 rounds, 20 clients per round (poisson)'
+  tables.print_and_write_table(str(tmp_path), ['a'], [[1]],
+                               caption=tables.VARIANCE_NOTE, heading=heading)
+  printed = capsys.readouterr().out
+  assert printed.startswith(f'\n{heading}\n\n{tables.VARIANCE_NOTE}\n\n| a')
+  text = (tmp_path / 'results.md').read_text()
+  assert text.startswith(f'{heading}\n\n{tables.VARIANCE_NOTE}\n\n| a')
+
+
 def test_published_column_shows_the_figure_or_range_of_the_papers():
   block = {'lambda_p': 0.005, 'lambda_np': 0.005, 'learning_rate': 0.1}
   header, rows = tables.results_table(

@@ -83,6 +83,25 @@ def valid_group_rows(one_hot: tf.Tensor) -> tf.Tensor:
   return tf.reshape(clipping.zero_rows(rows, valid), tf.shape(one_hot))
 
 
+def weight_type_error(expected: str, got: tff.Type) -> TypeError:
+  """The error for a weight that is not `expected` (the group vector); a
+  scalar is what TFF's stock builders pass, so it then names the builder
+  that passes the group vector."""
+  hint = ('; TFF\'s build_weighted_fed_avg passes a float32 scalar weight: '
+          'build the process with tff_hdp.learning.group_fed_avg.'
+          'build_group_weighted_fed_avg' if isinstance(got, tff.TensorType)
+          and got.shape is not None and not got.shape else '')
+  return TypeError(f'the weight must be {expected}, got {got}{hint}.')
+
+
+def withhold(value: tf.Tensor, withheld) -> tf.Tensor:
+  """`value` with NaN where `withheld` (a bool, or one per entry): an exact
+  count no noise protects is reported as NaN, so the measurement keeps its
+  type and releases nothing."""
+  return tf.where(tf.constant(withheld), tf.fill(tf.shape(value), np.nan),
+                  value)
+
+
 class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
   """Per-group noisy means combined with weights r_j, one shared clip norm.
 
@@ -110,6 +129,15 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
   default), as TFF's own factories do, so secure aggregation can be composed
   underneath; the DP noise is added to its result at the server, so the inner
   sum must be exact (or keep each client's contribution within the clip).
+
+  Its measurements release only what the groups' epsilon covers: a realized
+  count of a group with noise (z_j > 0) is exact in private data, so by
+  default such a group's `group_client_counts` entry, `num_clients` (when
+  any group has noise) and, with a fixed clip norm, the clipped fraction (a
+  count no noise then protects) read NaN. `release_unprotected_counts=True`
+  reports them exact, outside every guarantee. A realized denominator for a
+  group with noise makes its mean itself depend on its exact count: no
+  epsilon covers that run at all.
   """
 
   def __init__(self,
@@ -123,7 +151,8 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
                expected_clients_per_round: float | None = None,
                seed: int = 0,
                value_sum_factory: (tff.aggregators.UnweightedAggregationFactory
-                                   | None) = None) -> None:
+                                   | None) = None,
+               release_unprotected_counts: bool = False) -> None:
     """Args:
       noise_multipliers: z_j per group (0 for a non-private group).
       ratios: r_j per group, the weight multiplier of its mean.
@@ -138,6 +167,8 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
       seed: the DP noise's seed; secret in a real run
         (`tff_hdp.privacy.dp_randomness`).
       value_sum_factory: the inner sum of the clients' contributions.
+      release_unprotected_counts: report the exact counts no epsilon covers
+        (see the class docstring) instead of NaN.
 
     Raises:
       ValueError: if the settings are inconsistent or out of range.
@@ -160,12 +191,19 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     self._value_sum_factory = (tff.aggregators.SumFactory()
                                if value_sum_factory is None else
                                value_sum_factory)
+    noised = self._z > 0
+    release = bool(release_unprotected_counts)
+    self._withheld_counts = noised & (not release)
+    self._withhold_total = bool(noised.any()) and not release
+    self._withhold_fraction = self._withhold_total and self._eta_b == 0
 
   @classmethod
   def from_plan(cls, plan: plans.PrivacyPlan, clip: plans.ClipSettings,
                 seed: int,
                 value_sum_factory: (tff.aggregators.UnweightedAggregationFactory
-                                    | None) = None) -> HeterogeneousDPFactory:
+                                    | None) = None,
+                release_unprotected_counts: bool = False
+                ) -> HeterogeneousDPFactory:
     """The factory a FedHDP privacy plan calibrated.
 
     Args:
@@ -174,6 +212,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
       clip: the clip settings the plan was made for.
       seed: the DP noise's seed (the run's secret).
       value_sum_factory: the inner sum (default `tff.aggregators.SumFactory`).
+      release_unprotected_counts: as the constructor's.
 
     Returns:
       The factory of this class for that plan.
@@ -192,7 +231,8 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
         clip_count_stddev=plan.clip_count_stddev,
         expected_clients_per_round=plan.expected_clients_per_round,
         seed=seed,
-        value_sum_factory=value_sum_factory)
+        value_sum_factory=value_sum_factory,
+        release_unprotected_counts=release_unprotected_counts)
 
   @classmethod
   def gaussian_adaptive(
@@ -202,7 +242,8 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
       initial_l2_norm_clip: float = 0.1,
       target_unclipped_quantile: float = 0.5, learning_rate: float = 0.2,
       clipped_count_stddev: float | None = None,
-      seed: int | None = None) -> HeterogeneousDPFactory:
+      seed: int | None = None,
+      release_unprotected_counts: bool = False) -> HeterogeneousDPFactory:
     """Per-group Gaussian noise with an adaptive clip, as TFF's
     `DifferentiallyPrivateFactory.gaussian_adaptive` per group.
 
@@ -217,6 +258,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
         per round).
       seed: the noise's seed, which must stay secret (default: a fresh one
         from the operating system's entropy).
+      release_unprotected_counts: as the constructor's.
 
     Returns:
       The factory; its epsilon per group is `tff_hdp.privacy.accounting`'s
@@ -231,20 +273,24 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
                target_unclipped_quantile, learning_rate,
                0.05 * expected if clipped_count_stddev is None
                else clipped_count_stddev, expected,
-               dp_randomness.fresh_secret() if seed is None else seed)
+               dp_randomness.fresh_secret() if seed is None else seed,
+               release_unprotected_counts=release_unprotected_counts)
 
   @classmethod
   def gaussian_fixed(cls, noise_multipliers: Sequence[float],
                      expected_group_sizes: Sequence[float], clip: float,
                      ratios: Sequence[float] | None = None,
-                     seed: int | None = None) -> HeterogeneousDPFactory:
+                     seed: int | None = None,
+                     release_unprotected_counts: bool = False
+                     ) -> HeterogeneousDPFactory:
     """Per-group Gaussian noise at a fixed clip norm `clip`, as TFF's
     `DifferentiallyPrivateFactory.gaussian_fixed` per group (the other
     arguments as `gaussian_adaptive`'s); no count is released."""
     return cls(noise_multipliers, ratios or [1.0] * len(noise_multipliers),
                expected_group_sizes, clip, 0.5, 0.0, 0.0,
                sum(expected_group_sizes),
-               dp_randomness.fresh_secret() if seed is None else seed)
+               dp_randomness.fresh_secret() if seed is None else seed,
+               release_unprotected_counts=release_unprotected_counts)
 
   @property
   def num_groups(self) -> int:
@@ -289,7 +335,8 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
       A `tff.templates.AggregationProcess` whose state holds the clip norm,
       round, noise seed and the inner sum's state, and whose measurements are
       the clip norm, counts, weights, noise std, the clipped-fraction
-      estimate and the inner sum's measurements.
+      estimate (NaN where withheld: the class docstring) and the inner
+      sum's measurements.
 
     Raises:
       TypeError: if `weight_type` is not the group vector.
@@ -298,9 +345,8 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     weight_type = tff.types.to_type(weight_type)
     expected_weight = self._expected_weight_type()
     if not weight_type.is_equivalent_to(expected_weight):
-      raise TypeError(
-          f'the weight must be the one-hot privacy-group vector '
-          f'{expected_weight}, got {weight_type}.')
+      raise weight_type_error(
+          f'the one-hot privacy-group vector {expected_weight}', weight_type)
     template = tff.types.structure_from_tensor_type_tree(lambda t: None,
                                                          value_type)
     l = self.num_groups
@@ -358,14 +404,15 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
       new_state = collections.OrderedDict(
           clip_norm=new_clip, round_num=state['round_num'] + 1, seed=state['seed'])
       group_noise_std = tf.math.divide_no_nan(noise_std, denominators)
+      released_unclipped = withhold(unclipped, self._withhold_fraction)
       measurements = collections.OrderedDict(
           clip_norm=clip_norm,
-          num_clients=num_clients,
-          group_client_counts=counts,
+          num_clients=withhold(num_clients, self._withhold_total),
+          group_client_counts=withhold(counts, self._withheld_counts),
           group_weights=group_weights,
           group_noise_stddev=group_noise_std,
-          unclipped_fraction_estimate=unclipped,
-          fraction_clipped_estimate=1.0 - unclipped)
+          unclipped_fraction_estimate=released_unclipped,
+          fraction_clipped_estimate=1.0 - released_unclipped)
       return new_state, result, measurements
 
     def with_value_sum(own, inner):

@@ -90,8 +90,9 @@ class MergedGroupsFactory(tff.aggregators.WeightedAggregationFactory):
     if not (isinstance(weight_type, tff.TensorType) and
             weight_type.dtype == np.float32 and
             len(weight_type.shape) in (1, 2) and weight_type.shape[-1] == l):
-      raise TypeError(f'the weight must be the float32 one-hot vector of the '
-                      f'{l} privacy groups, got {weight_type}.')
+      raise heterogeneous_dp.weight_type_error(
+          f'the float32 one-hot vector of the {l} privacy groups',
+          weight_type)
     m = max(self._merged_group_of) + 1
     merge = np.eye(m, dtype=np.float32)[list(self._merged_group_of)]
     merged_type = tff.TensorType(np.float32, [*weight_type.shape[:-1], m])

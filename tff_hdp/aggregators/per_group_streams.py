@@ -69,7 +69,12 @@ def _validate(group_factories, ratios, expected_group_sizes,
 
 class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
   """Per-group noisy sums from per-group factories, combined with weights
-  r_j (see the module docstring)."""
+  r_j (see the module docstring).
+
+  As `HeterogeneousDPFactory`, it releases only what the groups' epsilon
+  covers: a group with noise (noise std > 0) has its `group_client_counts`
+  entry, an exact count, read NaN unless `release_unprotected_counts`.
+  """
 
   def __init__(self,
                group_factories: Sequence[
@@ -77,7 +82,8 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
                ratios: Sequence[float],
                expected_group_sizes: Sequence[float | None],
                noise_stddevs: Sequence[float],
-               clip: float) -> None:
+               clip: float,
+               release_unprotected_counts: bool = False) -> None:
     """Args:
       group_factories: group j's clipped, noised sum.
       ratios: r_j per group.
@@ -86,6 +92,8 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
       noise_stddevs: the std of the noise each group's factory adds to a
         round's sum (reported per round, divided by D_j).
       clip: the streams' clip norm (reported per round).
+      release_unprotected_counts: report the exact counts of groups with
+        noise instead of NaN (outside every guarantee).
 
     Raises:
       ValueError, TypeError: inconsistent or out-of-range settings.
@@ -100,6 +108,8 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
                        np.float32)
     self._noise = np.asarray(noise_stddevs, np.float32)
     self._clip = float(clip)
+    self._withheld_counts = (self._noise > 0) & (
+        not release_unprotected_counts)
 
   # A weight is one group row ([l]); a cohort's, one per device ([None, l]).
   _ROWS = ()
@@ -133,8 +143,8 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
     l = self.num_groups
     expected_weight = tff.TensorType(np.float32, [*self._ROWS, l])
     if not weight_type.is_equivalent_to(expected_weight):
-      raise TypeError('the weight must be the one-hot privacy-group vector '
-                      f'{expected_weight}, got {weight_type}.')
+      raise heterogeneous_dp.weight_type_error(
+          f'the one-hot privacy-group vector {expected_weight}', weight_type)
 
     def member_of(j):
       @tff.tensorflow.computation(value_type, weight_type)
@@ -168,7 +178,8 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
                     for j in range(l)]) for i in range(len(leaves[0]))]
       measurements = collections.OrderedDict(
           clip_norm=tf.constant(self._clip, tf.float32),
-          group_client_counts=counts,
+          group_client_counts=heterogeneous_dp.withhold(
+              counts, self._withheld_counts),
           group_weights=weights,
           group_noise_stddev=tf.math.divide_no_nan(tf.constant(self._noise),
                                                    denominators))

@@ -168,6 +168,9 @@ class TrustedContext:
   cohorts: bool  # clients packed into cohorts (`tff_hdp.learning.cohort`)
   options: Mapping[str, Any]
   num_parameters: int  # the model's trainable parameters (public)
+  # Whether the factory reports the exact counts no epsilon covers (the
+  # run's --release_unprotected_stats); by default they read NaN.
+  release_unprotected_counts: bool = False
 
 
 def own_groups(choices: GroupAssignment,
@@ -304,10 +307,12 @@ def _fedhdp_factory(context: TrustedContext,
   if ratios is not None:
     plan = dataclasses.replace(
         plan, assignment=with_ratios(plan.assignment, ratios))
-  return GroupFactory(factory.from_plan(plan, context.clip, context.seed),
-                      GroupNoise(plan.noise_multipliers,
-                                 plan.ledger.clip_count_stddev), seeded=True,
-                      ratios=ratios)
+  return GroupFactory(
+      factory.from_plan(
+          plan, context.clip, context.seed,
+          release_unprotected_counts=context.release_unprotected_counts),
+      GroupNoise(plan.noise_multipliers, plan.ledger.clip_count_stddev),
+      seeded=True, ratios=ratios)
 
 
 def _noise_aware_ratios(context: TrustedContext) -> tuple[float, ...] | None:
@@ -440,7 +445,7 @@ def _streams_factory(context: TrustedContext) -> GroupFactory:
   factory = _streams(context.cohorts)(
       factories, [g.ratio for g in plan.assignment.groups],
       plan.expected_group_sizes, [z * clip for z in plan.noise_multipliers],
-      clip)
+      clip, context.release_unprotected_counts)
   return GroupFactory(factory, GroupNoise(plan.noise_multipliers, None),
                       seeded=True, ratios=ratios)
 
@@ -507,7 +512,8 @@ def _individualized_factory(context: TrustedContext) -> GroupFactory:
                clip_learning_rate=context.clip.learning_rate,
                clip_count_stddev=plan.clip_count_stddev,
                expected_clients_per_round=plan.expected_clients_per_round,
-               seed=context.seed)
+               seed=context.seed,
+               release_unprotected_counts=context.release_unprotected_counts)
   return GroupFactory(
       merged_groups.MergedGroupsFactory.private_together(inner, private),
       GroupNoise(plan.noise_multipliers, plan.ledger.clip_count_stddev),
@@ -551,7 +557,7 @@ def _capped_stream_factory(context: TrustedContext) -> GroupFactory:
                                clip_updates=not context.cohorts)] +
       [_plain_stream(clip, context.cohorts)] * others, merged.ratios,
       [merged.private_count] + [None] * others,
-      [z * clip] + [0.0] * others, clip)
+      [z * clip] + [0.0] * others, clip, context.release_unprotected_counts)
   return GroupFactory(
       merged_groups.MergedGroupsFactory.private_together(inner, private),
       GroupNoise(tuple(z if p else 0.0 for p in private), None,

@@ -9,13 +9,15 @@ the client's data). So the group travels in the data, as the second part of
 each element, `(batch, int32 group)` (`attach_group`), and
 `build_group_client_work` wraps TFF's own client work: it trains on the
 batches and sends the one-hot group as the update's weight, built here with
-`tf.one_hot` (an index out of range, or a client TFF's work excluded for a
-non-finite update, weighs zero), never taken from the data as a vector.
-`build_group_weighted_fed_avg` composes it with TFF's own distributor,
-finalizer and optimizers around any `model_aggregator` weighted by the
-float32[l] group vector, `HeterogeneousDPFactory` first; it reads like
-`tff.learning.algorithms.build_weighted_fed_avg`. The process's client data
-stay one dataset per client, so TFF's tooling (`tff.simulation.
+`tf.one_hot` (an index out of range, which `attach_group` refuses, or a
+client TFF's work excluded for a non-finite update, weighs zero), never
+taken from the data as a vector. `build_group_weighted_fed_avg` composes
+it with TFF's own distributor, finalizer and optimizers around any
+`model_aggregator` weighted by the float32[l] group vector,
+`HeterogeneousDPFactory` first; it reads like `tff.learning.algorithms.
+build_weighted_fed_avg`, which cannot take such a factory (it raises a
+TypeError on the scalar weight it passes). The process's client data stay
+one dataset per client, so TFF's tooling (`tff.simulation.
 compose_dataset_computation_with_learning_process`, `tff.program`) applies.
 
 What a user must keep (README, "The library"): the groups are public and
@@ -35,9 +37,27 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 
-def attach_group(dataset: tf.data.Dataset, group: int) -> tf.data.Dataset:
+def attach_group(dataset: tf.data.Dataset, group: int,
+                 num_groups: int) -> tf.data.Dataset:
   """A client's (batched) dataset with its privacy group index beside each
-  batch: the client data `build_group_weighted_fed_avg` trains on."""
+  batch: the client data `build_group_weighted_fed_avg` trains on.
+
+  Args:
+    dataset: the client's batches.
+    group: its privacy group, in 0..num_groups-1.
+    num_groups: l, as given to `build_group_weighted_fed_avg`.
+
+  Raises:
+    ValueError: `group` is not a group index below `num_groups`; inside the
+      process such a client would weigh zero, its update silently lost.
+  """
+  if isinstance(num_groups, bool) or not isinstance(
+      num_groups, (int, np.integer)) or num_groups < 1:
+    raise ValueError(f'num_groups must be an int >= 1, got {num_groups!r}.')
+  if isinstance(group, bool) or not isinstance(
+      group, (int, np.integer)) or not 0 <= group < num_groups:
+    raise ValueError(f'group must be an int in 0..{num_groups - 1} (one of '
+                     f'the {num_groups} privacy groups), got {group!r}.')
   return dataset.map(lambda *batch: (batch[0] if len(batch) == 1 else batch,
                                      tf.constant(group, tf.int32)))
 
@@ -110,6 +130,10 @@ def build_group_weighted_fed_avg(
     metrics_aggregator=None,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg whose server rule sees each client's privacy group.
+
+  Use it, not TFF's `build_weighted_fed_avg`, for a group-weighted factory:
+  TFF's builder creates the aggregator with a float32 scalar weight, which
+  such a factory refuses with a TypeError.
 
   TFF's own pieces (`build_broadcast_process`, `build_model_delta_client_work`
   with UNIFORM weighting, `build_apply_optimizer_finalizer`) composed by

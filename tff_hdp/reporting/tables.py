@@ -223,13 +223,20 @@ def write_table(output_dir: str, header, rows, stem: str = 'results',
 def print_and_write_table(output_dir: str, header, rows,
                           caption: str | None = None,
                           records: Sequence[dict] | None = None,
-                          alarms: Sequence[str] = ()) -> None:
-  """A command's results table: printed (its caption above, the audit's
-  `alarms` below) and written as `write_table` writes it."""
+                          alarms: Sequence[str] = (),
+                          heading: str | None = None) -> None:
+  """A command's results table: printed (its `heading`, the run's task,
+  rounds and sampling, and caption above, the audit's `alarms` below) and
+  written as `write_table` writes it, the heading first in `results.md`, so
+  the file says what was run as the terminal did."""
+  if heading:
+    print(f'\n{heading}\n')
   if caption:
     print(caption + '\n')
   print(markdown_table(header, rows))
-  write_table(output_dir, header, rows, caption=caption, records=records)
+  write_table(output_dir, header, rows,
+              caption='\n\n'.join(c for c in (heading, caption) if c) or None,
+              records=records)
   for line in alarms:
     print(line)
 

@@ -26,6 +26,7 @@ import tensorflow_federated as tff
 import tqdm
 
 from tff_hdp.privacy import accounting
+from tff_hdp.privacy import release_policy
 from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import run_files
 
@@ -76,6 +77,29 @@ class RoundProgram(abc.ABC):
   def close(self) -> None:
     """Frees what the program holds beyond its rounds (e.g. files), when the
     loop ends or fails."""
+
+
+def require_measurements(
+    algorithm: str, process: tff.templates.IterativeProcess,
+    measurements: Sequence[release_policy.Measurement]) -> None:
+  """Refuses, before any round, a record declaring `measurements` (those the
+  run reads) that its factory does not report: their names are in the
+  process's type (`metrics['aggregator']`), and otherwise the run would
+  fail at the first round's row, after the round trained.
+
+  Raises:
+    ValueError: naming the algorithm and the missing measurements.
+  """
+  reported = process.next.type_signature.result[1].member['aggregator']
+  names = (tff.structure.name_list(reported)
+           if isinstance(reported, tff.StructType) else [])
+  missing = [m.name for m in measurements if m.name not in names]
+  if missing:
+    raise ValueError(
+        f'algorithm {algorithm!r}: its record declares measurement(s) '
+        f'{", ".join(map(repr, missing))} that its factory does not report '
+        f'(it reports: {", ".join(names) or "none"}); correct the record\'s '
+        'measurements or the factory.')
 
 
 @dataclasses.dataclass

@@ -245,6 +245,12 @@ class TrustedRounds(round_loop.RoundProgram):
                     groups, plan.adaptive_clipping, self._measurements))
     self.columns = [c for c in _columns(groups, self._measurements)
                     if c not in withheld]
+    self._released = frozenset(self.columns)
+    # The measurements with a released column: the only ones read, so a
+    # withheld one is not required of the factory.
+    self.measurements_read = tuple(
+        m for m in self._measurements
+        if any(c in self._released for c in m.columns(groups)))
     self.state = process.initialize()
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
@@ -297,10 +303,13 @@ class TrustedRounds(round_loop.RoundProgram):
     self.state = output.state
     agg = output.metrics['aggregator']
     work = output.metrics['client_work']
-    for m in self._measurements:
+    # A withheld column is not read: the factory reports it as NaN, or not
+    # at all.
+    for m in self.measurements_read:
       values = agg[m.name] if m.per_group else [agg[m.name]]
       for column, value in zip(m.columns(groups), values):
-        row[column] = m.kind(value)
+        if column in self._released:
+          row[column] = m.kind(value)
     if sampled:  # A mean over no client is no statistic.
       row['train_loss'] = float(work['train']['loss'])
       acc = work['train'].get('sparse_categorical_accuracy')
@@ -375,7 +384,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
     secret = claimed.secret()
     built = record.build_factory(registry.TrustedContext(
         plan, clip, secret, execution.cohorts, options,
-        task.num_trainable_parameters))
+        task.num_trainable_parameters,
+        release_unprotected_counts=settings.release_unprotected_stats))
     # The ledger accounts the noise the factory says it applies.
     applied = plans.with_noise(plan, built.noise.noise_multipliers,
                                built.noise.clip_count_stddev, built.ratios,
@@ -402,6 +412,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
         release_unprotected=settings.release_unprotected_stats, audit=audit,
         measurements=record.measurements)
     program.repeats_rounds = built.seeded
+    round_loop.require_measurements(config.algorithm, process,
+                                    program.measurements_read)
     return program
 
   def summarize(program: TrustedRounds, result) -> dict:

@@ -197,7 +197,8 @@ def run_algorithm(task: FederatedTask, algorithm: str,
                   settings: UntrustedSettings, output_dir: str | None,
                   progress: bool = True) -> dict:
   """Trains with algorithm `algorithm` into `<output_dir>/<algorithm>`
-  (`run_lifecycle`); returns (and writes) a summary."""
+  (`run_lifecycle`, the final model too); returns (and writes) a
+  summary."""
   record = algorithms.record(algorithm, algorithms.UNTRUSTED)
   clients = task.client_ids
   n = len(clients)
@@ -221,6 +222,7 @@ def run_algorithm(task: FederatedTask, algorithm: str,
         task.tff_model_fn(), loss, noise_aware.build_aggregator(
             algorithm, **algorithms.factory_options(record, settings.options)),
         settings.learning_rate, settings.clip_norm, canaries=audit)
+    round_loop.require_measurements(algorithm, process, record.measurements)
     weights = [noise_aware.client_weight(algorithm, p, settings.learning_rate,
                                          settings.clip_norm, num_params)
                for p in client_plans]
@@ -263,5 +265,5 @@ def run_algorithm(task: FederatedTask, algorithm: str,
   summary, _ = run_lifecycle.run(
       os.path.join(output_dir, algorithm) if output_dir else None,
       run_key(task, algorithm, settings), settings, build, summarize,
-      progress=progress)
+      progress=progress, save_final_model=True)
   return summary
