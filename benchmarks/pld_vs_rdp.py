@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from cli import entry  # noqa: E402
 from tff_hdp.privacy import accounting  # noqa: E402
 from tff_hdp.privacy import plans  # noqa: E402
 from tff_hdp.privacy import privacy_groups as pg  # noqa: E402
@@ -81,7 +82,8 @@ def _individualized_divisor(plan):
   return private / z
 
 
-def main():
+def main(argv):
+  del argv
   for name, n, per_round, rounds, levels, delta, opt_out in _SETTINGS:
     print(f'\n{name}: N = {n}, q = {per_round}/{n}, {rounds} rounds, '
           f'delta {delta:g}')
@@ -121,4 +123,4 @@ def main():
 
 
 if __name__ == '__main__':
-  main()
+  entry.run(main, __doc__, needs_tensorflow=False)

@@ -60,11 +60,11 @@ def _run(task, levels, canaries, monkeypatch=None, noise_scale=1.0):
   if noise_scale != 1.0:
     original = heterogeneous_dp.CohortHeterogeneousDPFactory.from_plan.__func__
 
-    def scaled(cls, plan, clip, seed):
+    def scaled(cls, plan, clip, seed, **kwargs):
       return original(cls, dataclasses.replace(
           plan, noise_multipliers=tuple(noise_scale * z
                                         for z in plan.noise_multipliers)),
-                      clip, seed)
+                      clip, seed, **kwargs)
 
     monkeypatch.setattr(heterogeneous_dp.CohortHeterogeneousDPFactory,
                         'from_plan', classmethod(scaled))
