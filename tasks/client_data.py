@@ -25,6 +25,7 @@ import hashlib
 import os
 import re
 import sqlite3
+import struct
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
@@ -453,6 +454,43 @@ def _num_features(where: str, serialized: bytes) -> int:
   return len(x.float_list.value)
 
 
+# A TFRecord's bytes beside its data: the 8-byte length, its 4-byte CRC and
+# the data's 4-byte CRC.
+_RECORD_OVERHEAD = 16
+
+
+def record_framing_problem(path: str) -> str | None:
+  """Where the TFRecord file `path` is cut short, or None.
+
+  TF's reader ends a file cut inside a record's 12-byte header as if the
+  file ended there, without a word, and trains on the records before it;
+  so the records are walked header by header here (no data is read).
+  """
+  size = os.path.getsize(path)
+  position = 0
+  with open(path, 'rb') as f:
+    while position < size:
+      if size - position < 12:
+        return (f'cut short inside the header of the record at byte '
+                f'{position} of its {size}')
+      f.seek(position)
+      (length,) = struct.unpack('<Q', f.read(8))
+      position += length + _RECORD_OVERHEAD
+  if position > size:
+    return f'cut short inside its last record ({size} of {position} bytes)'
+  return None
+
+
+def _check_folder_files(files: dict[str, dict[str, str]]) -> None:
+  """A one-line ValueError naming the first client file cut short."""
+  for split, split_files in files.items():
+    for name, file in split_files.items():
+      problem = record_framing_problem(file)
+      if problem:
+        raise ValueError(f"client {name!r}'s {split} file {file} is "
+                         f'{problem}: the file is damaged.')
+
+
 def folder_fingerprint(path: str) -> str:
   """SHA-256 of a folder's train/ and test/ files: names and bytes."""
   digest = hashlib.sha256()
@@ -495,6 +533,7 @@ def _open(path: str, cache_folder: str) -> _Opened:
   if os.path.isdir(path):
     d = _num_features(path, _first_folder_example(path))
     files = {split: _client_files(path, split) for split in ('train', 'test')}
+    _check_folder_files(files)
     return _Opened(
         datasets.FilePerUserClientData(files['train'],
                                        tf.data.TFRecordDataset),

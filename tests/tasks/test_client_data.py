@@ -4,6 +4,7 @@ arrays, reads clients only when asked, and refuses a bad file in one line."""
 import os
 import sqlite3
 import stat
+import struct
 
 import numpy as np
 import pytest
@@ -399,17 +400,36 @@ def test_a_label_too_large_for_a_model_is_refused(tmp_path):
     _load(path)
 
 
+def _last_record_size(data: bytes) -> int:
+  """The bytes of the last record of a TFRecord file's `data`."""
+  position = 0
+  while True:
+    size = struct.unpack('<Q', data[position:position + 8])[0] + 16
+    if position + size >= len(data):
+      return size
+    position += size
+
+
 def test_damaged_files_are_one_line_naming_the_file_and_client(tmp_path):
   clients = {'a': _client(4, label=2), 'b': _client(3, label=1)}
   folder = _folder(tmp_path / 'folder', clients)
   data = open(os.path.join(folder, 'train', 'b'), 'rb').read()
   with open(os.path.join(folder, 'train', 'b'), 'wb') as f:
-    f.write(data[:-7])  # cut short
-  task = _load(folder)
-  with pytest.raises(ValueError, match=r"client 'b'\'s training data in "
-                     r'.*folder \(2 clients\) cannot be read: .*'
-                     r'(corrupted|truncated)'):
-    task.train_arrays('b')
+    f.write(data[:-7])  # cut short inside the last record's data
+  with pytest.raises(ValueError, match=r"client 'b'\'s train file .*folder/"
+                     r'train/b is cut short inside its last record'):
+    _load(folder)
+  # Inside the last record's header, where TF's reader would stop at the
+  # record before without a word.
+  last = len(data) - _last_record_size(data)
+  with open(os.path.join(folder, 'train', 'b'), 'wb') as f:
+    f.write(data[:last + 5])
+  assert sum(1 for _ in tf.data.TFRecordDataset(
+      os.path.join(folder, 'train', 'b'))) == 2  # TF reads 2 of 3, silently
+  with pytest.raises(ValueError, match=r"client 'b'\'s train file .*folder/"
+                     r'train/b is cut short inside the header of the record '
+                     rf'at byte {last} of its {last + 5}'):
+    _load(folder)
   path = _file(tmp_path / 'rows.sqlite', clients)
   with sqlite3.connect(path) as con:
     con.execute("UPDATE examples SET serialized_example_proto = X'ff00ff' "
