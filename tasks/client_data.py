@@ -436,6 +436,14 @@ def _first_folder_example(path: str) -> bytes:
     raise ValueError(f'{first} is not a TFRecord file of examples.') from None
 
 
+def _feature_kind(feature) -> str:
+  """A tf.train.Feature's type and length, e.g. 'int64 x 3'."""
+  kind = feature.WhichOneof('kind')
+  if kind is None:
+    return 'empty'
+  return f"{kind[:-len('_list')]} x {len(getattr(feature, kind).value)}"
+
+
 def _num_features(where: str, serialized: bytes) -> int:
   """d of examples {'x': d floats, 'y': one int64}; else a one-line
   ValueError naming `where`."""
@@ -448,9 +456,11 @@ def _num_features(where: str, serialized: bytes) -> int:
   if (x is None or y is None or x.WhichOneof('kind') != 'float_list' or
       y.WhichOneof('kind') != 'int64_list' or len(y.int64_list.value) != 1 or
       not x.float_list.value):
+    found = ', '.join(
+        f'{name} ({_feature_kind(features[name])})' for name in sorted(features))
     raise ValueError(
         f"{where}: examples must have a float feature 'x' and one int64 label "
-        f"'y', found {sorted(features)}.")
+        f"'y', found {found or 'no features'}.")
   return len(x.float_list.value)
 
 

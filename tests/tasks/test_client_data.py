@@ -182,7 +182,24 @@ def test_examples_of_another_layout_are_refused(tmp_path):
     con.execute("INSERT INTO client_metadata VALUES ('a', 'train', 1)")
   with pytest.raises(ValueError, match=r"images.sqlite: examples must have a "
                      r"float feature 'x' and one int64 label 'y', found "
-                     r"\['label', 'pixels'\]"):
+                     r"label \(int64 x 1\), pixels \(float x 1\)"):
+    _load(path)
+
+
+def test_features_of_the_wrong_type_are_named_with_their_type(tmp_path):
+  """The right names, the wrong dtypes: the error says which dtypes."""
+  path = str(tmp_path / 'ints.sqlite')
+  client_data.write_sql(path, [])
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  example = tf.train.Example(features=tf.train.Features(feature={
+      'x': tf.train.Feature(int64_list=tf.train.Int64List(value=[1, 2, 3])),
+      'y': tf.train.Feature(float_list=tf.train.FloatList(value=[1.0]))}))
+  with sqlite3.connect(path) as con:
+    con.execute('INSERT INTO examples VALUES (?, ?, ?)',
+                ('train', 'a', example.SerializeToString()))
+    con.execute("INSERT INTO client_metadata VALUES ('a', 'train', 1)")
+  with pytest.raises(ValueError, match=r"found x \(int64 x 3\), "
+                     r"y \(float x 1\)\.$"):
     _load(path)
 
 
