@@ -63,11 +63,11 @@ import functools
 import os
 import sys
 
-from absl import flags
-
 import tff_hdp  # noqa: F401  (quiets TF before anything imports it)
 
-from cli import entry
+from cli import entry  # first: names a Python without the stack in one line
+
+from absl import flags  # noqa: E402  pylint: disable=g-bad-import-order
 from cli import flags as cli_flags
 from cli import sweep_runs
 from cli import trusted as cli_trusted

@@ -24,9 +24,9 @@ import ipaddress
 import signal
 import sys
 
-from absl import flags as absl_flags
+from cli import entry  # first: names a Python without the stack in one line
 
-from cli import entry
+from absl import flags as absl_flags  # pylint: disable=g-bad-import-order
 from tff_hdp.simulation import workers
 
 LISTEN = absl_flags.DEFINE_string(

@@ -23,8 +23,14 @@ import sys
 import textwrap
 from typing import Callable, Sequence
 
-from absl import app
-from absl import flags as absl_flags
+try:
+  from absl import app
+  from absl import flags as absl_flags
+except ModuleNotFoundError as missing:  # a Python without the pinned stack
+  print(f'{os.path.basename(sys.argv[0])}: error: {missing.name} is not '
+        f'installed for {sys.executable}: run `make install` and use '
+        '.venv/bin/python (README, "Two commands").', file=sys.stderr)
+  sys.exit(2)
 
 HELP_FLAGS = ('--help', '-h', '-?', '--helpshort', '--helpfull')
 EXIT_BAD_INPUT = 2

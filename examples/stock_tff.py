@@ -13,6 +13,8 @@ aggregate is `HeterogeneousDPFactory.gaussian_adaptive`, and the process is
 
 import collections
 
+import tff_hdp  # noqa: F401  (first: it quiets TensorFlow's start-up log)
+
 from absl import app
 from absl import flags
 import numpy as np

@@ -22,6 +22,8 @@ defaults to 10: pass 1 for this rule).
 
 import collections
 
+import tff_hdp  # noqa: F401  (first: it quiets TensorFlow's start-up log)
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff

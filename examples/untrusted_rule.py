@@ -11,6 +11,8 @@ chosen rule reads it) and passes it to the factory:
       --trim_fraction=0.2 --num_clients=10 --rounds=5 --output_dir=/tmp/trim
 """
 
+import tff_hdp  # noqa: F401  (first: it quiets TensorFlow's start-up log)
+
 import tensorflow as tf
 import tensorflow_federated as tff
 

@@ -25,6 +25,7 @@ import hashlib
 import os
 import re
 import sqlite3
+import struct
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
@@ -435,6 +436,14 @@ def _first_folder_example(path: str) -> bytes:
     raise ValueError(f'{first} is not a TFRecord file of examples.') from None
 
 
+def _feature_kind(feature) -> str:
+  """A tf.train.Feature's type and length, e.g. 'int64 x 3'."""
+  kind = feature.WhichOneof('kind')
+  if kind is None:
+    return 'empty'
+  return f"{kind[:-len('_list')]} x {len(getattr(feature, kind).value)}"
+
+
 def _num_features(where: str, serialized: bytes) -> int:
   """d of examples {'x': d floats, 'y': one int64}; else a one-line
   ValueError naming `where`."""
@@ -447,10 +456,49 @@ def _num_features(where: str, serialized: bytes) -> int:
   if (x is None or y is None or x.WhichOneof('kind') != 'float_list' or
       y.WhichOneof('kind') != 'int64_list' or len(y.int64_list.value) != 1 or
       not x.float_list.value):
+    found = ', '.join(
+        f'{name} ({_feature_kind(features[name])})' for name in sorted(features))
     raise ValueError(
         f"{where}: examples must have a float feature 'x' and one int64 label "
-        f"'y', found {sorted(features)}.")
+        f"'y', found {found or 'no features'}.")
   return len(x.float_list.value)
+
+
+# A TFRecord's bytes beside its data: the 8-byte length, its 4-byte CRC and
+# the data's 4-byte CRC.
+_RECORD_OVERHEAD = 16
+
+
+def record_framing_problem(path: str) -> str | None:
+  """Where the TFRecord file `path` is cut short, or None.
+
+  TF's reader ends a file cut inside a record's 12-byte header as if the
+  file ended there, without a word, and trains on the records before it;
+  so the records are walked header by header here (no data is read).
+  """
+  size = os.path.getsize(path)
+  position = 0
+  with open(path, 'rb') as f:
+    while position < size:
+      if size - position < 12:
+        return (f'cut short inside the header of the record at byte '
+                f'{position} of its {size}')
+      f.seek(position)
+      (length,) = struct.unpack('<Q', f.read(8))
+      position += length + _RECORD_OVERHEAD
+  if position > size:
+    return f'cut short inside its last record ({size} of {position} bytes)'
+  return None
+
+
+def _check_folder_files(files: dict[str, dict[str, str]]) -> None:
+  """A one-line ValueError naming the first client file cut short."""
+  for split, split_files in files.items():
+    for name, file in split_files.items():
+      problem = record_framing_problem(file)
+      if problem:
+        raise ValueError(f"client {name!r}'s {split} file {file} is "
+                         f'{problem}: the file is damaged.')
 
 
 def folder_fingerprint(path: str) -> str:
@@ -495,6 +543,7 @@ def _open(path: str, cache_folder: str) -> _Opened:
   if os.path.isdir(path):
     d = _num_features(path, _first_folder_example(path))
     files = {split: _client_files(path, split) for split in ('train', 'test')}
+    _check_folder_files(files)
     return _Opened(
         datasets.FilePerUserClientData(files['train'],
                                        tf.data.TFRecordDataset),

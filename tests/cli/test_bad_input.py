@@ -403,3 +403,17 @@ def test_benchmark_scripts_answer_help_and_refuse_unknown_flags(script):
   assert result.stderr.strip().splitlines() == [
       f"{script}: error: Unknown command line flag 'no_such_flag' (see "
       '--help)']
+
+
+@pytest.mark.parametrize('script', ['run_experiment.py', 'reproduce.py',
+                                    'run_worker.py'])
+def test_a_python_without_the_stack_is_one_line_naming_the_install(script):
+  """`python3 run_experiment.py` with a Python that lacks the pinned stack
+  (here the same one with its site-packages left out, -S)."""
+  result = subprocess.run([sys.executable, '-S', script, '--help'],
+                          cwd=repository.ROOT, capture_output=True, text=True,
+                          timeout=60)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines() == [
+      f'{script}: error: absl is not installed for {sys.executable}: run '
+      '`make install` and use .venv/bin/python (README, "Two commands").']

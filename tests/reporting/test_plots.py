@@ -115,8 +115,17 @@ def test_accuracy_vs_ratio_legend_has_an_entry_per_metric_and_algorithm(
   fig = plots.accuracy_vs_ratio(summaries, metrics=metrics)
   assert len(fig.axes[0].lines) == 5 * 3  # FedHDP and two baselines each
   (legend,) = fig.legends
-  assert [t.get_text() for t in legend.get_texts()] == list(metrics) + [
-      'FedHDP', 'Non-Private', 'DP-FedAvg']
+  # Named as the results table heads them, not by their CSV columns.
+  assert [t.get_text() for t in legend.get_texts()] == [
+      'Acc_g', 'Acc_g,np', 'Acc_l,np', 'Acc_l,p', 'Acc_g,p', 'FedHDP',
+      'Non-Private', 'DP-FedAvg']
+
+
+@pytest.mark.parametrize('column,label', [
+    ('acc_g', 'Acc_g'), ('acc_g_np', 'Acc_g,np'), ('mse_l_p', 'MSE_l,p'),
+    ('sign_accuracy', 'sign_accuracy'), ('epsilon_p', 'epsilon_p')])
+def test_metric_labels_are_the_tables_headers(column, label):
+  assert plots.metric_label(column) == label
 
 
 def test_metric_vs_lambda_sorts_and_checks_lengths(tmp_path):

@@ -4,6 +4,7 @@ arrays, reads clients only when asked, and refuses a bad file in one line."""
 import os
 import sqlite3
 import stat
+import struct
 
 import numpy as np
 import pytest
@@ -181,7 +182,24 @@ def test_examples_of_another_layout_are_refused(tmp_path):
     con.execute("INSERT INTO client_metadata VALUES ('a', 'train', 1)")
   with pytest.raises(ValueError, match=r"images.sqlite: examples must have a "
                      r"float feature 'x' and one int64 label 'y', found "
-                     r"\['label', 'pixels'\]"):
+                     r"label \(int64 x 1\), pixels \(float x 1\)"):
+    _load(path)
+
+
+def test_features_of_the_wrong_type_are_named_with_their_type(tmp_path):
+  """The right names, the wrong dtypes: the error says which dtypes."""
+  path = str(tmp_path / 'ints.sqlite')
+  client_data.write_sql(path, [])
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  example = tf.train.Example(features=tf.train.Features(feature={
+      'x': tf.train.Feature(int64_list=tf.train.Int64List(value=[1, 2, 3])),
+      'y': tf.train.Feature(float_list=tf.train.FloatList(value=[1.0]))}))
+  with sqlite3.connect(path) as con:
+    con.execute('INSERT INTO examples VALUES (?, ?, ?)',
+                ('train', 'a', example.SerializeToString()))
+    con.execute("INSERT INTO client_metadata VALUES ('a', 'train', 1)")
+  with pytest.raises(ValueError, match=r"found x \(int64 x 3\), "
+                     r"y \(float x 1\)\.$"):
     _load(path)
 
 
@@ -399,17 +417,36 @@ def test_a_label_too_large_for_a_model_is_refused(tmp_path):
     _load(path)
 
 
+def _last_record_size(data: bytes) -> int:
+  """The bytes of the last record of a TFRecord file's `data`."""
+  position = 0
+  while True:
+    size = struct.unpack('<Q', data[position:position + 8])[0] + 16
+    if position + size >= len(data):
+      return size
+    position += size
+
+
 def test_damaged_files_are_one_line_naming_the_file_and_client(tmp_path):
   clients = {'a': _client(4, label=2), 'b': _client(3, label=1)}
   folder = _folder(tmp_path / 'folder', clients)
   data = open(os.path.join(folder, 'train', 'b'), 'rb').read()
   with open(os.path.join(folder, 'train', 'b'), 'wb') as f:
-    f.write(data[:-7])  # cut short
-  task = _load(folder)
-  with pytest.raises(ValueError, match=r"client 'b'\'s training data in "
-                     r'.*folder \(2 clients\) cannot be read: .*'
-                     r'(corrupted|truncated)'):
-    task.train_arrays('b')
+    f.write(data[:-7])  # cut short inside the last record's data
+  with pytest.raises(ValueError, match=r"client 'b'\'s train file .*folder/"
+                     r'train/b is cut short inside its last record'):
+    _load(folder)
+  # Inside the last record's header, where TF's reader would stop at the
+  # record before without a word.
+  last = len(data) - _last_record_size(data)
+  with open(os.path.join(folder, 'train', 'b'), 'wb') as f:
+    f.write(data[:last + 5])
+  assert sum(1 for _ in tf.data.TFRecordDataset(
+      os.path.join(folder, 'train', 'b'))) == 2  # TF reads 2 of 3, silently
+  with pytest.raises(ValueError, match=r"client 'b'\'s train file .*folder/"
+                     r'train/b is cut short inside the header of the record '
+                     rf'at byte {last} of its {last + 5}'):
+    _load(folder)
   path = _file(tmp_path / 'rows.sqlite', clients)
   with sqlite3.connect(path) as con:
     con.execute("UPDATE examples SET serialized_example_proto = X'ff00ff' "

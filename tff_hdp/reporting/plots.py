@@ -61,6 +61,17 @@ def _finish(fig: Figure, ax, path: str | None, handles=None) -> Figure:
 _LINESTYLES = ('-', '--', ':', '-.')
 
 
+def metric_label(column: str) -> str:
+  """A metric column as the results table heads it: acc_g -> Acc_g,
+  acc_g_np -> Acc_g,np, mse_l_p -> MSE_l,p (other columns as they are)."""
+  parts = column.split('_')
+  names = {'acc': 'Acc', 'mse': 'MSE'}
+  if len(parts) < 2 or parts[0] not in names or parts[1] not in ('g', 'l'):
+    return column
+  return f'{names[parts[0]]}_{parts[1]}' + (
+      ',' + ','.join(parts[2:]) if parts[2:] else '')
+
+
 def _style(i: int) -> dict:
   """The i-th line's color and dash: ten colors, then the next dash, so
   that no two of up to 40 lines look alike."""
@@ -71,7 +82,7 @@ def accuracy_vs_rounds(run_dirs: Mapping[str, str], path: str | None = None,
                        metric: str = 'acc_g',
                        title: str | None = None) -> Figure:
   """`metric` at each evaluated round, one line per labelled run."""
-  fig, ax = _new_axes(title, 'round', f'{metric} (%)')
+  fig, ax = _new_axes(title, 'round', f'{metric_label(metric)} (%)')
   for i, (label, run_dir) in enumerate(run_dirs.items()):
     cols = read_rounds(run_dir)
     if metric not in cols:
@@ -152,7 +163,8 @@ def accuracy_vs_ratio(summaries: Sequence[dict], path: str | None = None,
         if (metric, color) not in drawn_metrics:
           drawn_metrics.append((metric, color))
         drawn_algorithms.append(s['algorithm'])
-  handles = [Line2D([], [], color=color, linewidth=6, label=metric)
+  handles = [Line2D([], [], color=color, linewidth=6,
+                    label=metric_label(metric))
              for metric, color in drawn_metrics]
   handles += [Line2D([], [], color='black', linestyle=styles[a][1],
                      marker='o' if a == 'fedhdp' else None,
