@@ -96,7 +96,6 @@ def test_no_plan_of_a_brute_force_grid_passes_the_certificate():
               if q0 * sizes[0] + q1 * sizes[1] <= budget)
   assert brute <= best.divisor_bound
   assert brute <= best.divisor * (1 + best.certified_gap)
-  assert best.certified_gap <= 0.01
   assert best.divisor >= budget / max(one.noise_multipliers)
   # The plan returned meets each target at its rate with noise z / a_j.
   for g, rate, rho in zip(levels, best.rates, best.noise_multipliers):
