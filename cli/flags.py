@@ -767,6 +767,63 @@ def _check_values(current: str) -> None:
     _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
 
 
+# The flags plan.py reads: a trusted run's population, levels, sampling and
+# clipping, without the data or the training.
+PLAN_FLAGS = ('task', 'num_clients', 'epsilons', 'deltas', 'level_fractions',
+              'opt_out_fraction', 'rounds', 'clients_per_round', 'accountant',
+              'pld_discretization', 'clip_lr', 'clip_count_stddev',
+              'heterogeneity', 'seed', 'unsafe_allow_large_delta')
+
+
+def plan_clients() -> int:
+  """N for plan.py: --num_clients, else --task's own count."""
+  if NUM_CLIENTS.value is not None:
+    return NUM_CLIENTS.value
+  count = tasks.REGISTRY[TASK.value].num_clients if (
+      TASK.value in tasks.REGISTRY) else None
+  check(count is not None, f'--task={TASK.value} has no fixed number of '
+        'clients (it takes every client of its data); give --num_clients.')
+  return count
+
+
+def check_plan_flags(own: tuple[str, ...] = ()) -> None:
+  """plan.py's flags (`PLAN_FLAGS` and its `own`), checked as a trusted
+  run checks them; any other flag given is refused, naming it."""
+  for name in APPLIES:
+    check(not absl_flags.FLAGS[name].present or name in PLAN_FLAGS + own,
+          f'--{name} does not apply to planning (it reads '
+          f'{", ".join("--" + n for n in PLAN_FLAGS + own)}); drop it.')
+  _in(SEED, 0, 2**31 - 1)
+  _in(NUM_CLIENTS, 1)
+  _in(ROUNDS, 1)
+  _in(CLIENTS_PER_ROUND, 1)
+  for d in floats(DELTAS):
+    check(0 < d < 1, f'--deltas must be in (0, 1), got {d}.')
+  for e in floats(EPSILONS):
+    check(0 < e <= MAX_EPSILON, f'--epsilons must be in (0, '
+          f'{MAX_EPSILON:g}], got {e:g}.')
+  _level_targets()
+  _in(OPT_OUT, 0, 1, high_open=True)
+  if LEVEL_FRACTIONS.value:
+    fractions = floats(LEVEL_FRACTIONS)
+    check(len(fractions) == len(EPSILONS.value) and
+          all(0 < f <= 1 for f in fractions) and
+          math.isclose(sum(fractions), 1.0, abs_tol=1e-6),
+          f'--level_fractions must be one per --epsilons level, each in (0, '
+          f'1], summing to 1; got {",".join(LEVEL_FRACTIONS.value)}.')
+  _check_accountant()
+  _in(CLIP_LR, 0, MAX_EXPONENT)
+  check(not (CLIP_COUNT_STDDEV.value == 0 and CLIP_LR.value > 0),
+        '--clip_count_stddev must be > 0 with adaptive clipping (--clip_lr '
+        '> 0), got 0.')
+  _in(CLIP_COUNT_STDDEV, 0, MAX_COUNT, low_open=CLIP_LR.value > 0)
+  _in(absl_flags.FLAGS['heterogeneity'], 0, algorithms.MAX_RATIO,
+      low_open=True)
+  n = plan_clients()
+  check(CLIENTS_PER_ROUND.value <= n, f'--clients_per_round='
+        f'{CLIENTS_PER_ROUND.value} exceeds the {n} clients.')
+
+
 def check_group_weights(has_clients: list[bool]) -> None:
   """FedHDP weighs group j by r_j N_j: over the groups that have clients
   (`has_clients`: the private levels in --epsilons order, then the opt-out

@@ -34,7 +34,7 @@ def learning_setup(task):
   fractions = (flags.floats(flags.LEVEL_FRACTIONS) if flags.LEVEL_FRACTIONS.value else None)
   count_stddev = flags.CLIP_COUNT_STDDEV.value
   if flags.CLIP_LR.value > 0:
-    count_stddev = _clip_count_stddev(levels, sampling, n)
+    count_stddev = clip_count_stddev(levels, sampling, n)
   settings = trusted_setting.Settings(
       rounds=flags.ROUNDS.value,
       sampling=sampling,
@@ -82,7 +82,7 @@ def _check_levels_have_clients(choices, n: int) -> None:
                 'opt-out fraction or raise that level\'s fraction.')
 
 
-def _clip_count_stddev(levels, sampling, n) -> float | None:
+def clip_count_stddev(levels, sampling, n) -> float | None:
   """z_b for the settings: --clip_count_stddev, or
   `plans.default_clip_count_stddev` (None where that is TFF's 5%, the
   plan's own default). A value given equal to the default is the default,

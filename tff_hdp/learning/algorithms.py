@@ -324,13 +324,10 @@ def _noise_aware_ratios(context: TrustedContext) -> tuple[float, ...] | None:
   if options.get('r') is not None or options.get('level_ratios') is not None:
     return None
   # pylint: disable-next=g-import-not-at-top
-  from tff_hdp.privacy import group_weights
-  plan = context.plan
-  sizes = plan.assignment.group_sizes()
+  from tff_hdp.privacy import planner
   spread = options.get('heterogeneity')
-  return tuple(group_weights.noise_aware_ratios(
-      plan.noise_multipliers, [q * n for q, n in zip(plan.rates(), sizes)],
-      context.num_parameters, 1.0 if spread is None else spread))
+  return planner.noise_aware_group_ratios(
+      context.plan, context.num_parameters, 1.0 if spread is None else spread)
 
 
 def _fedhdp_noise_aware_factory(context: TrustedContext) -> GroupFactory:
@@ -472,21 +469,17 @@ class _MergedGroups:
   @classmethod
   def of(cls, context: TrustedContext, z: float) -> _MergedGroups:
     # pylint: disable-next=g-import-not-at-top
-    from tff_hdp.privacy import group_weights
+    from tff_hdp.privacy import planner
     plan = context.plan
     private = [g.is_private for g in plan.assignment.groups]
     private_count = sum(d for d, p in zip(plan.expected_group_sizes, private)
                         if p)
     others = tuple(j for j, p in enumerate(private) if not p)
-    rates, sizes = plan.rates(), plan.assignment.group_sizes()
-    spread = context.options.get('heterogeneity')
-    ratios = tuple(group_weights.noise_aware_ratios(
-        [z] + [0.0] * len(others),
-        [private_count] + [rates[j] * sizes[j] for j in others],
-        context.num_parameters, 1.0 if spread is None else spread))
-    return cls(private_count, others, ratios, tuple(
-        ratios[0] if p else ratios[1 + others.index(j)]
-        for j, p in enumerate(private)))
+    spread = 1.0 if context.options.get('heterogeneity') is None else (
+        context.options['heterogeneity'])
+    ratios = planner.merged_ratios(plan, context.num_parameters, spread, z)
+    return cls(private_count, others, ratios, planner.merged_group_ratios(
+        plan, context.num_parameters, spread, z))
 
 
 def _individualized_factory(context: TrustedContext) -> GroupFactory:

@@ -25,6 +25,7 @@ from tff_hdp.learning.execution import Execution
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy import empirical_epsilon
 from tff_hdp.privacy import min_separation
+from tff_hdp.privacy import planner
 from tff_hdp.privacy import release_policy
 from tff_hdp.privacy.privacy_groups import GroupAssignment
 from tff_hdp.privacy.privacy_groups import PrivacyGroup
@@ -438,6 +439,12 @@ def _ratios_line(name: str, plan: plans.PrivacyPlan) -> str:
   line = f'{name}: group ratios r_j (weights at the expected counts): ' + (
       ', '.join(f'{g.name} {g.ratio:.4g} ({w:.3f})'
                 for g, w in zip(groups, weights)))
+  if isinstance(plan.sampling, (accounting.PoissonSampling,
+                                accounting.FixedSizeSampling)):
+    released, private = planner.noise_divisors(plan)
+    line += f'; noise on the mean S/{released:.1f}' + (
+        '' if released == private else
+        f' (on the private groups\' part S/{private:.1f})')
   if plan.group_rates is not None:
     line += (f'\n{name}: noise multiplier {max(plan.noise_multipliers):.4g} '
              'for every private group, each sampled at its own rate: ' +

@@ -1,0 +1,67 @@
+"""plan.py: its table and certificate, printed without TensorFlow (a
+`tensorflow` that raises on import comes first on the path), and its
+refusals, one line naming the flag with exit status 2."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import repository
+
+ROOT = repository.ROOT
+SMALL = ('--num_clients=300', '--epsilons=1,8', '--deltas=1e-3',
+         '--rounds=20', '--clients_per_round=30', '--accountant=rdp',
+         '--clip_lr=0', '--opt_out_fraction=0.1')
+
+
+def _plan(tmp_path, *flags):
+  path = repository.tensorflow_stand_in(str(tmp_path / 'no_tf'),
+                                        'plan.py imported TensorFlow')
+  return subprocess.run(
+      [sys.executable, 'plan.py', *flags], cwd=ROOT, capture_output=True,
+      text=True, timeout=600,
+      env=dict(os.environ, PYTHONPATH=os.pathsep.join([path, ROOT])))
+
+
+def test_prints_every_rule_and_the_certificate_without_tensorflow(tmp_path):
+  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import planner  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import privacy_groups as pg  # pylint: disable=g-import-not-at-top
+  result = _plan(tmp_path, *SMALL)
+  assert result.returncode == 0, result.stderr[-2000:]
+  lines = result.stdout.splitlines()
+  levels = [pg.PrivacyGroup('private_eps1', 1.0, 1e-3),
+            pg.PrivacyGroup('private_eps8', 8.0, 1e-3)]
+  choices = pg.assign_opt_out(list(range(300)), levels, 0.1, 0)
+  rules = planner.plan_rules(choices, accounting.PoissonSampling(0.1), 20,
+                             plans.ClipSettings(learning_rate=0.0), 7850)
+  for rule in rules:
+    released, private = rule.divisors
+    heading = [l for l in lines if l.startswith(f'{rule.algorithm} (')]
+    assert len(heading) == 1, result.stdout
+    assert f': S/{released:.1f}' in heading[0]
+    note = f"(private groups' mean S/{private:.1f})"
+    assert (note in heading[0]) == (released != private), heading[0]
+  certificate = [l for l in lines if l.startswith('certificate: ')]
+  assert len(certificate) == 1 and '% less than this plan' in certificate[0]
+
+
+@pytest.mark.parametrize('flags,flag', [
+    (('--accountant=moments',), '--accountant'),
+    (('--accountant=pld', '--pld_discretization=0.1'),
+     '--pld_discretization'),
+    (('--epsilons=0.01', '--clip_lr=0.2', '--clip_count_stddev=0.5'),
+     '--epsilons/--deltas'),
+    (('--sampling=fixed',), '--sampling'),
+    (('--clients_per_round=301',), '--clients_per_round'),
+])
+def test_bad_input_is_one_line_naming_the_flag(tmp_path, flags, flag):
+  given = {f.split('=')[0] for f in flags}
+  base = [f for f in SMALL if f.split('=')[0] not in given]
+  result = _plan(tmp_path, *base, *flags)
+  assert result.returncode == 2, (result.stdout, result.stderr)
+  (line,) = result.stderr.strip().splitlines()
+  assert line.startswith('plan.py: error: ') and flag in line, line
