@@ -19,9 +19,9 @@ Examples:
 
 from __future__ import annotations
 
-from absl import flags as absl_flags
+from cli import entry  # first: names a Python without the stack in one line
 
-from cli import entry
+from absl import flags as absl_flags  # pylint: disable=g-bad-import-order
 from cli import flags
 
 NUM_PARAMETERS = absl_flags.DEFINE_integer(

@@ -406,7 +406,7 @@ def test_benchmark_scripts_answer_help_and_refuse_unknown_flags(script):
 
 
 @pytest.mark.parametrize('script', ['run_experiment.py', 'reproduce.py',
-                                    'run_worker.py'])
+                                    'run_worker.py', 'plan.py'])
 def test_a_python_without_the_stack_is_one_line_naming_the_install(script):
   """`python3 run_experiment.py` with a Python that lacks the pinned stack
   (here the same one with its site-packages left out, -S)."""
