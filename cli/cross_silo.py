@@ -88,10 +88,8 @@ def run() -> None:
   header = ['Method', 'lambda', 'learning rate', f'{metric}, test-weighted',
             'eps spent per silo (min - max)',
             *([tables.CLIENT_EMPIRICAL_HEADER] if audited else []), 'runs']
-  tables.print_and_write_table(
-      flags.OUTPUT_DIR.value, header, rows, records=records,
-      caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None,
-      alarms=alarms,
+  tables.print_and_write_client_table(
+      flags.OUTPUT_DIR.value, header, rows, records, audited, alarms,
       heading=f'{task.name}: {len(task.client_ids)} silos, every silo every '
       f'round, {flags.ROUNDS.value} rounds, silo eps '
       f'{",".join(flags.EPSILONS.value)}, best over the swept settings')

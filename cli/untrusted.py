@@ -97,10 +97,8 @@ def run() -> None:
   header = ['Aggregation', name, 'eps spent per client (min - max)',
             *([tables.CLIENT_EMPIRICAL_HEADER] if audited else []),
             'seconds']
-  tables.print_and_write_table(
-      flags.OUTPUT_DIR.value, header, rows, records=records,
-      caption=tables.CLIENT_EMPIRICAL_NOTE if audited else None,
-      alarms=alarms,
+  tables.print_and_write_client_table(
+      flags.OUTPUT_DIR.value, header, rows, records, audited, alarms,
       heading=f'{task.name}: {len(task.client_ids)} clients, all in every '
       f'round, {flags.ROUNDS.value} rounds, eps ~ '
       f'{flags.EPSILON_DISTRIBUTION.value}')

@@ -7,7 +7,7 @@ released) is not required.
 """
 
 import dataclasses
-import os
+import glob
 
 import pytest
 
@@ -39,25 +39,38 @@ def _with_bogus(monkeypatch, name, setting, base, **declared):
 
 
 def _trusted(task, out, name):
+  settings = trusted_setting.Settings(
+      sampling=accounting.PoissonSampling(0.5),
+      clip=plans.ClipSettings(initial_norm=0.5, count_stddev=5.0), **_ONE_ROUND)
   choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 8.0, 1e-3)], 0.2, seed=0)
-  settings = trusted_setting.Settings(
-      rounds=1, sampling=accounting.PoissonSampling(0.5),
-      clip=plans.ClipSettings(initial_norm=0.5, count_stddev=5.0),
-      eval_every=1, checkpoint_every=0)
   return trusted_setting.run_configuration(
       task, trusted_setting.Configuration(name, 0.5), choices, settings, out,
       progress=False)
 
 
-def test_a_trusted_record_declaring_an_unreported_measurement_is_refused(
-    task, tmp_path, monkeypatch):
-  _with_bogus(monkeypatch, 'bogus_fedhdp', algorithms.TRUSTED, 'fedhdp')
+def _untrusted(task, out, name):
+  settings = untrusted_setting.UntrustedSettings(
+      epsilon_distribution='uniform', **_ONE_ROUND)
+  return untrusted_setting.run_algorithm(task, name, settings, out,
+                                         progress=False)
+
+
+_ONE_ROUND = {'rounds': 1, 'checkpoint_every': 0}
+
+
+@pytest.mark.parametrize('setting,base,run,reported', [
+    (algorithms.TRUSTED, 'fedhdp', _trusted, 'clip_norm'),
+    (algorithms.UNTRUSTED, 'pfa', _untrusted, 'public, num_public')])
+def test_a_record_declaring_an_unreported_measurement_is_refused(
+    task, tmp_path, monkeypatch, setting, base, run, reported):
+  name = f'bogus_{base}'
+  _with_bogus(monkeypatch, name, setting, base)
   with pytest.raises(ValueError, match=(
-      r"algorithm 'bogus_fedhdp': its record declares measurement\(s\) "
-      r"'bogus' that its factory does not report \(it reports: clip_norm")):
-    _trusted(task, str(tmp_path), 'bogus_fedhdp')
-  assert not os.path.exists(tmp_path / 'bogus_fedhdp_r0.5' / 'rounds.csv')
+      rf"algorithm '{name}': its record declares measurement\(s\) 'bogus' "
+      rf'that its factory does not report \(it reports: {reported}')):
+    run(task, str(tmp_path), name)
+  assert not glob.glob(str(tmp_path / '*' / 'rounds.csv'))
 
 
 def test_a_withheld_measurement_is_not_required(task, tmp_path, monkeypatch):
@@ -65,16 +78,3 @@ def test_a_withheld_measurement_is_not_required(task, tmp_path, monkeypatch):
               covered=release_policy.NOT_COVERED)
   summary, _ = _trusted(task, str(tmp_path), 'bogus_fedhdp')
   assert summary['metrics']['acc_g'] is not None
-
-
-def test_an_untrusted_record_declaring_an_unreported_measurement_is_refused(
-    task, tmp_path, monkeypatch):
-  _with_bogus(monkeypatch, 'bogus_pfa', algorithms.UNTRUSTED, 'pfa')
-  with pytest.raises(ValueError, match=(
-      r"algorithm 'bogus_pfa': its record declares measurement\(s\) 'bogus' "
-      r'that its factory does not report \(it reports: public, num_public')):
-    untrusted_setting.run_algorithm(
-        task, 'bogus_pfa', untrusted_setting.UntrustedSettings(
-            rounds=1, epsilon_distribution='uniform', checkpoint_every=0),
-        str(tmp_path), progress=False)
-  assert not os.path.exists(tmp_path / 'bogus_pfa' / 'rounds.csv')

@@ -169,17 +169,22 @@ def test_a_file_without_clients_is_refused(tmp_path):
     _load(path)
 
 
-def test_examples_of_another_layout_are_refused(tmp_path):
-  path = str(tmp_path / 'images.sqlite')
+def _one_example_file(path, features):
+  """An SqlClientData file whose one client holds one example of
+  `features` ({name: tf.train.Feature})."""
   client_data.write_sql(path, [])
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  example = tf.train.Example(features=tf.train.Features(feature={
-      'pixels': tf.train.Feature(float_list=tf.train.FloatList(value=[1.0])),
-      'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
+  example = tf.train.Example(features=tf.train.Features(feature=features))
   with sqlite3.connect(path) as con:
     con.execute('INSERT INTO examples VALUES (?, ?, ?)',
                 ('train', 'a', example.SerializeToString()))
     con.execute("INSERT INTO client_metadata VALUES ('a', 'train', 1)")
+  return path
+
+
+def test_examples_of_another_layout_are_refused(tmp_path):
+  path = _one_example_file(str(tmp_path / 'images.sqlite'), {
+      'pixels': tf.train.Feature(float_list=tf.train.FloatList(value=[1.0])),
+      'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))})
   with pytest.raises(ValueError, match=r"images.sqlite: examples must have a "
                      r"float feature 'x' and one int64 label 'y', found "
                      r"label \(int64 x 1\), pixels \(float x 1\)"):
@@ -188,16 +193,9 @@ def test_examples_of_another_layout_are_refused(tmp_path):
 
 def test_features_of_the_wrong_type_are_named_with_their_type(tmp_path):
   """The right names, the wrong dtypes: the error says which dtypes."""
-  path = str(tmp_path / 'ints.sqlite')
-  client_data.write_sql(path, [])
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  example = tf.train.Example(features=tf.train.Features(feature={
+  path = _one_example_file(str(tmp_path / 'ints.sqlite'), {
       'x': tf.train.Feature(int64_list=tf.train.Int64List(value=[1, 2, 3])),
-      'y': tf.train.Feature(float_list=tf.train.FloatList(value=[1.0]))}))
-  with sqlite3.connect(path) as con:
-    con.execute('INSERT INTO examples VALUES (?, ?, ?)',
-                ('train', 'a', example.SerializeToString()))
-    con.execute("INSERT INTO client_metadata VALUES ('a', 'train', 1)")
+      'y': tf.train.Feature(float_list=tf.train.FloatList(value=[1.0]))})
   with pytest.raises(ValueError, match=r"found x \(int64 x 3\), "
                      r"y \(float x 1\)\.$"):
     _load(path)
@@ -417,6 +415,12 @@ def test_a_label_too_large_for_a_model_is_refused(tmp_path):
     _load(path)
 
 
+def _execute(path, sql, *parameters):
+  """Runs one SQL statement on the file at `path` (to damage it)."""
+  with sqlite3.connect(path) as con:
+    con.execute(sql, parameters)
+
+
 def _last_record_size(data: bytes) -> int:
   """The bytes of the last record of a TFRecord file's `data`."""
   position = 0
@@ -448,9 +452,8 @@ def test_damaged_files_are_one_line_naming_the_file_and_client(tmp_path):
                      rf'at byte {last} of its {last + 5}'):
     _load(folder)
   path = _file(tmp_path / 'rows.sqlite', clients)
-  with sqlite3.connect(path) as con:
-    con.execute("UPDATE examples SET serialized_example_proto = X'ff00ff' "
-                "WHERE client_id = 'b' AND split_name = 'train'")
+  _execute(path, "UPDATE examples SET serialized_example_proto = X'ff00ff' "
+           "WHERE client_id = 'b' AND split_name = 'train'")
   with pytest.raises(ValueError, match=r"client 'b'\'s training data in "
                      r'.*rows.sqlite \(2 clients\) cannot be read: an '
                      r'example is not a serialized tf.train.Example'):
@@ -460,17 +463,15 @@ def test_damaged_files_are_one_line_naming_the_file_and_client(tmp_path):
       'features': tf.train.Feature(float_list=tf.train.FloatList(
           value=[1.0, 2.0, 3.0])),
       'y': tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
-  with sqlite3.connect(renamed) as con:
-    con.execute("UPDATE examples SET serialized_example_proto = ? WHERE "
-                "client_id = 'b'", (other.SerializeToString(),))
+  _execute(renamed, "UPDATE examples SET serialized_example_proto = ? WHERE "
+           "client_id = 'b'", other.SerializeToString())
   with pytest.raises(ValueError, match=r"client 'b'\'s test data in "
                      r'.*names.sqlite \(2 clients\) cannot be read: Feature: '
                      r'x \(data type: float\) is required but could not be '
                      r'found\.$'):
     _load(renamed)
-  with sqlite3.connect(path) as con:
-    con.execute("UPDATE client_metadata SET client_id = CAST(X'ff61' AS TEXT)"
-                " WHERE client_id = 'a'")
+  _execute(path, "UPDATE client_metadata SET client_id = CAST(X'ff61' AS "
+           "TEXT) WHERE client_id = 'a'")
   with pytest.raises(ValueError, match=r'rows.sqlite is not a TFF '
                      r'SqlClientData file, or a damaged one \(Could not '
                      r"decode to UTF-8 column 'client_id'"):

@@ -241,6 +241,17 @@ def print_and_write_table(output_dir: str, header, rows,
     print(line)
 
 
+def print_and_write_client_table(output_dir: str, header, rows,
+                                 records: Sequence[dict], audited: bool,
+                                 alarms: Sequence[str], heading: str) -> None:
+  """`print_and_write_table` for the untrusted and cross-silo settings,
+  whose audits are per client (silo): their note stands above an audited
+  table."""
+  print_and_write_table(output_dir, header, rows, records=records,
+                        caption=CLIENT_EMPIRICAL_NOTE if audited else None,
+                        alarms=alarms, heading=heading)
+
+
 _PERCENT_METRICS = ('accuracy', 'sign_accuracy')
 
 
