@@ -103,6 +103,13 @@ EPSILONS = absl_flags.DEFINE_list(
 DELTAS = absl_flags.DEFINE_list(
     'deltas', ['1e-4'], 'Target delta of each private level (one value, or '
     'one per level).')
+PRIVACY_LEVELS_FILE = absl_flags.DEFINE_string(
+    'privacy_levels_file', None, 'Each client\'s own level instead of '
+    'random ones (--opt_out_fraction, --level_fractions): a CSV of '
+    'client_id,level rows or a JSON object {client id: level}, a level being '
+    'one of --epsilons (or its group name) or opt_out; every client of the '
+    'task listed once, and every level chosen. Who chose which level is '
+    'public, as FedHDP assumes.')
 LEVEL_FRACTIONS = absl_flags.DEFINE_list(
     'level_fractions', None, 'Fraction of the private clients at each '
     'private level (default: equal).')
@@ -292,7 +299,8 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'cohort_size': (TRUSTED, CROSS_SILO),
     'dp_sgd_clip': (UNTRUSTED, CROSS_SILO),
     **{name: (TRUSTED,) for name in (
-        'level_fractions', 'opt_out_fraction', 'clients_per_round',
+        'level_fractions', 'opt_out_fraction', 'privacy_levels_file',
+        'clients_per_round',
         'sampling', 'accountant', 'pld_discretization',
         'min_separation', 'max_participations',
         'local_epochs', 'server_lr', 'clip_norm',
@@ -628,6 +636,32 @@ def _check_participation() -> None:
             f'participation); drop it or pass --sampling=device.')
 
 
+def _check_levels_file() -> None:
+  """--privacy_levels_file replaces the random levels, and its levels are
+  the flags' (its clients are checked against the task's once loaded)."""
+  if PRIVACY_LEVELS_FILE.value is None:
+    return
+  for flag in (OPT_OUT, LEVEL_FRACTIONS):
+    check(not flag.present, f'--{flag.name} draws levels at random; '
+          '--privacy_levels_file gives each client its own: drop one.')
+  levels_file()
+
+
+def levels_file() -> dict[str, str]:
+  """--privacy_levels_file's {client id: level}, each level one of the
+  flags' and each chosen (an InputError naming the file otherwise); the
+  clients are checked against the task's once it is loaded."""
+  from tff_hdp.privacy import privacy_groups  # pylint: disable=g-import-not-at-top
+  path = PRIVACY_LEVELS_FILE.value
+  try:
+    levels = privacy_groups.read_levels_file(path)
+    privacy_groups.assign_from_levels(list(levels), private_levels(), levels)
+  except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
+    reason = e.strerror if isinstance(e, OSError) else e
+    raise InputError(f'--privacy_levels_file={path}: {reason}') from None
+  return levels
+
+
 def _check_accountant() -> None:
   """--accountant=pld analyses Poisson sampling only; --pld_discretization
   goes with it, no coarser than the bound's stated tolerance."""
@@ -711,6 +745,7 @@ def _check_values(current: str) -> None:
     _check_participation()
     _check_accountant()
     _check_device_algorithms()
+    _check_levels_file()
     _in(OPT_OUT, 0, 1)
     check(not (OPT_OUT.value == 1 and 'fedhdp' in ALGORITHMS.value),
           '--opt_out_fraction=1 leaves fedhdp no private clients; give a '

@@ -57,11 +57,22 @@ def learning_setup(task):
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
       options=flags.option_values(flags.TRUSTED))
-  try:
-    choices = trusted_setting.client_choices(task, levels, flags.OPT_OUT.value,
-                                        flags.SEED.value, fractions)
-  except ValueError as e:
-    raise flags.InputError(f'--opt_out_fraction/--level_fractions: {e}') from None
+  if flags.PRIVACY_LEVELS_FILE.value is not None:
+    from tff_hdp.privacy import privacy_groups  # pylint: disable=g-import-not-at-top
+    try:
+      choices = privacy_groups.assign_from_levels(task.client_ids, levels,
+                                                  flags.levels_file())
+    except ValueError as e:
+      raise flags.InputError(
+          f'--privacy_levels_file={flags.PRIVACY_LEVELS_FILE.value}: {e}'
+      ) from None
+  else:
+    try:
+      choices = trusted_setting.client_choices(
+          task, levels, flags.OPT_OUT.value, flags.SEED.value, fractions)
+    except ValueError as e:
+      raise flags.InputError(
+          f'--opt_out_fraction/--level_fractions: {e}') from None
   configs = trusted_setting.configurations(
       flags.ALGORITHMS.value, flags.swept_values(flags.TRUSTED))
   if 'fedhdp' in flags.ALGORITHMS.value:

@@ -106,6 +106,8 @@ NOT_IN_KEY = {
                 '(test_the_data_changes_the_key)',
     'client_data': 'what it names is in the key: the SHA-256 of the file '
                    '(tests/tasks/test_client_data.py)',
+    'privacy_levels_file': 'what it names is in the key: every client\'s '
+                           'group (run_key\'s choices)',
     'workers': 'where the rounds run; the worker count is in the key '
                '(tests/simulation/test_remote_workers.py::'
                'test_another_worker_count_is_another_run)',

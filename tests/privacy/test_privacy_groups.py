@@ -58,3 +58,62 @@ def test_explicit_map_must_cover_every_client():
     pg.assign_explicit(['x'], groups, {'x': 'other'})
   with pytest.raises(KeyError, match='no privacy group'):
     a.group_of('nobody')
+
+
+_LEVELS = [pg.PrivacyGroup('private_eps1', 1.0, 1e-5),
+           pg.PrivacyGroup('private_eps8', 8.0, 1e-5)]
+
+
+def _write(path, text):
+  path.write_text(text)
+  return str(path)
+
+
+def test_a_levels_file_gives_each_client_its_own_level(tmp_path):
+  ids = [f'c{i}' for i in range(6)]
+  csv_file = _write(tmp_path / 'levels.csv', 'client_id,level\n' + ''.join(
+      f'{c},{level}\n' for c, level in zip(
+          ids, ['1', '1', 'private_eps8', '8.0', 'opt_out', '8'])))
+  json_file = _write(tmp_path / 'levels.json', '{"c0": 1, "c1": "1", '
+                     '"c2": 8, "c3": "private_eps8", "c4": "opt_out", '
+                     '"c5": 8.0}')
+  for path in (csv_file, json_file):
+    assignment = pg.assign_from_levels(ids, _LEVELS,
+                                       pg.read_levels_file(path))
+    assert [g.name for g in assignment.groups] == [
+        'private_eps1', 'private_eps8', 'opt_out']
+    assert [assignment.group_of(c) for c in ids] == [0, 0, 1, 1, 2, 1]
+    assert not assignment.groups[2].is_private
+
+
+def test_integer_client_ids_are_matched_as_written(tmp_path):
+  path = _write(tmp_path / 'levels.csv', '0,1\n1,8\n')
+  assignment = pg.assign_from_levels([0, 1], _LEVELS,
+                                     pg.read_levels_file(path))
+  assert assignment.group_of(0) == 0 and assignment.group_of(1) == 1
+
+
+@pytest.mark.parametrize('text,ids,message', [
+    ('a,1\na,8\n', ['a'], r"client 'a' is listed twice \(line 2\)"),
+    ('a,1,x\n', ['a'], r'line 1 has 3 fields'),
+    ('client_id,level\n', ['a'], r'it lists no client'),
+    ('a,1\nb,8\n', ['a', 'b', 'c', 'd'],
+     r'2 of the 4 clients have no level, e\.g\. c, d'),
+    ('a,1\nb,8\nz,8\n', ['a', 'b'],
+     r'1 listed clients are not in the task, e\.g\. z'),
+    ('a,1\nb,3.6\n', ['a', 'b'],
+     r"client b: unknown level '3\.6'; the levels are 1, 8"),
+    ('a,1\nb,1\n', ['a', 'b'],
+     r'no client chose private_eps8: a level without clients is no level'),
+])
+def test_a_bad_levels_file_is_refused_naming_what_is_wrong(tmp_path, text,
+                                                           ids, message):
+  path = _write(tmp_path / 'levels.csv', text)
+  with pytest.raises(ValueError, match=message):
+    pg.assign_from_levels(ids, _LEVELS, pg.read_levels_file(path))
+
+
+def test_a_json_levels_file_must_be_one_object(tmp_path):
+  path = _write(tmp_path / 'levels.json', '["a", "b"]')
+  with pytest.raises(ValueError, match='one object'):
+    pg.read_levels_file(path)

@@ -3,12 +3,18 @@
 FedHDP lets every client pick one of `l` privacy levels. A group with no
 epsilon is the opt-out (non-private) group of FeO2. The assignment of clients to
 groups is fixed for a run and seeded, so every algorithm compared in one table
-sees the same private and opt-out clients.
+sees the same private and opt-out clients; or it is the clients' own, read
+from a file (`read_levels_file`, `assign_from_levels`), where the choice
+follows the data. Either way who chose which level is public, as FedHDP
+assumes.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
+import json
 import math
 from typing import Hashable, Mapping, Sequence
 
@@ -192,6 +198,85 @@ def assign_explicit(client_ids: Sequence[Hashable],
                          f'known groups: {sorted(index)}.')
       g = index[g]
     mapping[c] = int(g)
+  return GroupAssignment(groups, mapping)
+
+
+OPT_OUT = 'opt_out'
+
+
+def read_levels_file(path: str) -> dict[str, str]:
+  """{client id: level} from a JSON object or a CSV of `client_id,level`
+  rows (a header row of those two words is allowed); a ValueError names the
+  first duplicate or malformed row."""
+  with open(path, newline='') as f:
+    text = f.read()
+  if path.endswith('.json'):
+    try:
+      value = json.loads(text)
+    except ValueError as e:
+      raise ValueError(f'not a JSON file ({e}).') from None
+    if not isinstance(value, dict):
+      raise ValueError('a JSON levels file is one object {client id: level}.')
+    return {str(k): str(v) for k, v in value.items()}
+  levels = {}
+  for line, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+    if not row or (line == 1 and [c.strip() for c in row] ==
+                   ['client_id', 'level']):
+      continue
+    if len(row) != 2:
+      raise ValueError(f'line {line} has {len(row)} fields, not client_id,'
+                       'level.')
+    client, level = (c.strip() for c in row)
+    if client in levels:
+      raise ValueError(f'client {client!r} is listed twice (line {line}).')
+    levels[client] = level
+  if not levels:
+    raise ValueError('it lists no client.')
+  return levels
+
+
+def assign_from_levels(client_ids: Sequence[Hashable],
+                       private_groups: Sequence[PrivacyGroup],
+                       levels: Mapping[str, str]) -> GroupAssignment:
+  """Each client's own level, as `levels` ({str(client id): level}) gives
+  it: a private group's name or epsilon, or 'opt_out'; the opt-out group is
+  appended last, as `assign_opt_out` does. Every client must be listed, no
+  other, and every private group must hold one."""
+  groups = tuple(private_groups) + (PrivacyGroup(OPT_OUT),)
+  index = {g.name: j for j, g in enumerate(groups)}
+  by_epsilon = {}
+  for j, g in enumerate(private_groups):
+    by_epsilon.setdefault(g.epsilon, []).append(j)
+  ids = {str(c): c for c in client_ids}
+  missing = [c for c in ids if c not in levels]
+  if missing:
+    raise ValueError(f'{len(missing)} of the {len(ids)} clients have no '
+                     f'level, e.g. {", ".join(missing[:3])}.')
+  unknown = [c for c in levels if c not in ids]
+  if unknown:
+    raise ValueError(f'{len(unknown)} listed clients are not in the task, '
+                     f'e.g. {", ".join(unknown[:3])}.')
+
+  def group_of(client, level):
+    if level in index:
+      return index[level]
+    try:
+      found = by_epsilon.get(float(level), [])
+    except ValueError:
+      found = []
+    if len(found) != 1:
+      raise ValueError(
+          f'client {client}: unknown level {level!r}; the levels are '
+          f'{", ".join(f"{g.epsilon:g}" for g in private_groups)} (or their '
+          f'names {", ".join(index)}).')
+    return found[0]
+
+  mapping = {ids[c]: group_of(c, level) for c, level in levels.items()}
+  sizes = np.bincount(list(mapping.values()), minlength=len(groups))
+  empty = [g.name for g, n in zip(private_groups, sizes) if n == 0]
+  if empty:
+    raise ValueError(f'no client chose {", ".join(empty)}: a level without '
+                     'clients is no level.')
   return GroupAssignment(groups, mapping)
 
 

@@ -1,0 +1,67 @@
+"""--privacy_levels_file: each client's own level from a file, on the
+command line (digits: the clients of digits 0-3 at eps 1, 4-8 at eps 8,
+9 opting out), and its refusals as one line."""
+
+import json
+import os
+
+import pytest
+
+from tests import repository
+
+_IDS = [f'digit{d}_client{c}' for d in range(10) for c in range(10)]
+
+
+def _level(client):
+  digit = int(client[len('digit')])
+  return '1' if digit <= 3 else '8' if digit <= 8 else 'opt_out'
+
+
+def _levels_file(tmp_path, ids=_IDS):
+  path = tmp_path / 'levels.csv'
+  path.write_text('client_id,level\n' + ''.join(
+      f'{c},{_level(c)}\n' for c in ids))
+  return str(path)
+
+
+@pytest.mark.tf
+def test_the_groups_are_the_files(tmp_path):
+  out = str(tmp_path / 'out')
+  result = repository.run_program(
+      'run_experiment.py', '--epsilons=1,8', '--rounds=1',
+      f'--privacy_levels_file={_levels_file(tmp_path)}', '--eval_every=1',
+      '--checkpoint_every=0', f'--output_dir={out}')
+  assert result.returncode == 0, result.stderr[-2000:]
+  with open(os.path.join(out, 'fedhdp', 'summary.json')) as f:
+    summary = json.load(f)
+  assert [(g['name'], g['clients']) for g in summary['groups']] == [
+      ('private_eps1', 40), ('private_eps8', 50), ('opt_out', 10)]
+
+
+@pytest.mark.tf
+def test_a_file_that_misses_a_client_of_the_task_is_one_line(tmp_path):
+  result = repository.run_program(
+      'run_experiment.py', '--epsilons=1,8', '--rounds=1',
+      f'--privacy_levels_file={_levels_file(tmp_path, _IDS[:-2])}',
+      f'--output_dir={tmp_path / "out"}')
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines() == [
+      f'run_experiment.py: error: --privacy_levels_file={tmp_path}/'
+      'levels.csv: 2 of the 100 clients have no level, e.g. '
+      'digit9_client8, digit9_client9.']
+
+
+@pytest.mark.parametrize('extra,message', [
+    (['--epsilons=1,3'], "unknown level '8'; the levels are 1, 3"),
+    (['--epsilons=1,8', '--opt_out_fraction=0.1'],
+     '--opt_out_fraction draws levels at random'),
+    (['--epsilons=1,8,10'], 'no client chose private_eps10'),
+])
+def test_a_file_the_flags_cannot_use_is_refused_before_loading(
+    tmp_path, extra, message):
+  result = repository.run_program(
+      'run_experiment.py', *extra, '--dry_run',
+      f'--privacy_levels_file={_levels_file(tmp_path)}')
+  assert result.returncode == 2
+  (line,) = result.stderr.strip().splitlines()
+  assert message in line, line
