@@ -110,6 +110,12 @@ PRIVACY_LEVELS_FILE = absl_flags.DEFINE_string(
     'one of --epsilons (or its group name) or opt_out; every client of the '
     'task listed once, and every level chosen. Who chose which level is '
     'public, as FedHDP assumes.')
+LEVELS_BY_LABEL = absl_flags.DEFINE_string(
+    'levels_by_label', None, 'Each client\'s level from its data: the level '
+    'of the band holding its most frequent training label, e.g. '
+    '0-3:1,4-6:3.6,7-9:10 (levels as in --privacy_levels_file; opt_out '
+    'allowed). Classification tasks; the bands, and so each client\'s band, '
+    'are public.')
 LEVEL_FRACTIONS = absl_flags.DEFINE_list(
     'level_fractions', None, 'Fraction of the private clients at each '
     'private level (default: equal).')
@@ -300,6 +306,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'dp_sgd_clip': (UNTRUSTED, CROSS_SILO),
     **{name: (TRUSTED,) for name in (
         'level_fractions', 'opt_out_fraction', 'privacy_levels_file',
+        'levels_by_label',
         'clients_per_round',
         'sampling', 'accountant', 'pld_discretization',
         'min_separation', 'max_participations',
@@ -639,12 +646,35 @@ def _check_participation() -> None:
 def _check_levels_file() -> None:
   """--privacy_levels_file replaces the random levels, and its levels are
   the flags' (its clients are checked against the task's once loaded)."""
-  if PRIVACY_LEVELS_FILE.value is None:
+  own = [f for f in (PRIVACY_LEVELS_FILE, LEVELS_BY_LABEL)
+         if f.value is not None]
+  if not own:
     return
+  check(len(own) == 1, '--privacy_levels_file and --levels_by_label each '
+        'give every client its level: drop one.')
   for flag in (OPT_OUT, LEVEL_FRACTIONS):
     check(not flag.present, f'--{flag.name} draws levels at random; '
-          '--privacy_levels_file gives each client its own: drop one.')
-  levels_file()
+          f'--{own[0].name} gives each client its own: drop one.')
+  if PRIVACY_LEVELS_FILE.value is not None:
+    levels_file()
+  else:
+    label_bands()
+
+
+def label_bands():
+  """--levels_by_label's [(labels, level)], each level one of the flags'
+  (an InputError naming the flag otherwise)."""
+  from tff_hdp.privacy import privacy_groups  # pylint: disable=g-import-not-at-top
+  try:
+    bands = privacy_groups.parse_label_bands(LEVELS_BY_LABEL.value)
+    as_file = dict(zip(LEVELS_BY_LABEL.value.split(','),
+                       (level for _, level in bands)))
+    privacy_groups.assign_from_levels(list(as_file), private_levels(),
+                                      as_file)
+  except ValueError as e:
+    raise InputError(f'--levels_by_label={LEVELS_BY_LABEL.value}: '
+                     f'{str(e).replace("client ", "band ")}') from None
+  return bands
 
 
 def levels_file() -> dict[str, str]:

@@ -57,15 +57,15 @@ def learning_setup(task):
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
       options=flags.option_values(flags.TRUSTED))
-  if flags.PRIVACY_LEVELS_FILE.value is not None:
+  own = _own_levels(task)
+  if own is not None:
+    flag, levels_of = own
     from tff_hdp.privacy import privacy_groups  # pylint: disable=g-import-not-at-top
     try:
       choices = privacy_groups.assign_from_levels(task.client_ids, levels,
-                                                  flags.levels_file())
+                                                  levels_of())
     except ValueError as e:
-      raise flags.InputError(
-          f'--privacy_levels_file={flags.PRIVACY_LEVELS_FILE.value}: {e}'
-      ) from None
+      raise flags.InputError(f'--{flag.name}={flag.value}: {e}') from None
   else:
     try:
       choices = trusted_setting.client_choices(
@@ -79,6 +79,22 @@ def learning_setup(task):
     _check_levels_have_clients(choices, n)
   flags.check_group_weights([size > 0 for size in choices.group_sizes()])
   return settings, choices, configs
+
+
+def _own_levels(task):
+  """(flag, a function giving {client id: level}) where a flag gives each
+  client its own level, else None."""
+  from tff_hdp.privacy import privacy_groups  # pylint: disable=g-import-not-at-top
+  if flags.PRIVACY_LEVELS_FILE.value is not None:
+    return flags.PRIVACY_LEVELS_FILE, flags.levels_file
+  if flags.LEVELS_BY_LABEL.value is None:
+    return None
+  flags.check(task.metric == 'accuracy', f'--levels_by_label: task '
+              f'{task.name!r} has no class labels (its metric is '
+              f'{task.metric}).')
+  return flags.LEVELS_BY_LABEL, lambda: privacy_groups.levels_by_label(
+      {c: task.train_arrays(c)[1] for c in task.client_ids},
+      flags.label_bands())
 
 
 def _check_levels_have_clients(choices, n: int) -> None:

@@ -1,6 +1,7 @@
-"""--privacy_levels_file: each client's own level from a file, on the
-command line (digits: the clients of digits 0-3 at eps 1, 4-8 at eps 8,
-9 opting out), and its refusals as one line."""
+"""--privacy_levels_file and --levels_by_label: each client's own level from
+a file or from its data, on the command line (digits: the clients of digits
+0-3 at eps 1, 4-8 at eps 8, 9 opting out), and their refusals as one
+line."""
 
 import json
 import os
@@ -25,12 +26,16 @@ def _levels_file(tmp_path, ids=_IDS):
 
 
 @pytest.mark.tf
-def test_the_groups_are_the_files(tmp_path):
+@pytest.mark.parametrize('rule', ['file', 'labels'])
+def test_the_groups_are_the_files_or_the_label_bands(tmp_path, rule):
+  """digits: each client holds one digit, so the bands 0-3, 4-8 and 9 give
+  the file's groups."""
   out = str(tmp_path / 'out')
+  levels = (f'--privacy_levels_file={_levels_file(tmp_path)}'
+            if rule == 'file' else '--levels_by_label=0-3:1,4-8:8,9:opt_out')
   result = repository.run_program(
-      'run_experiment.py', '--epsilons=1,8', '--rounds=1',
-      f'--privacy_levels_file={_levels_file(tmp_path)}', '--eval_every=1',
-      '--checkpoint_every=0', f'--output_dir={out}')
+      'run_experiment.py', '--epsilons=1,8', '--rounds=1', levels,
+      '--eval_every=1', '--checkpoint_every=0', f'--output_dir={out}')
   assert result.returncode == 0, result.stderr[-2000:]
   with open(os.path.join(out, 'fedhdp', 'summary.json')) as f:
     summary = json.load(f)

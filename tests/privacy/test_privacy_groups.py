@@ -117,3 +117,30 @@ def test_a_json_levels_file_must_be_one_object(tmp_path):
   path = _write(tmp_path / 'levels.json', '["a", "b"]')
   with pytest.raises(ValueError, match='one object'):
     pg.read_levels_file(path)
+
+
+def test_label_bands_give_each_client_its_most_frequent_labels_level():
+  bands = pg.parse_label_bands('0-3:1, 4-8:8,9:opt_out')
+  assert bands == [(frozenset({0, 1, 2, 3}), '1'),
+                   (frozenset({4, 5, 6, 7, 8}), '8'),
+                   (frozenset({9}), 'opt_out')]
+  labels = {'a': np.array([2, 2, 5]), 'b': np.array([5, 5, 9, 0]),
+            'c': np.array([9]), 7: np.array([1, 4, 6, 7, 8, 3, 3])}
+  assert pg.levels_by_label(labels, bands) == {'a': '1', 'b': '8',
+                                               'c': 'opt_out', '7': '1'}
+
+
+@pytest.mark.parametrize('text,labels,message', [
+    ('0-3:1,3-9:8', None, r"label 3 is in two bands \('0-3:1' and '3-9:8'\)"),
+    ('0-3', None, r"'0-3' is not labels:level"),
+    ('3-0:1', None, r"'3-0:1' is not labels:level"),
+    ('a:1', None, r"'a:1' is not labels:level"),
+    ('0-3:1,4-8:8', {'x': np.array([9, 9, 0])},
+     r"client x's most frequent label 9 is in no band"),
+    ('0-9:1,10-12:8', {'x': np.array([0, 9])},
+     r'no client holds label\(s\) 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12'),
+])
+def test_bad_label_bands_are_refused_naming_what_is_wrong(text, labels,
+                                                          message):
+  with pytest.raises(ValueError, match=message):
+    pg.levels_by_label(labels or {}, pg.parse_label_bands(text))

@@ -235,6 +235,54 @@ def read_levels_file(path: str) -> dict[str, str]:
   return levels
 
 
+def parse_label_bands(text: str) -> list[tuple[frozenset[int], str]]:
+  """'0-3:1,4-6:3.6,7-9:opt_out' as [(labels, level)]; a ValueError names
+  a malformed band or a label in two."""
+  bands, seen = [], {}
+  for part in text.split(','):
+    labels, colon, level = part.strip().partition(':')
+    low, dash, high = labels.partition('-')
+    try:
+      first, last = int(low), int(high if dash else low)
+    except ValueError:
+      first = last = -1
+    if not colon or not level or first < 0 or last < first:
+      raise ValueError(f'{part.strip()!r} is not labels:level (e.g. 0-3:1 '
+                       'or 9:opt_out).')
+    band = frozenset(range(first, last + 1))
+    for label in sorted(band):
+      if label in seen:
+        raise ValueError(f'label {label} is in two bands ({seen[label]!r} '
+                         f'and {part.strip()!r}).')
+      seen[label] = part.strip()
+    bands.append((band, level.strip()))
+  return bands
+
+
+def levels_by_label(client_labels: Mapping[Hashable, np.ndarray],
+                    bands: Sequence[tuple[frozenset[int], str]]
+                    ) -> dict[str, str]:
+  """{str(client id): level}: each client takes the level of the band that
+  holds its most frequent training label (the choice follows the data). A
+  ValueError names a label in no band, or a band's label no client holds."""
+  level_of = {label: level for band, level in bands for label in band}
+  levels, held = {}, set()
+  for client, labels in client_labels.items():
+    values, counts = np.unique(np.asarray(labels).astype(np.int64),
+                               return_counts=True)
+    label = int(values[np.argmax(counts)]) if len(values) else None
+    if label not in level_of:
+      raise ValueError(f'client {client}\'s most frequent label {label} is '
+                       'in no band.')
+    levels[str(client)] = level_of[label]
+    held.update(int(v) for v in values)
+  lacking = sorted(set(level_of) - held)
+  if lacking:
+    raise ValueError(f'no client holds label(s) '
+                     f'{", ".join(map(str, lacking))}: the task lacks them.')
+  return levels
+
+
 def assign_from_levels(client_ids: Sequence[Hashable],
                        private_groups: Sequence[PrivacyGroup],
                        levels: Mapping[str, str]) -> GroupAssignment:
