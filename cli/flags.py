@@ -692,6 +692,38 @@ def levels_file() -> dict[str, str]:
   return levels
 
 
+def _check_epsilons() -> None:
+  for e in floats(EPSILONS):
+    check(e > 0, f'--epsilons must be > 0, got {e}.')
+    check(e <= MAX_EPSILON, f'--epsilons must be in (0, {MAX_EPSILON:g}], '
+          f'got {e:g}: an epsilon this large promises nothing '
+          '(--algorithms=nonprivate trains without noise).')
+
+
+def _check_level_fractions() -> None:
+  if LEVEL_FRACTIONS.value:
+    fractions = floats(LEVEL_FRACTIONS)
+    check(len(fractions) == len(EPSILONS.value),
+          f'--level_fractions has {len(fractions)} values for '
+          f'{len(EPSILONS.value)} --epsilons.')
+    check(all(0 < f <= 1 for f in fractions) and
+          math.isclose(sum(fractions), 1.0, abs_tol=1e-6),
+          '--level_fractions must be in (0, 1] (a level without clients is '
+          'no level) and sum to 1, got '
+          f'{",".join(LEVEL_FRACTIONS.value)}.')
+
+
+def _check_clip_count() -> None:
+  """Noise on a count of clients: more than any count (MAX_COUNT) estimates
+  nothing, and the accountant's z_eff = (z^-2 + (2 z_b)^-2)^-1/2 search
+  never ends once 2 z_b overflows; none releases the count exactly."""
+  check(not (CLIP_COUNT_STDDEV.value == 0 and CLIP_LR.value > 0),
+        f'--clip_count_stddev must be in (0, {MAX_COUNT}] with adaptive '
+        'clipping, got 0: the clip count it adapts to would be released '
+        'without noise; pass --clip_lr=0 to fix the clip norm instead.')
+  _in(CLIP_COUNT_STDDEV, 0, MAX_COUNT, low_open=CLIP_LR.value > 0)
+
+
 def _check_accountant() -> None:
   """--accountant=pld analyses Poisson sampling only; --pld_discretization
   goes with it, no coarser than the bound's stated tolerance."""
@@ -749,11 +781,7 @@ def _check_values(current: str) -> None:
     check(0 < d < 1, f'--deltas must be in (0, 1), got {d}.')
   if current in (TRUSTED, CROSS_SILO):
     _in(COHORT_SIZE, 0)
-    for e in floats(EPSILONS):
-      check(e > 0, f'--epsilons must be > 0, got {e}.')
-      check(e <= MAX_EPSILON, f'--epsilons must be in (0, {MAX_EPSILON:g}], '
-            f'got {e:g}: an epsilon this large promises nothing '
-            '(--algorithms=nonprivate trains without noise).')
+    _check_epsilons()
   if current == TRUSTED:
     _level_targets()
   if current in (UNTRUSTED, CROSS_SILO):
@@ -788,30 +816,14 @@ def _check_values(current: str) -> None:
     _in(TARGET_QUANTILE, 0, 1)
     # S changes by a factor exp(eta_b (kappa - b_bar)), up to exp(eta_b).
     _in(CLIP_LR, 0, MAX_EXPONENT)
-    # Noise on a count of clients: more than any count (MAX_COUNT) estimates
-    # nothing, and the accountant's z_eff = (z^-2 + (2 z_b)^-2)^-1/2 search
-    # never ends once 2 z_b overflows.
-    check(not (CLIP_COUNT_STDDEV.value == 0 and CLIP_LR.value > 0),
-          f'--clip_count_stddev must be in (0, {MAX_COUNT}] with adaptive '
-          'clipping, got 0: the clip count it adapts to would be released '
-          'without noise; pass --clip_lr=0 to fix the clip norm instead.')
-    _in(CLIP_COUNT_STDDEV, 0, MAX_COUNT, low_open=CLIP_LR.value > 0)
+    _check_clip_count()
     for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP):
       _in(flag, 0, MAX_FLOAT32)
     _in(DITTO_LR, 0, MAX_FLOAT32, low_open=True)
     check(DITTO_LR.value is None or DITTO_LAMBDA_P.value is not None or
           DITTO_LAMBDA_NP.value is not None, '--ditto_lr applies only with '
           '--ditto_lambda_p or --ditto_lambda_np (Ditto on); drop it.')
-    if LEVEL_FRACTIONS.value:
-      fractions = floats(LEVEL_FRACTIONS)
-      check(len(fractions) == len(EPSILONS.value),
-            f'--level_fractions has {len(fractions)} values for '
-            f'{len(EPSILONS.value)} --epsilons.')
-      check(all(0 < f <= 1 for f in fractions) and
-            math.isclose(sum(fractions), 1.0, abs_tol=1e-6),
-            '--level_fractions must be in (0, 1] (a level without clients is '
-            'no level) and sum to 1, got '
-            f'{",".join(LEVEL_FRACTIONS.value)}.')
+    _check_level_fractions()
     # Every level holds clients (the data check refuses one that does not);
     # the opt-out group holds them when some clients opt out.
     check_group_weights([True] * len(_level_targets()) + [OPT_OUT.value > 0])
@@ -864,24 +876,13 @@ def check_plan_flags(own: tuple[str, ...] = ()) -> None:
   _in(CLIENTS_PER_ROUND, 1)
   for d in floats(DELTAS):
     check(0 < d < 1, f'--deltas must be in (0, 1), got {d}.')
-  for e in floats(EPSILONS):
-    check(0 < e <= MAX_EPSILON, f'--epsilons must be in (0, '
-          f'{MAX_EPSILON:g}], got {e:g}.')
+  _check_epsilons()
   _level_targets()
   _in(OPT_OUT, 0, 1, high_open=True)
-  if LEVEL_FRACTIONS.value:
-    fractions = floats(LEVEL_FRACTIONS)
-    check(len(fractions) == len(EPSILONS.value) and
-          all(0 < f <= 1 for f in fractions) and
-          math.isclose(sum(fractions), 1.0, abs_tol=1e-6),
-          f'--level_fractions must be one per --epsilons level, each in (0, '
-          f'1], summing to 1; got {",".join(LEVEL_FRACTIONS.value)}.')
+  _check_level_fractions()
   _check_accountant()
   _in(CLIP_LR, 0, MAX_EXPONENT)
-  check(not (CLIP_COUNT_STDDEV.value == 0 and CLIP_LR.value > 0),
-        '--clip_count_stddev must be > 0 with adaptive clipping (--clip_lr '
-        '> 0), got 0.')
-  _in(CLIP_COUNT_STDDEV, 0, MAX_COUNT, low_open=CLIP_LR.value > 0)
+  _check_clip_count()
   _in(absl_flags.FLAGS['heterogeneity'], 0, algorithms.MAX_RATIO,
       low_open=True)
   n = plan_clients()
