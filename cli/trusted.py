@@ -81,6 +81,14 @@ def learning_setup(task):
   return settings, choices, configs
 
 
+def _opt_out_share(choices) -> float:
+  """The share of clients that opted out, as assigned (at random by
+  --opt_out_fraction, or each client's own level)."""
+  sizes = choices.group_sizes()
+  return sum(n for g, n in zip(choices.groups, sizes)
+             if not g.is_private) / sizes.sum()
+
+
 def _own_levels(task):
   """(flag, a function giving {client id: level}) where a flag gives each
   client its own level, else None."""
@@ -184,7 +192,7 @@ def run() -> None:
   heading = (
       f'{task.name}: {n} clients, {flags.ROUNDS.value} rounds, '
       f'{flags.CLIENTS_PER_ROUND.value} clients per round ({flags.SAMPLING.value}), '
-      f'{flags.OPT_OUT.value:.0%} opt out' + (
+      f'{_opt_out_share(choices):.0%} opt out' + (
           f', {task.dropped_clients} clients without examples dropped'
           if task.dropped_clients else '') + (
           f', per-client metrics on a seeded subset of {scored} clients'

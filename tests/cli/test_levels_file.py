@@ -41,6 +41,9 @@ def test_the_groups_are_the_files_or_the_label_bands(tmp_path, rule):
     summary = json.load(f)
   assert [(g['name'], g['clients']) for g in summary['groups']] == [
       ('private_eps1', 40), ('private_eps8', 50), ('opt_out', 10)]
+  # The heading says the share that opted out as assigned, not the flag's.
+  assert '100 clients, 1 rounds, 10 clients per round (poisson), 10% opt out' \
+      in result.stdout
 
 
 @pytest.mark.tf
