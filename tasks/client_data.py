@@ -245,13 +245,60 @@ class ClientDataSource(ClientSource):
     digest.update(self._fingerprint.encode())
 
 
-def file_fingerprint(path: str) -> str:
-  """SHA-256 of a file's bytes, read in blocks."""
+def file_fingerprint(path: str, cache_folder: str | None = None) -> str:
+  """SHA-256 of a file's bytes, read in blocks; with `cache_folder`, read
+  once per version of the file (`_stat_key`) and kept there, so a start
+  does not re-read a file of gigabytes it has hashed before."""
+
+  def hash_bytes() -> str:
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+      for block in iter(lambda: f.read(2**22), b''):
+        digest.update(block)
+    return digest.hexdigest()
+
+  if cache_folder is None:
+    return hash_bytes()
+  return _kept_fingerprint(cache_folder, _stat_key(path), hash_bytes)
+
+
+def _stat_key(*paths: str) -> str:
+  """A name for one version of some files: each one's path, device, inode,
+  size, and modification and status-change times in ns. Writing a file
+  changes its ctime, which no user tool sets back (`touch` sets only the
+  mtime), so an unchanged key means unchanged bytes; a copy or a rewrite
+  gets a new key and is hashed again."""
   digest = hashlib.sha256()
-  with open(path, 'rb') as f:
-    for block in iter(lambda: f.read(2**22), b''):
-      digest.update(block)
+  for path in paths:
+    st = os.stat(path)
+    digest.update(repr((os.path.realpath(path), st.st_dev, st.st_ino,
+                        st.st_size, st.st_mtime_ns, st.st_ctime_ns)).encode())
   return digest.hexdigest()
+
+
+def _kept_fingerprint(cache_folder: str, key: str,
+                      compute: Callable[[], str]) -> str:
+  """The fingerprint kept under `key` in `cache_folder`, or `compute()`'s,
+  then kept (a cache that cannot be written only costs the next start the
+  computation again, so its errors are not the run's)."""
+  kept = os.path.join(cache_folder, 'fingerprints', key)
+  try:
+    with open(kept, encoding='ascii') as f:
+      known = f.read()
+    if len(known) == 64 and all(c in '0123456789abcdef' for c in known):
+      return known
+  except (OSError, UnicodeDecodeError):
+    pass  # not kept yet, or damaged: computed again below
+  fingerprint = compute()
+  try:
+    os.makedirs(os.path.dirname(kept), exist_ok=True)
+    tmp = f'{kept}.{os.getpid()}.tmp'
+    with open(tmp, 'w', encoding='ascii') as f:
+      f.write(fingerprint)
+    os.replace(tmp, kept)
+  except OSError:
+    pass
+  return fingerprint
 
 
 # What reading a client's examples can raise: TensorFlow's errors, and a
@@ -501,14 +548,26 @@ def _check_folder_files(files: dict[str, dict[str, str]]) -> None:
                          f'{problem}: the file is damaged.')
 
 
-def folder_fingerprint(path: str) -> str:
-  """SHA-256 of a folder's train/ and test/ files: names and bytes."""
-  digest = hashlib.sha256()
-  for split in ('train', 'test'):
-    for name, file in _client_files(path, split).items():
+def folder_fingerprint(path: str, cache_folder: str | None = None) -> str:
+  """SHA-256 of a folder's train/ and test/ files: names and bytes; with
+  `cache_folder`, kept per version of the folder's files as
+  `file_fingerprint` keeps a file's."""
+  files = [(split, name, file) for split in ('train', 'test')
+           for name, file in _client_files(path, split).items()]
+
+  def hash_files() -> str:
+    digest = hashlib.sha256()
+    for split, name, file in files:
       digest.update(f'{split}/{name}\0'.encode())
       digest.update(file_fingerprint(file).encode())
-  return digest.hexdigest()
+    return digest.hexdigest()
+
+  if cache_folder is None:
+    return hash_files()
+  names = hashlib.sha256(repr([f[:2] for f in files]).encode()).hexdigest()
+  return _kept_fingerprint(
+      cache_folder, _stat_key(*(f[2] for f in files)) + names[:16],
+      hash_files)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -548,7 +607,7 @@ def _open(path: str, cache_folder: str) -> _Opened:
         datasets.FilePerUserClientData(files['train'],
                                        tf.data.TFRecordDataset),
         datasets.FilePerUserClientData(files['test'], tf.data.TFRecordDataset)
-        if files['test'] else None, d, folder_fingerprint(path),
+        if files['test'] else None, d, folder_fingerprint(path, cache_folder),
         (files['train'].__getitem__, tf.data.TFRecordDataset),
         _test_layout(path, set(files['train']), set(files['test'])),
         'train', _folder_read_many(files))
@@ -556,7 +615,7 @@ def _open(path: str, cache_folder: str) -> _Opened:
     raise ValueError(f'{path}: no such file or folder.')
   train_split, layout = _sql_layout(path)
   d = _num_features(path, _first_sql_example(path, train_split))
-  fingerprint = file_fingerprint(path)
+  fingerprint = file_fingerprint(path, cache_folder)
   notes = ()
   read_from = indexed_copy(path, fingerprint, cache_folder)
   if read_from != path:

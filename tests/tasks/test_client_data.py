@@ -109,6 +109,53 @@ def test_digest_is_the_files_hash_not_a_pass_over_clients(tmp_path):
   assert client_data.file_fingerprint(path)  # the digest's input
 
 
+def test_a_files_hash_is_kept_per_version_of_the_file(tmp_path):
+  """A start reads a hashed file's stat, not its bytes, and a rewrite of
+  the same size with its mtime set back is hashed again (its ctime moved)."""
+  path = str(tmp_path / 'data.bin')
+  cache = str(tmp_path / 'cache')
+  with open(path, 'wb') as f:
+    f.write(b'a' * 1000)
+  first = client_data.file_fingerprint(path, cache)
+  assert first == client_data.file_fingerprint(path)
+  (kept,) = os.listdir(os.path.join(cache, 'fingerprints'))
+  with open(os.path.join(cache, 'fingerprints', kept), 'w') as f:
+    f.write('0' * 64)  # what a start reads back instead of the bytes
+  assert client_data.file_fingerprint(path, cache) == '0' * 64
+  before = os.stat(path)
+  with open(path, 'r+b') as f:
+    f.write(b'b')
+  os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+  assert os.stat(path).st_size == before.st_size
+  assert client_data.file_fingerprint(path, cache) == \
+      client_data.file_fingerprint(path) != first
+
+
+def test_a_folders_hash_is_kept_and_follows_its_files(tmp_path):
+  folder = tmp_path / 'clients'
+  for split in ('train', 'test'):
+    (folder / split).mkdir(parents=True)
+    for name in ('a', 'b'):
+      (folder / split / f'{name}.tfrecord').write_bytes(split.encode() +
+                                                         name.encode())
+  cache = str(tmp_path / 'cache')
+  first = client_data.folder_fingerprint(str(folder), cache)
+  assert first == client_data.folder_fingerprint(str(folder))
+  assert client_data.folder_fingerprint(str(folder), cache) == first
+  (folder / 'train' / 'c.tfrecord').write_bytes(b'c')
+  assert client_data.folder_fingerprint(str(folder), cache) == \
+      client_data.folder_fingerprint(str(folder)) != first
+
+
+def test_a_hash_cache_that_cannot_be_written_costs_only_time(tmp_path):
+  path = tmp_path / 'data.bin'
+  path.write_bytes(b'x' * 10)
+  blocked = tmp_path / 'blocked'
+  blocked.write_text('a file where the cache folder would be')
+  assert client_data.file_fingerprint(str(path), str(blocked)) == \
+      client_data.file_fingerprint(str(path))
+
+
 def test_evaluation_scores_a_fixed_bounded_subset(tmp_path):
   task = client_data.load_task(population.cached_file(N, 0, str(tmp_path)),
                                    'population', 10, evaluation_clients=20)
@@ -358,7 +405,7 @@ def test_the_index_is_built_once_in_the_cache(tmp_path):
   path, _ = _tff_file(tmp_path / 'plain.sqlite', lambda i: 'train')
   cache = tmp_path / 'cache'
   client_data.load_task(path, 'a', 2, cache_folder=str(cache))
-  copies = list(cache.iterdir())
+  copies = list(cache.glob('*.sqlite'))
   assert len(copies) == 1 and stat.S_IMODE(copies[0].stat().st_mode) == 0o600
   built = copies[0].stat().st_mtime_ns
   again = client_data.load_task(path, 'a', 2, cache_folder=str(cache))
@@ -372,7 +419,7 @@ def test_the_index_is_built_once_in_the_cache(tmp_path):
   indexed = population.cached_file(50, 0, str(tmp_path))
   assert not client_data.load_task(indexed, 'p', 2,
                                    cache_folder=str(cache)).clients.notes
-  assert len(list(cache.iterdir())) == 1
+  assert len(list(cache.glob('*.sqlite'))) == 1
 
 
 def test_an_index_cache_that_cannot_be_written_is_named(tmp_path):
