@@ -38,7 +38,10 @@ NUM_CLIENTS = absl_flags.DEFINE_integer(
     'it (EMNIST and LEAF tasks: a seeded subset of the writers). Default: '
     'the task\'s own, ' + ', '.join(
         f'{name} {task.num_clients:,}' for name, task in tasks.REGISTRY.items()
-        if task.num_clients) + '; every client of the data for the others.')
+        if task.num_clients) + '; every client of the data for the others '
+    '(refused by ' + ', '.join(name for name, task in tasks.REGISTRY.items()
+                               if not task.chooses_clients) +
+    ', whose silos are fixed).')
 CLIENT_DATA = absl_flags.DEFINE_string(
     'client_data', None, 'A TFF SqlClientData file (or FilePerUserClientData '
     'folder) of your own clients, '
@@ -512,6 +515,11 @@ def _check_applies(current: str) -> None:
             'runs (it is read by ' + ', '.join(
                 _SETTING_NAMES[s] for s in settings) + ' runs); drop it.')
   task = tasks.REGISTRY.get(TASK.value)
+  if absl_flags.FLAGS['num_clients'].present and task is not None and (
+      not task.chooses_clients):
+    check(False, f'--num_clients does not apply to --task={TASK.value}, '
+          "whose silos are its data set's own (every one is trained); drop "
+          'it.')
   if DATA_DIR.value and task is not None and task.data is None:
     check(False, f'--data_dir does not apply to --task={TASK.value}, which '
           'makes its own data; drop it.')

@@ -77,6 +77,9 @@ class Task:
   # Its clients without --num_clients (None: every client of its data), for
   # --help; tests/tasks/test_task_defaults.py checks it against the loader.
   num_clients: int | None = None
+  # False: its clients are its data's own (the silos of a cross-silo data
+  # set), so --num_clients is refused rather than ignored.
+  chooses_clients: bool = True
 
   def default_data_dir(self) -> str | None:
     return (os.path.join(data_root(), self.data)
@@ -90,7 +93,8 @@ REGISTRY: dict[str, Task] = {
     'femnist': Task('tasks.emnist', 'load_full_task', 'emnist'),
     'femnist_leaf': Task('tasks.femnist_leaf', 'load_task', 'femnist_leaf'),
     'fmnist': Task('tasks.emnist', 'load_digits_task', 'emnist'),
-    'gleam': Task('tasks.cross_silo', 'load_gleam_task', 'cross_silo/gleam'),
+    'gleam': Task('tasks.cross_silo', 'load_gleam_task', 'cross_silo/gleam',
+                  chooses_clients=False),
     'linear_regression': Task('tasks.linear_regression', 'load_task',
                               num_clients=100),
     'mnist_iid': Task('tasks.mnist', 'load_iid_task', 'mnist', num_clients=20),
@@ -102,9 +106,10 @@ REGISTRY: dict[str, Task] = {
     'rotated_masked_mnist': Task('tasks.cross_silo',
                                  'load_rotated_masked_mnist_task', 'mnist',
                                  num_clients=40),
-    'school': Task('tasks.cross_silo', 'load_school_task', 'cross_silo/school'),
+    'school': Task('tasks.cross_silo', 'load_school_task', 'cross_silo/school',
+                   chooses_clients=False),
     'vehicle': Task('tasks.cross_silo', 'load_vehicle_task',
-                    'cross_silo/vehicle_partial'),
+                    'cross_silo/vehicle_partial', chooses_clients=False),
 }
 
 

@@ -141,6 +141,8 @@ CASES = [
      'does not apply to point-estimation runs'),
     (['--trials=10'], '--trials', 'does not apply to trusted-server runs'),
     (['--data_dir=/tmp'], '--data_dir', 'makes its own data'),
+    (['--task=school', '--algorithms=mrmtl', '--num_clients=10'],
+     '--num_clients', "silos are its data set's own"),
     # "does not exist", after TensorFlow loaded, before.
     (['--task=mnist_noniid', '--data_dir={file}'], '--data_dir',
      'is a file, not a folder'),
