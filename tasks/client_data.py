@@ -834,10 +834,13 @@ def stored_task(task: FederatedTask, path: str) -> FederatedTask:
   return stored
 
 
-def _labels_outside(num_classes: int, arrays: Arrays) -> str | None:
+def _labels_outside(num_classes: int, origin: str,
+                    arrays: Arrays) -> str | None:
+  """What is wrong with a client's labels for K = `num_classes` classes,
+  and where K came from (`origin`, '' when the caller gave it)."""
   y = arrays[1]
   bad = (y < 0) | (y >= num_classes)
-  return (f'has labels outside [0, {num_classes}), e.g. {y[bad][0]}'
+  return (f'has labels outside [0, {num_classes}), e.g. {y[bad][0]}{origin}'
           if bad.any() else None)
 
 
@@ -944,14 +947,17 @@ def load_task(path: str, name: str, batch_size: int,
       raise ValueError(f"{path}: the clients of its server test set have no "
                        'examples.')
     server_test = tuple(np.concatenate(a) for a in zip(*sets))
+  origin = ''
   if num_classes is None:
     num_classes = int(server_test[1].max()) + 1
+    origin = (f' (the model has K = {num_classes} classes, one more than '
+              'the largest label of the server test set)')
     if num_classes > MAX_CLASSES:
       raise ValueError(
           f'{path}: its test examples hold the label {num_classes - 1}; '
           f'labels are class indices, at most {MAX_CLASSES - 1} here (the '
           'model has one output per class up to the largest label).')
-  source.validate = functools.partial(_labels_outside, num_classes)
+  source.validate = functools.partial(_labels_outside, num_classes, origin)
   return FederatedTask(
       name=name, client_train=None, client_test=None, server_test=server_test,
       keras_model_fn=lambda: models.softmax_regression(opened.num_features,

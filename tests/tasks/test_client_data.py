@@ -260,8 +260,25 @@ def test_bad_clients_are_named_when_read(tmp_path):
     task.train_arrays('nan')
   with pytest.raises(ValueError, match=r"client 'big_label'\'s training data "
                      r'in .*bad.sqlite \(3 clients\) has labels outside '
-                     r'\[0, 3\), e.g. 7'):
+                     r'\[0, 3\), e.g. 7 \(the model has K = 3 classes, '
+                     'one more than the largest label of the server test '
+                     r'set\)'):
     task.train_arrays('big_label')
+
+
+def test_a_label_beyond_the_test_sets_says_where_k_comes_from(tmp_path):
+  """A test split of zeros gives K = 1: a training label 1 is named with
+  where K came from, not only as out of range."""
+  path = _file(tmp_path / 'zeros.sqlite', {
+      'a': _client(3, label=0),
+      'b': ((np.full((2, 3), 0.5), np.full(2, 1)),
+            (np.full((1, 3), 0.5), np.full(1, 0)))})
+  task = _load(path)
+  with pytest.raises(ValueError, match=r"client 'b'\'s training data .* has "
+                     r'labels outside \[0, 1\), e.g. 1 \(the model has K = 1 '
+                     'classes, one more than the largest label of the server '
+                     'test set'):
+    task.train_arrays('b')
 
 
 def test_a_client_without_training_examples_is_named_when_read(tmp_path):
