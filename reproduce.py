@@ -92,11 +92,6 @@ _DITTO_LAMBDAS = flags.DEFINE_list(
     'ditto_lambdas', None, 'Ditto lambda blocks (lambda_p = lambda_np in '
     'each); default: the preset\'s; empty (--ditto_lambdas=): no '
     'personalization.')
-_TENSORBOARD = flags.DEFINE_bool(
-    'tensorboard', True, 'Release every round\'s metrics to TensorBoard '
-    'event files (tff.program.TensorBoardReleaseManager; a resumed run '
-    'keeps one event per round).')
-_PLOTS = flags.DEFINE_bool('plots', True, 'Draw the figures of each block.')
 _DISTRIBUTIONS = flags.DEFINE_list(
     'distributions', None, 'A figure preset\'s privacy distributions to '
     'train at --seed, in order (default: all of the figure\'s); its table '
@@ -224,7 +219,7 @@ def _run_or_skip(label, task, config, choices, settings, block_dir):
 
   def train():
     managers = []
-    if _TENSORBOARD.value:
+    if cli_flags.TENSORBOARD.value:
       managers.append(run_files.TensorBoardRounds(
           os.path.join(block_dir, config.name, 'tensorboard')))
     return trusted_setting.run_configuration(
@@ -279,7 +274,7 @@ def _run_preset(name: str, output_dir: str,
         summaries.append(summary)
         run_dirs[config.name] = os.path.join(block_dir, config.name)
       bar.update()
-    if _PLOTS.value and run_dirs:
+    if cli_flags.PLOTS.value and run_dirs:
       plots.sweep_plots(run_dirs, os.path.join(preset_dir, 'plots'),
                         prefix=f'{block}_', title=f'{preset.title}, {block}')
   bar.close()

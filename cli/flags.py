@@ -240,9 +240,17 @@ OUTPUT_DIR = absl_flags.DEFINE_string(
     'results/<task>-<8 hex digits> (reproduce.py: results/reproduce-<8 hex '
     'digits>), named by a hash of the values of the flags the run reads '
     '(all but --output_dir, --dry_run, --workers, --worker_timeout, '
-    '--worker_data), so two '
+    '--worker_data, --tensorboard, --plots), so two '
     'different runs never share a folder and re-running the same command '
     'resumes in it; the folder is printed at the start.')
+TENSORBOARD = absl_flags.DEFINE_bool(
+    'tensorboard', True, 'Trusted server: release every round\'s metrics '
+    'to TensorBoard event files under <output_dir>/<configuration>/'
+    'tensorboard (tff.program.TensorBoardReleaseManager; the rows of '
+    'rounds.csv; a resumed run keeps one event per round).')
+PLOTS = absl_flags.DEFINE_bool(
+    'plots', True, 'Trusted server: draw accuracy and epsilon against the '
+    'rounds, and accuracy against r, under <output_dir>/plots.')
 DRY_RUN = absl_flags.DEFINE_bool(
     'dry_run', False, 'Only check the flags (reproduce.py: with each preset '
     'applied), print what the command would run and where it would write, '
@@ -285,7 +293,7 @@ MAX_EXPONENT = 88.0
 # Flags that do not change what a run computes, so not part of the default
 # output folder's name: where it goes and how it is executed.
 _NOT_IN_FOLDER_NAME = ('output_dir', 'dry_run', 'workers', 'worker_timeout',
-                       'worker_data')
+                       'worker_data', 'tensorboard', 'plots')
 
 TRUSTED, UNTRUSTED, CROSS_SILO = (algorithms.TRUSTED, algorithms.UNTRUSTED,
                                   algorithms.CROSS_SILO)
@@ -315,7 +323,8 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'min_separation', 'max_participations',
         'local_epochs', 'server_lr', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
-        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr')},
+        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr', 'tensorboard',
+        'plots')},
     'canaries': (TRUSTED, UNTRUSTED, CROSS_SILO),
     'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),

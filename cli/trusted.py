@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 from cli import flags
 
@@ -170,6 +171,15 @@ def _say_once(line: str) -> None:
   print(line)
 
 
+def _release_managers(name: str) -> list:
+  """TensorBoard events of configuration `name`'s rounds (--tensorboard)."""
+  if not flags.TENSORBOARD.value:
+    return []
+  from tff_hdp.simulation import run_files  # pylint: disable=g-import-not-at-top
+  return [run_files.TensorBoardRounds(
+      os.path.join(flags.OUTPUT_DIR.value, name, 'tensorboard'))]
+
+
 def run() -> None:
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
@@ -182,11 +192,18 @@ def run() -> None:
   try:
     summaries = []
     for config in configs:
-      summary, _ = trusted_setting.run_configuration(task, config, choices,
-                                                settings, flags.OUTPUT_DIR.value)
+      summary, _ = trusted_setting.run_configuration(
+          task, config, choices, settings, flags.OUTPUT_DIR.value,
+          release_managers=_release_managers(config.name))
       summaries.append(summary)
   except trusted_setting.RUN_ERRORS as e:
     raise flags.InputError(str(e)) from None
+  if flags.PLOTS.value:
+    from tff_hdp.reporting import plots  # pylint: disable=g-import-not-at-top
+    plots.sweep_plots({c.name: os.path.join(flags.OUTPUT_DIR.value, c.name)
+                       for c in configs},
+                      os.path.join(flags.OUTPUT_DIR.value, 'plots'),
+                      title=task.name)
   header, rows = tables.results_table(summaries)
   scored = len(task.evaluation_clients(task.client_ids))
   heading = (
@@ -205,4 +222,7 @@ def run() -> None:
       records=tables.results_records(summaries),
       alarms=[line for s in summaries for line in tables.audit_alarms(s)],
       heading=heading)
-  print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')
+  also = [what for what, on in (('TensorBoard events', flags.TENSORBOARD),
+                                ('plots', flags.PLOTS)) if on.value]
+  print(f'\nPer-round metrics, summaries{"".join(", " + a for a in also)}: '
+        f'{flags.OUTPUT_DIR.value}/')

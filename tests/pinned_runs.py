@@ -19,8 +19,10 @@ cohorts, untrusted server, cross-silo, point estimation), the flags of a short
     its dtype and values as nested lists; float32 values are written in their
     shortest decimal form that reads back to the same float32 (lossless, about
     half the size of the float64 repr).
-Not pinned (listed under `files` only): PNG plots, TensorFlow checkpoint
-files, run_key.json, dp_secret_seed and seconds.json (wall time).
+Not pinned (listed under `files` only): PNG plots, TensorBoard event files
+(listed as `events.out.tfevents.*`: their names hold the time and host),
+TensorFlow checkpoint files, run_key.json, dp_secret_seed and seconds.json
+(wall time).
 
 Regenerate tests/pinned_outputs.json (all settings, ~4 minutes) with
   .venv/bin/python tests/pinned_runs.py
@@ -188,11 +190,16 @@ def _read_npz(path: str) -> dict:
             for name in sorted(archive.files)}
 
 
+_EVENTS = 'events.out.tfevents.'
+
+
 def collect(output_dir: str) -> dict:
   """Everything a user sees of the run in `output_dir` (see module doc)."""
   files = []
   for dirpath, _, names in os.walk(output_dir):
     for name in names:
+      if name.startswith(_EVENTS):  # named by the time and host
+        name = _EVENTS + '*'
       files.append(os.path.relpath(os.path.join(dirpath, name),
                                    output_dir).replace(os.sep, '/'))
   files.sort()

@@ -1,6 +1,7 @@
 """run_experiment.py end to end, and its one-line errors for bad input."""
 
 import csv
+import glob
 import json
 import os
 import re
@@ -202,8 +203,18 @@ def test_short_comparison_prints_the_table_and_writes_files(tmp_path):
   assert '| Algorithm' in result.stdout
   assert 'dp_fedavg' in result.stdout and 'fedhdp_r0.5' in result.stdout
   for name in ('results.md', 'results.csv', 'dp_fedavg/rounds.csv',
-               'fedhdp_r0.5/summary.json'):
+               'fedhdp_r0.5/summary.json', 'plots/accuracy_vs_rounds.png',
+               'plots/epsilon_vs_rounds.png'):
     assert os.path.exists(os.path.join(tmp_path, name)), name
+  assert 'Per-round metrics, summaries, TensorBoard events, plots' in (
+      result.stdout)
+  # The events hold rounds.csv's rows: one event of acc_g per round.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  events = tf.compat.v1.train.summary_iterator(next(iter(glob.glob(
+      os.path.join(tmp_path, 'fedhdp_r0.5', 'tensorboard', 'events.*')))))
+  steps = [e.step for e in events for v in e.summary.value
+           if v.tag == 'acc_g']
+  assert steps == [1, 2]
   with open(os.path.join(tmp_path, 'fedhdp_r0.5', 'summary.json')) as f:
     summary = json.load(f)
   assert summary['groups'][-1]['name'] == 'opt_out'
