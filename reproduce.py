@@ -63,8 +63,6 @@ import functools
 import os
 import sys
 
-import tff_hdp  # noqa: F401  (quiets TF before anything imports it)
-
 from cli import entry  # first: names a Python without the stack in one line
 
 from absl import flags  # noqa: E402  pylint: disable=g-bad-import-order

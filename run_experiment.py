@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import sys
 
-import tff_hdp  # noqa: F401  (quiets TF before anything imports it)
-
-from cli import entry
+from cli import entry  # first: names a Python without the stack in one line
 from cli import flags
 
 

@@ -24,12 +24,12 @@ import textwrap
 from typing import Callable, Sequence
 
 try:
+  import tff_hdp  # noqa: F401  (names a missing stack; quiets TF's start-up log)
   from absl import app
   from absl import flags as absl_flags
-except ModuleNotFoundError as missing:  # a Python without the pinned stack
-  print(f'{os.path.basename(sys.argv[0])}: error: {missing.name} is not '
-        f'installed for {sys.executable}: run `make install` and use '
-        '.venv/bin/python (README, "Two commands").', file=sys.stderr)
+except ImportError as missing:  # a Python without the pinned stack
+  print(f'{os.path.basename(sys.argv[0])}: error: {missing}',
+        file=sys.stderr)
   sys.exit(2)
 
 HELP_FLAGS = ('--help', '-h', '-?', '--helpshort', '--helpfull')

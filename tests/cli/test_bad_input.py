@@ -417,5 +417,8 @@ def test_a_python_without_the_stack_is_one_line_naming_the_install(script):
                           timeout=60)
   assert result.returncode == 2
   assert result.stderr.strip().splitlines() == [
-      f'{script}: error: absl is not installed for {sys.executable}: run '
-      '`make install` and use .venv/bin/python (README, "Two commands").']
+      f'{script}: error: absl, numpy, tensorflow, tensorflow_federated, '
+      f'tensorflow_privacy, dp_accounting are not installed for '
+      f'{sys.executable}: run `make install` and use .venv/bin/python '
+      '(README, "Two commands"), or install the pinned stack into this '
+      'Python (README, "Your own environment").']

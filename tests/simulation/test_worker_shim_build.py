@@ -114,7 +114,9 @@ def test_a_run_without_the_shim_says_make_install(venv, tmp_path):
                          f'{venv}/lib/tff_hdp/worker_shim-'), line
   assert line.endswith(f'.so is not built (it is built from '
                        f'{repository.ROOT}/{SOURCE} at install time); run '
-                       '`make install`'), line
+                       '`make install` in the checkout, or '
+                       '`tff-hdp-build-shim` where the package is installed '
+                       '(README, "Your own environment")'), line
 
 
 def test_make_install_builds_it_once_and_workers_need_no_compiler(

@@ -4,7 +4,8 @@
 It is compiled once, at install time, into the virtualenv, so that a run
 needs no C compiler and writes no cache: `python worker_shim.py` (what the
 Makefile runs, with only the standard library, before the heavy packages are
-installed) builds it or says in one line what to install. The file name
+installed), or `tff-hdp-build-shim` in an environment the package was
+installed into, builds it or says in one line what to install. The file name
 holds the source's hash, so an edited `worker_shim.c` is never served stale.
 """
 
@@ -44,7 +45,9 @@ def installed_library() -> str:
   path = library_path()
   if not os.path.isfile(path):
     raise ShimError(f'the TFF worker shim {path} is not built (it is built '
-                    f'from {SOURCE} at install time); run `make install`')
+                    f'from {SOURCE} at install time); run `make install` '
+                    'in the checkout, or `tff-hdp-build-shim` where the '
+                    'package is installed (README, "Your own environment")')
   return path
 
 
