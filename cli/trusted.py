@@ -56,7 +56,8 @@ def learning_setup(task):
       release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
-      options=flags.option_values(flags.TRUSTED))
+      options=flags.option_values(flags.TRUSTED),
+      group_labels=_group_labels(levels))
   own = _own_levels(task)
   if own is not None:
     flag, levels_of = own
@@ -103,6 +104,16 @@ def _own_levels(task):
   return flags.LEVELS_BY_LABEL, lambda: privacy_groups.levels_by_label(
       {c: task.train_arrays(c)[1] for c in task.client_ids},
       flags.label_bands())
+
+
+def _group_labels(levels):
+  """Each group's public labels where --levels_by_label gives them (its
+  bands), else None: the levels of a file or of --opt_out_fraction say
+  nothing public of a group's labels, so no group is scored apart."""
+  if flags.LEVELS_BY_LABEL.value is None:
+    return None
+  from tff_hdp.privacy import privacy_groups  # pylint: disable=g-import-not-at-top
+  return privacy_groups.band_labels(levels, flags.label_bands())
 
 
 def _check_levels_have_clients(choices, n: int) -> None:

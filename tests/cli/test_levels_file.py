@@ -3,6 +3,7 @@ a file or from its data, on the command line (digits: the clients of digits
 0-3 at eps 1, 4-8 at eps 8, 9 opting out), and their refusals as one
 line."""
 
+import csv
 import json
 import os
 
@@ -44,6 +45,29 @@ def test_the_groups_are_the_files_or_the_label_bands(tmp_path, rule):
   # The heading says the share that opted out as assigned, not the flag's.
   assert '100 clients, 1 rounds, 10 clients per round (poisson), 10% opt out' \
       in result.stdout
+  # Each group's accuracy on its labels where the bands make them public;
+  # a file's groups keep their label mixtures to themselves.
+  group_columns = ['acc_g_worst', 'acc_g_group_private_eps1',
+                   'acc_g_group_private_eps8', 'acc_g_group_opt_out']
+  with open(os.path.join(out, 'fedhdp', 'rounds.csv')) as f:
+    (row,) = csv.DictReader(f)
+  with open(os.path.join(out, 'results.csv')) as f:
+    (record,) = csv.DictReader(f)
+  if rule == 'file':
+    assert 'group_labels' not in summary
+    assert not [c for c in list(row) + list(record) + list(summary['metrics'])
+                if 'worst' in c or 'group' in c]
+    return
+  assert summary['group_labels'] == {'private_eps1': [0, 1, 2, 3],
+                                     'private_eps8': [4, 5, 6, 7, 8],
+                                     'opt_out': [9]}
+  values = [float(row[c]) for c in group_columns]
+  assert values == [pytest.approx(float(record[c])) for c in group_columns]
+  assert values == [pytest.approx(summary['metrics'][c])
+                    for c in group_columns]
+  assert values[0] == min(values[1:])
+  assert '| Acc_g | Acc_g,worst | Acc_g[private_eps1] |' in ' '.join(
+      result.stdout.split())
 
 
 @pytest.mark.tf

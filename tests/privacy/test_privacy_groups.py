@@ -144,3 +144,16 @@ def test_bad_label_bands_are_refused_naming_what_is_wrong(text, labels,
                                                           message):
   with pytest.raises(ValueError, match=message):
     pg.levels_by_label(labels or {}, pg.parse_label_bands(text))
+
+
+def test_band_labels_are_each_groups_labels_from_its_bands():
+  """A level may have several bands (its labels are their union); a group
+  without a band (here the opt-out one) has no labels to be scored on."""
+  bands = pg.parse_label_bands('0-1:1,2-3:private_eps8,4:1,5-9:8')
+  assert pg.band_labels(_LEVELS, bands) == {
+      'private_eps1': frozenset({0, 1, 4}),
+      'private_eps8': frozenset({2, 3, 5, 6, 7, 8, 9})}
+  assert pg.band_labels(_LEVELS, pg.parse_label_bands('0-8:1,9:opt_out')) == {
+      'private_eps1': frozenset(range(9)), 'opt_out': frozenset({9})}
+  with pytest.raises(ValueError, match=r"band \[0, 1\]: unknown level '3'"):
+    pg.band_labels(_LEVELS, pg.parse_label_bands('0-1:3'))

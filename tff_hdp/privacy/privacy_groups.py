@@ -283,6 +283,43 @@ def levels_by_label(client_labels: Mapping[Hashable, np.ndarray],
   return levels
 
 
+def _group_of_level(groups: Sequence[PrivacyGroup], level: str,
+                    chooser: str) -> int:
+  """The index in `groups` (the private levels, then the opt-out group) of
+  `level`, a group's name or a private level's epsilon; a ValueError names
+  `chooser` and the known levels."""
+  for j, g in enumerate(groups):
+    if level == g.name:
+      return j
+  try:
+    found = [j for j, g in enumerate(groups)
+             if g.is_private and g.epsilon == float(level)]
+  except ValueError:
+    found = []
+  if len(found) != 1:
+    private = [g for g in groups if g.is_private]
+    raise ValueError(
+        f'{chooser}: unknown level {level!r}; the levels are '
+        f'{", ".join(f"{g.epsilon:g}" for g in private)} (or their '
+        f'names {", ".join(g.name for g in groups)}).')
+  return found[0]
+
+
+def band_labels(private_groups: Sequence[PrivacyGroup],
+                bands: Sequence[tuple[frozenset[int], str]]
+                ) -> dict[str, frozenset[int]]:
+  """{group name: the labels of its bands}, for the groups that
+  `levels_by_label` fills from `bands`, in `assign_from_levels`' order (the
+  private levels, then the opt-out group). The bands are public, so a
+  group's labels are too: the server may score the model on them."""
+  groups = tuple(private_groups) + (PrivacyGroup(OPT_OUT),)
+  labels = [frozenset()] * len(groups)
+  for band, level in bands:
+    j = _group_of_level(groups, level, f'band {sorted(band)}')
+    labels[j] = labels[j] | band
+  return {g.name: band for g, band in zip(groups, labels) if band}
+
+
 def assign_from_levels(client_ids: Sequence[Hashable],
                        private_groups: Sequence[PrivacyGroup],
                        levels: Mapping[str, str]) -> GroupAssignment:
@@ -291,10 +328,6 @@ def assign_from_levels(client_ids: Sequence[Hashable],
   appended last, as `assign_opt_out` does. Every client must be listed, no
   other, and every private group must hold one."""
   groups = tuple(private_groups) + (PrivacyGroup(OPT_OUT),)
-  index = {g.name: j for j, g in enumerate(groups)}
-  by_epsilon = {}
-  for j, g in enumerate(private_groups):
-    by_epsilon.setdefault(g.epsilon, []).append(j)
   ids = {str(c): c for c in client_ids}
   missing = [c for c in ids if c not in levels]
   if missing:
@@ -305,21 +338,8 @@ def assign_from_levels(client_ids: Sequence[Hashable],
     raise ValueError(f'{len(unknown)} listed clients are not in the task, '
                      f'e.g. {", ".join(unknown[:3])}.')
 
-  def group_of(client, level):
-    if level in index:
-      return index[level]
-    try:
-      found = by_epsilon.get(float(level), [])
-    except ValueError:
-      found = []
-    if len(found) != 1:
-      raise ValueError(
-          f'client {client}: unknown level {level!r}; the levels are '
-          f'{", ".join(f"{g.epsilon:g}" for g in private_groups)} (or their '
-          f'names {", ".join(index)}).')
-    return found[0]
-
-  mapping = {ids[c]: group_of(c, level) for c, level in levels.items()}
+  mapping = {ids[c]: _group_of_level(groups, level, f'client {c}')
+             for c, level in levels.items()}
   sizes = np.bincount(list(mapping.values()), minlength=len(groups))
   empty = [g.name for g, n in zip(private_groups, sizes) if n == 0]
   if empty:
