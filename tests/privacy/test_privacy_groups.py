@@ -113,9 +113,17 @@ def test_a_bad_levels_file_is_refused_naming_what_is_wrong(tmp_path, text,
     pg.assign_from_levels(ids, _LEVELS, pg.read_levels_file(path))
 
 
-def test_a_json_levels_file_must_be_one_object(tmp_path):
-  path = _write(tmp_path / 'levels.json', '["a", "b"]')
-  with pytest.raises(ValueError, match='one object'):
+@pytest.mark.parametrize('text,message', [
+    ('["a", "b"]', 'one object'),
+    ('[]', 'one object'),
+    ('{}', 'it lists no client'),
+    # json.loads alone keeps the last value of a duplicated key.
+    ('{"a": 1, "b": 8, "a": 8}', r"client 'a' is listed twice"),
+    ('{"1": 1, "1": 1}', r"client '1' is listed twice"),
+])
+def test_a_bad_json_levels_file_is_refused(tmp_path, text, message):
+  path = _write(tmp_path / 'levels.json', text)
+  with pytest.raises(ValueError, match=message):
     pg.read_levels_file(path)
 
 

@@ -212,12 +212,19 @@ def read_levels_file(path: str) -> dict[str, str]:
     text = f.read()
   if path.endswith('.json'):
     try:
-      value = json.loads(text)
+      value = json.loads(text, object_pairs_hook=_Pairs)
     except ValueError as e:
       raise ValueError(f'not a JSON file ({e}).') from None
-    if not isinstance(value, dict):
+    if not isinstance(value, _Pairs):
       raise ValueError('a JSON levels file is one object {client id: level}.')
-    return {str(k): str(v) for k, v in value.items()}
+    levels = {}
+    for client, level in value:
+      if str(client) in levels:
+        raise ValueError(f'client {str(client)!r} is listed twice.')
+      levels[str(client)] = str(level)
+    if not levels:
+      raise ValueError('it lists no client.')
+    return levels
   levels = {}
   for line, row in enumerate(csv.reader(io.StringIO(text)), start=1):
     if not row or (line == 1 and [c.strip() for c in row] ==
@@ -233,6 +240,11 @@ def read_levels_file(path: str) -> dict[str, str]:
   if not levels:
     raise ValueError('it lists no client.')
   return levels
+
+
+class _Pairs(list):
+  """A JSON object as its (key, value) pairs, duplicates kept (json.loads
+  would keep the last of a duplicated key's values)."""
 
 
 def parse_label_bands(text: str) -> list[tuple[frozenset[int], str]]:

@@ -376,6 +376,7 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
   name = metric_prefix(summaries[0].get('metric', 'accuracy') if summaries
                        else 'accuracy')
   groups = label_groups(summaries)
+  group_keys = _group_keys(summaries)
   header = ['Algorithm'] + (['hyperparameters'] if paper_layout else [])
   header += [f'{name}_g']
   if groups:
@@ -400,10 +401,7 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
     if privacy_guarantee(s) == 'none':
       name += f' ({NO_GUARANTEE_LABEL})'
     row = [name, _hyperparameters(s)] if paper_layout else [name]
-    row += [cell(m.get('acc_g'))]
-    if groups:
-      row += [cell(m.get(metrics_lib.WORST_GROUP_COLUMN))] + [
-          cell(m.get(metrics_lib.GROUP_COLUMN.format(group=g))) for g in groups]
+    row += [cell(m.get(key)) for key in ('acc_g', *group_keys)]
     row += [
         cell(m.get('acc_g_p'), m.get('var_g_p')),
         cell(m.get('acc_g_np'), m.get('var_g_np')),
@@ -462,8 +460,10 @@ def _group_keys(summaries: Sequence[dict]) -> list[str]:
   """The metrics keys of the worst group's and each group's Acc_g on its
   labels, where any of `summaries` has them."""
   groups = label_groups(summaries)
-  return [metrics_lib.WORST_GROUP_COLUMN] + [metrics_lib.GROUP_COLUMN.format(group=g) for g in groups
-                              ] if groups else []
+  if not groups:
+    return []
+  return [metrics_lib.WORST_GROUP_COLUMN] + [
+      metrics_lib.GROUP_COLUMN.format(group=g) for g in groups]
 
 
 def results_records(summaries: Sequence[dict],
@@ -477,6 +477,7 @@ def results_records(summaries: Sequence[dict],
   target and delta; `privacy_guarantee` says whether the run has one.
   """
   records = []
+  group_keys = _group_keys(summaries)
   for s in summaries:
     prefix = metric_prefix(s.get('metric', 'accuracy')).lower()
     ditto = s.get('ditto') or {}
@@ -485,8 +486,7 @@ def results_records(summaries: Sequence[dict],
               'lambda_p': ditto.get('lambda_p'),
               'lambda_np': ditto.get('lambda_np'),
               'privacy_guarantee': privacy_guarantee(s)}
-    for key in _METRIC_KEYS[:1] + tuple(_group_keys(summaries)) + (
-        _METRIC_KEYS[1:]):
+    for key in ('acc_g', *group_keys, *_METRIC_KEYS[1:]):
       record[key.replace('acc_', f'{prefix}_')] = s['metrics'].get(key)
     for g in s['groups']:
       record[f"epsilon_spent_{g['name']}"] = g.get('epsilon_spent')
