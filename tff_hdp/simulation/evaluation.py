@@ -171,9 +171,9 @@ def scores_on_labels(scores: np.ndarray, y: np.ndarray,
   return out
 
 
-def group_label_metrics(scores: np.ndarray, y: np.ndarray,
-                        group_labels: Mapping[str, Collection[int]]
-                        ) -> collections.OrderedDict:
+def _group_label_metrics(scores: np.ndarray, y: np.ndarray,
+                         group_labels: Mapping[str, Collection[int]]
+                         ) -> collections.OrderedDict:
   """The worst (lowest) group's accuracy and each group's on the test
   examples of its labels (`metrics.WORST_GROUP_COLUMN`, `GROUP_COLUMN`)."""
   by_group = scores_on_labels(scores, y, group_labels)
@@ -193,7 +193,7 @@ def global_model_metrics(task: FederatedTask,
   """Acc_g, Acc_g,p, Acc_g,np (with variance across clients) and Delta_g;
   with `group_labels` ({privacy group: its public labels}), each group's
   Acc_g on the server's test examples of its labels and the worst group's
-  (`group_label_metrics`).
+  (`_group_label_metrics`).
 
   `private_clients[c]` says whether client c chose a private level; it is the
   clients' own choice, not the algorithm's grouping, so DP-FedAvg and FedHDP
@@ -205,7 +205,7 @@ def global_model_metrics(task: FederatedTask,
   scores = task.metric_record.score(_predict(model, x), y)
   metrics['acc_g'] = float(scores.mean())
   if group_labels:
-    metrics.update(group_label_metrics(scores, y, group_labels))
+    metrics.update(_group_label_metrics(scores, y, group_labels))
   private_clients = _scored(task, private_clients)
   per_client = client_scores(task, model, list(private_clients))
   metrics.update(_group_means(per_client, private_clients, 'g'))
