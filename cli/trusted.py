@@ -57,7 +57,8 @@ def learning_setup(task):
       release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
-      options=flags.option_values(flags.TRUSTED))
+      options=flags.option_values(flags.TRUSTED),
+      group_labels=_group_labels(levels))
   own = _own_levels(task)
   if own is not None:
     flag, levels_of = own
@@ -78,6 +79,7 @@ def learning_setup(task):
       flags.ALGORITHMS.value, flags.swept_values(flags.TRUSTED))
   if 'fedhdp' in flags.ALGORITHMS.value:
     _check_levels_have_clients(choices, n)
+    _check_levels_are_sampled(choices, sampling.rate, n)
   flags.check_group_weights([size > 0 for size in choices.group_sizes()])
   return settings, choices, configs
 
@@ -90,13 +92,23 @@ def _opt_out_share(choices) -> float:
              if not g.is_private) / sizes.sum()
 
 
+def _own_levels_flag():
+  """The flag that gives each client its own level, or None (levels drawn
+  at random)."""
+  for flag in (flags.PRIVACY_LEVELS_FILE, flags.LEVELS_BY_LABEL):
+    if flag.value is not None:
+      return flag
+  return None
+
+
 def _own_levels(task):
   """(flag, a function giving {client id: level}) where a flag gives each
   client its own level, else None."""
   from tff_hdp.privacy import privacy_groups  # pylint: disable=g-import-not-at-top
-  if flags.PRIVACY_LEVELS_FILE.value is not None:
-    return flags.PRIVACY_LEVELS_FILE, flags.levels_file
-  if flags.LEVELS_BY_LABEL.value is None:
+  own = _own_levels_flag()
+  if own is flags.PRIVACY_LEVELS_FILE:
+    return own, flags.levels_file
+  if own is None:
     return None
   flags.check(task.metric == 'accuracy', f'--levels_by_label: task '
               f'{task.name!r} has no class labels (its metric is '
@@ -104,6 +116,16 @@ def _own_levels(task):
   return flags.LEVELS_BY_LABEL, lambda: privacy_groups.levels_by_label(
       {c: task.train_arrays(c)[1] for c in task.client_ids},
       flags.label_bands())
+
+
+def _group_labels(levels):
+  """Each group's public labels where --levels_by_label gives them (its
+  bands), else None: the levels of a file or of --opt_out_fraction say
+  nothing public of a group's labels, so no group is scored apart."""
+  if flags.LEVELS_BY_LABEL.value is None:
+    return None
+  from tff_hdp.privacy import privacy_groups  # pylint: disable=g-import-not-at-top
+  return privacy_groups.band_labels(levels, flags.label_bands())
 
 
 def _check_levels_have_clients(choices, n: int) -> None:
@@ -116,6 +138,24 @@ def _check_levels_have_clients(choices, n: int) -> None:
                 '--level_fractions leave privacy level '
                 f'{group.name!r} without clients (of {n}); lower the '
                 'opt-out fraction or raise that level\'s fraction.')
+
+
+def _check_levels_are_sampled(choices, rate: float, n: int) -> None:
+  """Every private level FedHDP trains expects a client a round or more at
+  the run's sampling rate: below that its noisy mean, divided by its
+  expected count, averages no client in most rounds."""
+  own = _own_levels_flag()
+  source = (f'--{own.name}={own.value}' if own is not None else
+            '--opt_out_fraction and --level_fractions')
+  for group, size in zip(choices.groups, choices.group_sizes()):
+    flags.check(
+        not group.is_private or rate * size >= 1 - 1e-9,
+        f'{source}: privacy level {group.name!r} holds {size} of the {n} '
+        f'clients, {rate * size:.2g} expected a round at '
+        f'--clients_per_round={flags.CLIENTS_PER_ROUND.value}: fewer than '
+        f'one, so its mean averages no client in most rounds; give it '
+        f'{math.ceil(1 / rate - 1e-9)} clients or more, or raise '
+        '--clients_per_round.')
 
 
 def clip_count_stddev(levels, sampling, n) -> float | None:

@@ -70,6 +70,13 @@ METRICS = {m.name: m for m in (
 )}
 
 
+# The columns (rounds.csv, results.csv, summary.json's metrics) of privacy
+# group g's Acc_g on the server's test examples of its public labels, and of
+# the worst group's: named apart from Acc_g,p and Acc_g,np whatever g is.
+GROUP_COLUMN = 'acc_g_group_{group}'
+WORST_GROUP_COLUMN = 'acc_g_worst'
+
+
 def get(name: str) -> Metric:
   """The record of metric `name`; an unknown name is a ValueError."""
   if name not in METRICS:

@@ -113,9 +113,17 @@ def test_a_bad_levels_file_is_refused_naming_what_is_wrong(tmp_path, text,
     pg.assign_from_levels(ids, _LEVELS, pg.read_levels_file(path))
 
 
-def test_a_json_levels_file_must_be_one_object(tmp_path):
-  path = _write(tmp_path / 'levels.json', '["a", "b"]')
-  with pytest.raises(ValueError, match='one object'):
+@pytest.mark.parametrize('text,message', [
+    ('["a", "b"]', 'one object'),
+    ('[]', 'one object'),
+    ('{}', 'it lists no client'),
+    # json.loads alone keeps the last value of a duplicated key.
+    ('{"a": 1, "b": 8, "a": 8}', r"client 'a' is listed twice"),
+    ('{"1": 1, "1": 1}', r"client '1' is listed twice"),
+])
+def test_a_bad_json_levels_file_is_refused(tmp_path, text, message):
+  path = _write(tmp_path / 'levels.json', text)
+  with pytest.raises(ValueError, match=message):
     pg.read_levels_file(path)
 
 
@@ -144,3 +152,16 @@ def test_bad_label_bands_are_refused_naming_what_is_wrong(text, labels,
                                                           message):
   with pytest.raises(ValueError, match=message):
     pg.levels_by_label(labels or {}, pg.parse_label_bands(text))
+
+
+def test_band_labels_are_each_groups_labels_from_its_bands():
+  """A level may have several bands (its labels are their union); a group
+  without a band (here the opt-out one) has no labels to be scored on."""
+  bands = pg.parse_label_bands('0-1:1,2-3:private_eps8,4:1,5-9:8')
+  assert pg.band_labels(_LEVELS, bands) == {
+      'private_eps1': frozenset({0, 1, 4}),
+      'private_eps8': frozenset({2, 3, 5, 6, 7, 8, 9})}
+  assert pg.band_labels(_LEVELS, pg.parse_label_bands('0-8:1,9:opt_out')) == {
+      'private_eps1': frozenset(range(9)), 'opt_out': frozenset({9})}
+  with pytest.raises(ValueError, match=r"band \[0, 1\]: unknown level '3'"):
+    pg.band_labels(_LEVELS, pg.parse_label_bands('0-1:3'))

@@ -54,6 +54,10 @@ COVERED = {
     'var_g_np': 'as acc_g_np',
     'acc_l_np': 'opt-out clients\' personal models on their own data',
     'var_l_np': 'as acc_l_np',
+    'acc_g_group_p': 'the DP model on the server test examples of labels '
+                     'the flags name (--levels_by_label\'s bands)',
+    'acc_g_group_opt_out': 'as acc_g_group_p',
+    'acc_g_worst': 'the least of the acc_g_group_ columns',
 }
 NOT_COVERED = {'num_clients', 'count_p', 'train_loss', 'train_accuracy',
                'num_non_finite_updates', 'acc_g_p', 'var_g_p', 'delta_g'}
@@ -74,6 +78,7 @@ TRUSTED_SUMMARY = {
         'accountant', 'pld_discretization')},
     **EVERY_SUMMARY,
     'groups': 'public group sizes and targets, z, the accountant\'s epsilon',
+    'group_labels': 'each group\'s labels: the flags\' bands',
     'metrics': 'checked against COVERED',
 }
 
@@ -125,6 +130,25 @@ def test_a_default_run_releases_only_what_epsilon_covers(task, tmp_path):
   assert summary['privacy_accounted'] and summary['sampling'] == 'poisson'
   assert summary['denominator'] == 'expected'
   assert summary['adjacency'] == 'add or remove one client'
+
+
+def test_groups_scored_on_public_labels_release_only_what_is_covered(
+    task, tmp_path):
+  """With each group's labels public (`Settings.group_labels`), the worst
+  group's and each group's Acc_g on its labels are released every
+  evaluation, in rounds.csv, TensorBoard and summary.json, and nothing
+  else more."""
+  labels = {'p': frozenset({0, 1, 2}), 'opt_out': frozenset({9})}
+  summary, rows, tags = _run(task, str(tmp_path), group_labels=labels)
+  group_columns = {'acc_g_worst', 'acc_g_group_p', 'acc_g_group_opt_out'}
+  assert group_columns <= set(rows[0]) <= set(COVERED)
+  assert group_columns <= tags <= set(COVERED)
+  assert group_columns <= set(summary['metrics']) <= set(COVERED)
+  assert summary['group_labels'] == {'p': [0, 1, 2], 'opt_out': [9]}
+  assert set(summary) <= set(TRUSTED_SUMMARY)
+  assert all(r['acc_g_worst'] == min(r['acc_g_group_p'],
+                                     r['acc_g_group_opt_out'], key=float)
+             for r in rows)
 
 
 def test_noise_aware_weights_read_no_client_data(task, tmp_path):

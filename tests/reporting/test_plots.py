@@ -123,7 +123,10 @@ def test_accuracy_vs_ratio_legend_has_an_entry_per_metric_and_algorithm(
 
 @pytest.mark.parametrize('column,label', [
     ('acc_g', 'Acc_g'), ('acc_g_np', 'Acc_g,np'), ('mse_l_p', 'MSE_l,p'),
-    ('sign_accuracy', 'sign_accuracy'), ('epsilon_p', 'epsilon_p')])
+    ('sign_accuracy', 'sign_accuracy'), ('epsilon_p', 'epsilon_p'),
+    ('acc_g_worst', 'Acc_g,worst'),
+    ('acc_g_group_private_eps3.6', 'Acc_g[private_eps3.6]'),
+    ('acc_g_group_opt_out', 'Acc_g[opt_out]')])
 def test_metric_labels_are_the_tables_headers(column, label):
   assert plots.metric_label(column) == label
 

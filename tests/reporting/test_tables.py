@@ -155,3 +155,31 @@ def test_a_run_without_guarantee_says_so_in_its_row_and_record(tmp_path):
       ('fedhdp_r0.1', 'not accounted')]
   assert '| nonprivate (no DP guarantee) |' in (
       tmp_path / 'results.md').read_text()
+
+
+def test_groups_scored_on_their_labels_get_columns_beside_acc_g(tmp_path):
+  """The worst group's accuracy and each group's on its labels follow
+  Acc_g, in the table, results.csv and the notes (which say each group's
+  labels); a run without public labels has none of them."""
+  s = _summary('fedhdp', 1.0)
+  s['group_labels'] = {'private_eps1': [0, 1, 2, 3, 7],
+                       'opt_out': [8, 9]}
+  s['metrics'].update(acc_g_worst=18.9, acc_g_group_private_eps1=18.9,
+                      acc_g_group_opt_out=92.6)
+  header, rows = tables.results_table([s, _summary('dp_fedavg')])
+  assert header[1:5] == ['Acc_g', 'Acc_g,worst', 'Acc_g[private_eps1]',
+                         'Acc_g[opt_out]']
+  assert rows[0][1:5] == ['90.00', '18.90', '18.90', '92.60']
+  assert rows[1][1:5] == ['90.00', '-', '-', '-']
+  (note,) = tables.group_note(s)
+  assert 'private_eps1 0-3, 7; opt_out 8-9.' in note
+  assert note in tables.table_notes(False, summary=s)
+  records = tables.results_records([s])
+  assert list(records[0])[6:10] == ['acc_g', 'acc_g_worst',
+                                    'acc_g_group_private_eps1',
+                                    'acc_g_group_opt_out']
+  assert records[0]['acc_g_worst'] == 18.9
+  header, _ = tables.results_table([_summary('fedhdp', 1.0)])
+  assert not any('worst' in h or '[' in h for h in header)
+  assert 'acc_g_worst' not in tables.results_records([_summary('fedhdp')])[0]
+  assert tables.group_note(_summary('fedhdp')) == []

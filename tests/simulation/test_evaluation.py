@@ -1,9 +1,12 @@
 """Scoring many clients' own models at once (`evaluation.own_model_scores`)
-against loading each client's weights into Keras and predicting in turn."""
+against loading each client's weights into Keras and predicting in turn, and
+each privacy group's accuracy on the test examples of its labels against a
+hand count."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.simulation import evaluation
@@ -83,3 +86,42 @@ def test_a_client_without_test_examples_has_no_score_and_none_is_empty():
   assert evaluation.own_model_scores(task, task.keras_model_fn(), {}) == {}
   assert list(evaluation.client_scores(task, task.keras_model_fn(),
                                        task.client_ids)) == ['c0', 'c2']
+
+
+def _identity_task():
+  """A 3-class linear model with the identity as its kernel, so that it
+  predicts the largest input; six server test examples predicted
+  0 1 2 0 1 2 with labels 0 1 1 0 2 2 (right, right, wrong, right, wrong,
+  right)."""
+  def model_fn():
+    return tf.keras.Sequential([
+        tf.keras.layers.InputLayer(input_shape=(3,)),
+        tf.keras.layers.Dense(3, use_bias=False)])
+  x = np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2]]
+  y = np.array([0, 1, 1, 0, 2, 2], dtype=np.int32)
+  data = {'c0': (x, y)}
+  task = FederatedTask(name='t', client_train=data, client_test=data,
+                       server_test=(x, y), keras_model_fn=model_fn,
+                       loss_fn=None, batch_size=4)
+  weights = tff.learning.models.ModelWeights(
+      trainable=[np.eye(3, dtype=np.float32)], non_trainable=[])
+  return task, weights
+
+
+def test_each_group_is_scored_on_the_test_examples_of_its_labels():
+  """Against a hand count: labels {0} are examples 0 and 3, both right
+  (100%); {1, 2} are examples 1, 2, 4 and 5, two right (50%); {2} are 4
+  and 5, one right (50%); no test example has label 7 (no score)."""
+  task, weights = _identity_task()
+  metrics = evaluation.global_model_metrics(
+      task, weights, {'c0': False},
+      {'strict': {0}, 'loose': {1, 2}, 'two': frozenset({2}), 'none': {7}})
+  assert metrics['acc_g'] == pytest.approx(400 / 6)
+  assert metrics['acc_g_group_strict'] == 100.0
+  assert metrics['acc_g_group_loose'] == 50.0
+  assert metrics['acc_g_group_two'] == 50.0
+  assert metrics['acc_g_group_none'] is None
+  assert metrics['acc_g_worst'] == 50.0
+  # Without public labels nothing is scored per group.
+  assert not any('group' in k or 'worst' in k for k in
+                 evaluation.global_model_metrics(task, weights, {'c0': False}))

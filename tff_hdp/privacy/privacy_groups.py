@@ -212,12 +212,19 @@ def read_levels_file(path: str) -> dict[str, str]:
     text = f.read()
   if path.endswith('.json'):
     try:
-      value = json.loads(text)
+      value = json.loads(text, object_pairs_hook=_Pairs)
     except ValueError as e:
       raise ValueError(f'not a JSON file ({e}).') from None
-    if not isinstance(value, dict):
+    if not isinstance(value, _Pairs):
       raise ValueError('a JSON levels file is one object {client id: level}.')
-    return {str(k): str(v) for k, v in value.items()}
+    levels = {}
+    for client, level in value:
+      if str(client) in levels:
+        raise ValueError(f'client {str(client)!r} is listed twice.')
+      levels[str(client)] = str(level)
+    if not levels:
+      raise ValueError('it lists no client.')
+    return levels
   levels = {}
   for line, row in enumerate(csv.reader(io.StringIO(text)), start=1):
     if not row or (line == 1 and [c.strip() for c in row] ==
@@ -233,6 +240,11 @@ def read_levels_file(path: str) -> dict[str, str]:
   if not levels:
     raise ValueError('it lists no client.')
   return levels
+
+
+class _Pairs(list):
+  """A JSON object as its (key, value) pairs, duplicates kept (json.loads
+  would keep the last of a duplicated key's values)."""
 
 
 def parse_label_bands(text: str) -> list[tuple[frozenset[int], str]]:
@@ -283,6 +295,43 @@ def levels_by_label(client_labels: Mapping[Hashable, np.ndarray],
   return levels
 
 
+def _group_of_level(groups: Sequence[PrivacyGroup], level: str,
+                    chooser: str) -> int:
+  """The index in `groups` (the private levels, then the opt-out group) of
+  `level`, a group's name or a private level's epsilon; a ValueError names
+  `chooser` and the known levels."""
+  for j, g in enumerate(groups):
+    if level == g.name:
+      return j
+  try:
+    found = [j for j, g in enumerate(groups)
+             if g.is_private and g.epsilon == float(level)]
+  except ValueError:
+    found = []
+  if len(found) != 1:
+    private = [g for g in groups if g.is_private]
+    raise ValueError(
+        f'{chooser}: unknown level {level!r}; the levels are '
+        f'{", ".join(f"{g.epsilon:g}" for g in private)} (or their '
+        f'names {", ".join(g.name for g in groups)}).')
+  return found[0]
+
+
+def band_labels(private_groups: Sequence[PrivacyGroup],
+                bands: Sequence[tuple[frozenset[int], str]]
+                ) -> dict[str, frozenset[int]]:
+  """{group name: the labels of its bands}, for the groups that
+  `levels_by_label` fills from `bands`, in `assign_from_levels`' order (the
+  private levels, then the opt-out group). The bands are public, so a
+  group's labels are too: the server may score the model on them."""
+  groups = tuple(private_groups) + (PrivacyGroup(OPT_OUT),)
+  labels = [frozenset()] * len(groups)
+  for band, level in bands:
+    j = _group_of_level(groups, level, f'band {sorted(band)}')
+    labels[j] = labels[j] | band
+  return {g.name: band for g, band in zip(groups, labels) if band}
+
+
 def assign_from_levels(client_ids: Sequence[Hashable],
                        private_groups: Sequence[PrivacyGroup],
                        levels: Mapping[str, str]) -> GroupAssignment:
@@ -291,10 +340,6 @@ def assign_from_levels(client_ids: Sequence[Hashable],
   appended last, as `assign_opt_out` does. Every client must be listed, no
   other, and every private group must hold one."""
   groups = tuple(private_groups) + (PrivacyGroup(OPT_OUT),)
-  index = {g.name: j for j, g in enumerate(groups)}
-  by_epsilon = {}
-  for j, g in enumerate(private_groups):
-    by_epsilon.setdefault(g.epsilon, []).append(j)
   ids = {str(c): c for c in client_ids}
   missing = [c for c in ids if c not in levels]
   if missing:
@@ -305,21 +350,8 @@ def assign_from_levels(client_ids: Sequence[Hashable],
     raise ValueError(f'{len(unknown)} listed clients are not in the task, '
                      f'e.g. {", ".join(unknown[:3])}.')
 
-  def group_of(client, level):
-    if level in index:
-      return index[level]
-    try:
-      found = by_epsilon.get(float(level), [])
-    except ValueError:
-      found = []
-    if len(found) != 1:
-      raise ValueError(
-          f'client {client}: unknown level {level!r}; the levels are '
-          f'{", ".join(f"{g.epsilon:g}" for g in private_groups)} (or their '
-          f'names {", ".join(index)}).')
-    return found[0]
-
-  mapping = {ids[c]: group_of(c, level) for c, level in levels.items()}
+  mapping = {ids[c]: _group_of_level(groups, level, f'client {c}')
+             for c, level in levels.items()}
   sizes = np.bincount(list(mapping.values()), minlength=len(groups))
   empty = [g.name for g, n in zip(private_groups, sizes) if n == 0]
   if empty:

@@ -63,11 +63,14 @@ _LINESTYLES = ('-', '--', ':', '-.')
 
 def metric_label(column: str) -> str:
   """A metric column as the results table heads it: acc_g -> Acc_g,
-  acc_g_np -> Acc_g,np, mse_l_p -> MSE_l,p (other columns as they are)."""
+  acc_g_np -> Acc_g,np, mse_l_p -> MSE_l,p, acc_g_group_opt_out ->
+  Acc_g[opt_out] (other columns as they are)."""
   parts = column.split('_')
   names = {'acc': 'Acc', 'mse': 'MSE'}
   if len(parts) < 2 or parts[0] not in names or parts[1] not in ('g', 'l'):
     return column
+  if parts[2:3] == ['group'] and parts[3:]:
+    return f'{names[parts[0]]}_{parts[1]}[{"_".join(parts[3:])}]'
   return f'{names[parts[0]]}_{parts[1]}' + (
       ',' + ','.join(parts[2:]) if parts[2:] else '')
 

@@ -15,6 +15,8 @@ import functools
 import os
 from typing import Callable, Sequence
 
+from tff_hdp import metrics as metrics_lib
+
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
   cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
@@ -174,7 +176,7 @@ def table_notes(release_unprotected: bool, metric: str = 'accuracy',
               'In parentheses: variance across clients of their '
               f'{metric}, in its units squared.')
   return [variance, EPSILON_NOTE] + (
-      accountant_note(summary) if summary else []) + (
+      accountant_note(summary) + group_note(summary) if summary else []) + (
           [EMPIRICAL_NOTE] if audited else []) + (
               [] if release_unprotected else [WITHHELD_NOTE])
 
@@ -373,8 +375,13 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
                      for s in summaries)
   name = metric_prefix(summaries[0].get('metric', 'accuracy') if summaries
                        else 'accuracy')
+  groups = label_groups(summaries)
+  group_keys = _group_keys(summaries)
   header = ['Algorithm'] + (['hyperparameters'] if paper_layout else [])
-  header += [f'{name}_g', f'{name}_g,p', f'{name}_g,np', 'Delta_g']
+  header += [f'{name}_g']
+  if groups:
+    header += [f'{name}_g,worst'] + [f'{name}_g[{g}]' for g in groups]
+  header += [f'{name}_g,p', f'{name}_g,np', 'Delta_g']
   if personalized:
     header += [f'{name}_l,p', f'{name}_l,np', 'Delta_l']
   audited = any(s.get('canaries') for s in summaries)
@@ -394,8 +401,8 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
     if privacy_guarantee(s) == 'none':
       name += f' ({NO_GUARANTEE_LABEL})'
     row = [name, _hyperparameters(s)] if paper_layout else [name]
+    row += [cell(m.get(key)) for key in ('acc_g', *group_keys)]
     row += [
-        cell(m.get('acc_g')),
         cell(m.get('acc_g_p'), m.get('var_g_p')),
         cell(m.get('acc_g_np'), m.get('var_g_np')),
         cell(m.get('delta_g')),
@@ -412,9 +419,51 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
   return header, rows
 
 
+def group_note(summary: dict) -> list[str]:
+  """The line saying what the per-group columns are, and each group's
+  labels, for a run whose groups were scored on their labels."""
+  labels = summary.get('group_labels')
+  if not labels:
+    return []
+  name = metric_prefix(summary.get('metric', 'accuracy'))
+  return [f'{name}_g[group]: the final model\'s accuracy on the server\'s '
+          'test examples of the labels of the group\'s bands '
+          '(--levels_by_label), which are public, so it costs no privacy: ' +
+          '; '.join(f'{g} {_label_ranges(ls)}' for g, ls in labels.items()) +
+          f'. {name}_g,worst: the lowest of them.']
+
+
+def _label_ranges(labels: Sequence[int]) -> str:
+  """[0, 1, 2, 3, 7] as '0-3, 7'."""
+  runs = []
+  for label in sorted(labels):
+    if runs and label == runs[-1][1] + 1:
+      runs[-1][1] = label
+    else:
+      runs.append([label, label])
+  return ', '.join(f'{a}' if a == b else f'{a}-{b}' for a, b in runs)
+
+
+def label_groups(summaries: Sequence[dict]) -> list[str]:
+  """The privacy groups scored on their labels in any of `summaries`
+  (summary.json's `group_labels`), in order."""
+  return list(dict.fromkeys(g for s in summaries
+                            for g in s.get('group_labels') or ()))
+
+
 _METRIC_KEYS = ('acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np',
                 'delta_g', 'acc_l_p', 'var_l_p', 'acc_l_np', 'var_l_np',
                 'delta_l')
+
+
+def _group_keys(summaries: Sequence[dict]) -> list[str]:
+  """The metrics keys of the worst group's and each group's Acc_g on its
+  labels, where any of `summaries` has them."""
+  groups = label_groups(summaries)
+  if not groups:
+    return []
+  return [metrics_lib.WORST_GROUP_COLUMN] + [
+      metrics_lib.GROUP_COLUMN.format(group=g) for g in groups]
 
 
 def results_records(summaries: Sequence[dict],
@@ -428,6 +477,7 @@ def results_records(summaries: Sequence[dict],
   target and delta; `privacy_guarantee` says whether the run has one.
   """
   records = []
+  group_keys = _group_keys(summaries)
   for s in summaries:
     prefix = metric_prefix(s.get('metric', 'accuracy')).lower()
     ditto = s.get('ditto') or {}
@@ -436,7 +486,7 @@ def results_records(summaries: Sequence[dict],
               'lambda_p': ditto.get('lambda_p'),
               'lambda_np': ditto.get('lambda_np'),
               'privacy_guarantee': privacy_guarantee(s)}
-    for key in _METRIC_KEYS:
+    for key in ('acc_g', *group_keys, *_METRIC_KEYS[1:]):
       record[key.replace('acc_', f'{prefix}_')] = s['metrics'].get(key)
     for g in s['groups']:
       record[f"epsilon_spent_{g['name']}"] = g.get('epsilon_spent')

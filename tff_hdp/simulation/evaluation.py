@@ -12,12 +12,13 @@ clients reads a bounded number of them.
 from __future__ import annotations
 
 import collections
-from typing import Hashable, Mapping, Sequence
+from typing import Collection, Hashable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp import metrics as metrics_lib
 from tff_hdp.federated_task import FederatedTask
 
 
@@ -155,11 +156,44 @@ def personalized_metrics(task: FederatedTask,
   return _group_means(per_client, private_clients, 'l')
 
 
+def scores_on_labels(scores: np.ndarray, y: np.ndarray,
+                     label_sets: Mapping[str, Collection[int]]
+                     ) -> dict[str, float | None]:
+  """Each set's mean of the per-example `scores` over the examples whose
+  label `y` is in it (None: no such example), one mask per set: a test set
+  restricted to a group's labels, each label as often as the set holds
+  it."""
+  y = np.asarray(y).reshape(len(scores))
+  out = {}
+  for name, labels in label_sets.items():
+    held = np.isin(y, np.fromiter(labels, dtype=np.int64))
+    out[name] = float(scores[held].mean()) if held.any() else None
+  return out
+
+
+def _group_label_metrics(scores: np.ndarray, y: np.ndarray,
+                         group_labels: Mapping[str, Collection[int]]
+                         ) -> collections.OrderedDict:
+  """The worst (lowest) group's accuracy and each group's on the test
+  examples of its labels (`metrics.WORST_GROUP_COLUMN`, `GROUP_COLUMN`)."""
+  by_group = scores_on_labels(scores, y, group_labels)
+  scored = [v for v in by_group.values() if v is not None]
+  metrics = collections.OrderedDict()
+  metrics[metrics_lib.WORST_GROUP_COLUMN] = min(scored) if scored else None
+  for group, value in by_group.items():
+    metrics[metrics_lib.GROUP_COLUMN.format(group=group)] = value
+  return metrics
+
+
 def global_model_metrics(task: FederatedTask,
                          weights: tff.learning.models.ModelWeights,
-                         private_clients: Mapping[Hashable, bool]
-                         ) -> collections.OrderedDict:
-  """Acc_g, Acc_g,p, Acc_g,np (with variance across clients) and Delta_g.
+                         private_clients: Mapping[Hashable, bool],
+                         group_labels: Mapping[str, Collection[int]] | None
+                         = None) -> collections.OrderedDict:
+  """Acc_g, Acc_g,p, Acc_g,np (with variance across clients) and Delta_g;
+  with `group_labels` ({privacy group: its public labels}), each group's
+  Acc_g on the server's test examples of its labels and the worst group's
+  (`_group_label_metrics`).
 
   `private_clients[c]` says whether client c chose a private level; it is the
   clients' own choice, not the algorithm's grouping, so DP-FedAvg and FedHDP
@@ -168,7 +202,10 @@ def global_model_metrics(task: FederatedTask,
   model = keras_model_with(task, weights)
   x, y = task.server_test
   metrics = collections.OrderedDict()
-  metrics['acc_g'] = float(task.metric_record.score(_predict(model, x), y).mean())
+  scores = task.metric_record.score(_predict(model, x), y)
+  metrics['acc_g'] = float(scores.mean())
+  if group_labels:
+    metrics.update(_group_label_metrics(scores, y, group_labels))
   private_clients = _scored(task, private_clients)
   per_client = client_scores(task, model, list(private_clients))
   metrics.update(_group_means(per_client, private_clients, 'g'))

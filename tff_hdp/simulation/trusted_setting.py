@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp import metrics as metrics_lib
 from tff_hdp.privacy import plans
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.learning import algorithms as registry
@@ -78,6 +79,12 @@ class Settings(run_lifecycle.RunSettings):
   release_unprotected_stats: bool = False  # tff_hdp.privacy.release_policy
   # The algorithms' options (registry `Option`s) other than swept ones.
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  # {privacy group of the clients' choices: its public labels}
+  # (`privacy_groups.band_labels`): each group's Acc_g is scored on the
+  # server's test examples of its labels. None where no group's labels are
+  # public (levels drawn at random or read from a file): their label
+  # counts are the clients' data, so nothing is scored per group.
+  group_labels: Mapping[str, frozenset[int]] | None = None
 
 
 def privacy_warnings(settings: Settings) -> list[str]:
@@ -157,7 +164,10 @@ def run_key(task: FederatedTask, config: Configuration,
   # Swept: in the name; not given: the record's own rule.
   key['options'] = {k: v for k, v in config.options(settings).items()
                     if k != config.record.sweep and v is not None}
-  for optional in ('cohort_size', 'canaries', 'options'):
+  if settings.group_labels:  # rounds.csv gets a column per group
+    key['group_labels'] = {g: sorted(labels) for g, labels in
+                           settings.group_labels.items()}
+  for optional in ('cohort_size', 'canaries', 'options', 'group_labels'):
     if not key[optional]:
       key.pop(optional)  # keeps checkpoints of earlier versions valid
   key.update(task=task.name, batch_size=task.batch_size,
@@ -177,16 +187,22 @@ class Personalization:
       default_factory=ditto.PersonalModels)
 
 
-def _columns(groups, measurements) -> list[str]:
+def _columns(groups, measurements, group_labels=None) -> list[str]:
   """rounds.csv's columns: the round's, the aggregator's `measurements`
-  (per run, then per group with each group's epsilon) and the metrics."""
+  (per run, then per group with each group's epsilon) and the metrics
+  (with `group_labels`, the worst group's and each group's Acc_g on its
+  labels after Acc_g)."""
   cols = ['round', 'num_clients',
           *(m.column for m in measurements if not m.per_group),
           'train_loss', 'train_accuracy', 'num_non_finite_updates']
   for g in groups:
     cols += [m.column.format(group=g.name) for m in measurements
              if m.per_group] + [f'epsilon_{g.name}']
-  cols += ['acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np', 'delta_g',
+  cols += ['acc_g']
+  if group_labels:
+    cols += [metrics_lib.WORST_GROUP_COLUMN] + [
+        metrics_lib.GROUP_COLUMN.format(group=g) for g in group_labels]
+  cols += ['acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np', 'delta_g',
            'acc_l_p', 'var_l_p', 'acc_l_np', 'var_l_np', 'delta_l']
   return cols
 
@@ -208,7 +224,9 @@ class TrustedRounds(round_loop.RoundProgram):
   `release_unprotected`; in a run whose plan is not `accounted` the epsilon
   columns stay blank. With an `audit`, its canaries are drawn after the real
   clients in each round's one draw and sent after them (`plan` then counts
-  them in their groups: `CanaryAudit.with_canaries`).
+  them in their groups: `CanaryAudit.with_canaries`). With `group_labels`
+  (`Settings.group_labels`) each evaluation scores every group of
+  `client_choices` on its labels too.
   """
 
   def __init__(self, task: FederatedTask,
@@ -219,7 +237,8 @@ class TrustedRounds(round_loop.RoundProgram):
                personalization: Personalization | None = None,
                release_unprotected: bool = False,
                audit: canary_audit.CanaryAudit | None = None,
-               measurements: Sequence[release_policy.Measurement] = ()):
+               measurements: Sequence[release_policy.Measurement] = (),
+               group_labels: Mapping[str, frozenset[int]] | None = None):
     self.label = f'{task.name} rounds'
     self.rounds = plan.rounds
     self.ledger = plan.ledger
@@ -229,6 +248,7 @@ class TrustedRounds(round_loop.RoundProgram):
     self._execution = execution
     self._personalization = personalization
     self._audit = audit
+    self._group_labels = group_labels
     self._population = list(task.client_ids) + (audit.ids() if audit else [])
     rates = np.asarray(plan.rates())
     self._client_rates = None if plan.group_rates is None else rates[
@@ -244,7 +264,8 @@ class TrustedRounds(round_loop.RoundProgram):
     withheld = (() if release_unprotected else
                 release_policy.withheld_columns(
                     groups, plan.adaptive_clipping, self._measurements))
-    self.columns = [c for c in _columns(groups, self._measurements)
+    self.columns = [c for c in _columns(groups, self._measurements,
+                                        group_labels)
                     if c not in withheld]
     self._released = frozenset(self.columns)
     # The measurements with a released column: the only ones read, so a
@@ -287,7 +308,8 @@ class TrustedRounds(round_loop.RoundProgram):
     canaries = []
     if self._audit is not None:
       sampled, canaries = self._audit.split(sampled)
-    row = dict.fromkeys(_columns(groups, self._measurements), None)
+    row = dict.fromkeys(_columns(groups, self._measurements,
+                                 self._group_labels), None)
     row['num_clients'] = len(sampled) + len(canaries)
     seeds = [selection.sampled_client_order_seed(self._seed, round_num, i)
              for i in range(len(sampled))]
@@ -328,8 +350,8 @@ class TrustedRounds(round_loop.RoundProgram):
 
   def evaluate(self, round_num: int) -> dict:
     del round_num
-    metrics = evaluation.global_model_metrics(self._task, self.weights(),
-                                              self._private_flags)
+    metrics = evaluation.global_model_metrics(
+        self._task, self.weights(), self._private_flags, self._group_labels)
     if self._personalization is not None:
       metrics.update(evaluation.personalized_metrics(
           self._task, self.weights(), self._personalization.models,
@@ -411,7 +433,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
         sampling_seed=secret, execution=execution,
         personalization=personalization,
         release_unprotected=settings.release_unprotected_stats, audit=audit,
-        measurements=record.measurements)
+        measurements=record.measurements,
+        group_labels=settings.group_labels)
     program.repeats_rounds = built.seeded
     round_loop.require_measurements(config.algorithm, process,
                                     program.measurements_read)
@@ -541,6 +564,9 @@ def _summary(task, config, settings, plan, assignment, audit, program,
                        'confidence': canary_audit.CONFIDENCE}}
          if audit else {}),
       'clip_count_stddev': plan.clip_count_stddev,
+      **({'group_labels': {g: sorted(labels) for g, labels in
+                           settings.group_labels.items()}}
+         if settings.group_labels else {}),
       'metrics': metrics,
   }
 
