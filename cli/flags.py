@@ -750,6 +750,9 @@ def _check_device_algorithms() -> None:
     check(not algorithms.REGISTRY[name].device_only or
           SAMPLING.value == 'device',
           f'--algorithms={name}: {algorithms.DEVICE_ONLY}')
+    check(not algorithms.REGISTRY[name].poisson_only or
+          SAMPLING.value == 'poisson',
+          f'--algorithms={name}: {algorithms.POISSON_ONLY}')
   caps = absl_flags.FLAGS['level_participations']
   if caps.value and MAX_PARTICIPATIONS.value is not None:
     try:
