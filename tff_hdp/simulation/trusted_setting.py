@@ -521,6 +521,9 @@ def _summary(task, config, settings, plan, assignment, audit, program,
       'rounds': settings.rounds,
       'sampling': kind,
       'sampling_rate': settings.sampling.rate,
+      **({'tilt': plan.tilt,
+          'noise_divisor': planner.noise_divisors(plan)[0]}
+         if plan.tilt is not None else {}),
       **({'participation': {
           'min_separation': settings.sampling.min_separation,
           'max_participations': settings.sampling.max_participations,
