@@ -60,6 +60,13 @@ def test_full_tilt_is_individualized_sampling(curves, individualized):
   np.testing.assert_allclose(plan.group_scales, 1.0, rtol=1e-9)
   assert planner.noise_divisors(plan)[1] == pytest.approx(
       planner.noise_divisors(individualized)[1], rel=1e-9)
+  # The search itself runs into that end: just below t = 1 it finds
+  # individualized sampling's rates and z.
+  near = curves.plan(0.999, H, D)
+  np.testing.assert_allclose(near.group_rates, individualized.group_rates,
+                             rtol=5e-3)
+  np.testing.assert_allclose(near.noise_multipliers,
+                             individualized.noise_multipliers, rtol=5e-3)
 
 
 def test_no_tilt_counts_every_client_alike(curves, choices):
@@ -111,8 +118,8 @@ def test_divisor_and_bound_are_the_closed_forms(curves, choices):
   point = [p for p in plan.frontier if p.tilt == 0.5][0]
   assert point.divisor == pytest.approx(released, rel=0.01)
   exact = frontier._point(0.5, q, [z / s if p else None for s, p in
-                                   zip(a, private)], q_star_weights(curves, 0.5),
-                          sizes, H, D)
+                                   zip(a, private)],
+                          q_star_weights(curves, 0.5), sizes, H, D)
   for k, w in enumerate(exact.shares):
     want = H * ((1 - w)**2 + sum(v * v for i, v in enumerate(exact.shares)
                                  if i != k)) + D / released**2
