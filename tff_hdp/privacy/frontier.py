@@ -106,9 +106,10 @@ def _point(tilt: float, rates: Sequence[float], rhos: Sequence[float | None],
            heterogeneity: float, num_parameters: int) -> FrontierPoint:
   """The point whose groups count `weights` at `rates`, each private
   group at least at multiplier rhos[j] (None: a group without guarantee):
-  a_j ∝ w_j / q_j, z = max_j a_j rho_j, the largest a_j 1."""
+  a_j ∝ w_j / q_j, z = max_j a_j rho_j, the largest a_j 1 (every a_j
+  in (0, 1], as the factory takes them)."""
   scales = [w / q for w, q in zip(weights, rates)]
-  top = max(a for a, n in zip(scales, sizes) if n > 0)
+  top = max(scales)
   scales = [a / top for a in scales]
   z = max(a * r for a, r in zip(scales, rhos) if r is not None)
   counted = [a * q * n for a, q, n in zip(scales, rates, sizes)]
@@ -172,7 +173,8 @@ class _RateCurve:
                    if len(rhos) > 1 else None)
 
   def add(self, rho: float, rate: float) -> None:
-    """A calibrated point inside the curve, kept as a node."""
+    """A calibrated point inside the curve, kept as a node (an exact
+    plan's: later points read the refined curve)."""
     if self.log_rhos[0] < math.log(rho) < self.log_rhos[-1]:
       known = dict(zip(np.exp(self.log_rhos), np.exp(self.log_rates)))
       known[rho] = rate
@@ -297,6 +299,9 @@ class Frontier:
     `num_parameters`) in the plan."""
     check_tilt(tilt)
     base = self.individualized
+    # The frontier as the default was chosen on it: before this plan's
+    # calibrations refine the curves.
+    points = tuple(self.points(heterogeneity, num_parameters))
     rates, rhos = self._solution(tilt, exact=True)
     chosen = _point(tilt, rates, rhos, self._weights(tilt), self.sizes,
                     heterogeneity, num_parameters)
@@ -319,7 +324,7 @@ class Frontier:
         group_rates=tuple(rates),
         group_scales=chosen.scales,
         tilt=float(tilt),
-        frontier=tuple(self.points(heterogeneity, num_parameters)))
+        frontier=points)
 
 
 def plan_frontier(assignment: GroupAssignment, sampling: accounting.Sampling,
