@@ -56,6 +56,8 @@ def test_prints_every_rule_and_the_certificate_without_tensorflow(tmp_path):
     (('--epsilons=0.01', '--clip_lr=0.2', '--clip_count_stddev=0.5'),
      '--epsilons/--deltas'),
     (('--sampling=fixed',), '--sampling'),
+    (('--tilt=1.5',), '--tilt'),
+    (('--tilt=nan',), '--tilt'),
     (('--clients_per_round=301',), '--clients_per_round'),
 ])
 def test_bad_input_is_one_line_naming_the_flag(tmp_path, flags, flag):
