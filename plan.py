@@ -8,7 +8,10 @@ prints each group's noise multiplier, sampling rate and weight and the noise
 on the mean as S/x (S the clip norm), computed by the functions a run plans
 with (`tff_hdp.privacy.planner`); then the best plan with one noise draw
 over every per-group rate and weight, and a certificate: a bound that no
-such plan's noise on the mean passes.
+such plan's noise on the mean passes; then the bias/noise frontier
+(`tff_hdp.privacy.frontier`, the frontier_sampling rule): per knob t its
+noise on the mean S/F and the bound on the worst group's squared error at
+--heterogeneity, and the default point (the least bound), or --tilt's.
 
 Examples:
   python plan.py --task=mnist_noniid --epsilons=1,3.6,10
@@ -75,11 +78,40 @@ def _one_noise(best, budget: float) -> list[str]:
   return lines
 
 
+def _frontier(plan, chosen) -> list[str]:
+  """The frontier's points and the plan at the `chosen` t."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy import planner
+  lines = ['bias/noise frontier (frontier_sampling): each client of group j '
+           'counts (q_j*)^t in expectation, q_j* its rate under '
+           'individualized sampling; B = max_k B_k / S^2, the worst '
+           'group\'s bound']
+  lines.append(f'  {"t":>5} {"noise on the mean":>17} {"B":>9}')
+  for p in plan.frontier:
+    lines.append(f'  {p.tilt:5.2f} {"S/" + format(p.divisor, ".1f"):>17} '
+                 f'{p.worst_bound:9.4g}' + ('  <- ' + chosen
+                                            if p.tilt == plan.tilt else ''))
+  lines.append(f'  at t = {plan.tilt:g}, calibrated: noise on the mean '
+               f'S/{planner.noise_divisors(plan)[0]:.1f}')
+  lines.append(f'  {"group":32} {"z/a_j":>8} {"q_j":>8} {"a_j":>7} '
+               f'{"epsilon":>8}')
+  for j, (g, rho, q, a) in enumerate(zip(
+      plan.assignment.groups, plan.noise_multipliers, plan.rates(),
+      plan.group_scales)):
+    if plan.assignment.group_sizes()[j] > 0:
+      spent = plan.ledger.epsilon(j, plan.rounds) if g.is_private else None
+      lines.append(f'  {g.name:32} {rho:8.4f} {q:8.4f} {a:7.3f} ' +
+                   (f'{spent:8.4g}' if spent is not None else
+                    f'{"none":>8}'))
+  return lines
+
+
 def main(argv: list[str]) -> None:
   del argv
   # pylint: disable=g-import-not-at-top
   from cli import trusted
   from tff_hdp.privacy import accounting
+  from tff_hdp.privacy import frontier
   from tff_hdp.privacy import planner
   from tff_hdp.privacy import plans
   from tff_hdp.privacy import privacy_groups
@@ -98,6 +130,7 @@ def main(argv: list[str]) -> None:
   clip = plans.ClipSettings(learning_rate=flags.CLIP_LR.value,
                             count_stddev=count_stddev)
   spread = absl_flags.FLAGS['heterogeneity'].value
+  spread_h = 1.0 if spread is None else spread
   try:
     for group, size in zip(assignment.groups, assignment.group_sizes()):
       flags.check(size > 0 or not group.is_private,
@@ -126,7 +159,16 @@ def main(argv: list[str]) -> None:
           one.rates(), one.assignment.group_sizes(), one.assignment.groups)
                    if g.is_private)
       best = planner.best_one_noise_plan(one, TOLERANCE.value)
-      print('\n'.join(_one_noise(best, budget)))
+      print('\n'.join(_one_noise(best, budget)), flush=True)
+    if individualized:
+      curves = frontier.Frontier(individualized[0].plan)
+      tilt = absl_flags.FLAGS['tilt'].value
+      chosen = 'the --tilt given'
+      if tilt is None:
+        tilt = curves.default_tilt(spread_h, NUM_PARAMETERS.value)
+        chosen = 'the default (least B)'
+      print('\n'.join(_frontier(curves.plan(tilt, spread_h,
+                                             NUM_PARAMETERS.value), chosen)))
   except accounting.InfeasiblePrivacyTargetError as e:
     message = str(e)
     raise entry.InputError(message if message.startswith('--') else

@@ -767,6 +767,9 @@ def _check_device_algorithms() -> None:
     check(not algorithms.REGISTRY[name].device_only or
           SAMPLING.value == 'device',
           f'--algorithms={name}: {algorithms.DEVICE_ONLY}')
+    check(not algorithms.REGISTRY[name].poisson_only or
+          SAMPLING.value == 'poisson',
+          f'--algorithms={name}: {algorithms.POISSON_ONLY}')
   caps = absl_flags.FLAGS['level_participations']
   if caps.value and MAX_PARTICIPATIONS.value is not None:
     try:
@@ -866,7 +869,7 @@ def _check_values(current: str) -> None:
 PLAN_FLAGS = ('task', 'num_clients', 'epsilons', 'deltas', 'level_fractions',
               'opt_out_fraction', 'rounds', 'clients_per_round', 'accountant',
               'pld_discretization', 'clip_lr', 'clip_count_stddev',
-              'heterogeneity', 'seed', 'unsafe_allow_large_delta')
+              'heterogeneity', 'tilt', 'seed', 'unsafe_allow_large_delta')
 
 
 def plan_clients() -> int:
@@ -902,6 +905,7 @@ def check_plan_flags(own: tuple[str, ...] = ()) -> None:
   _check_clip_count()
   _in(absl_flags.FLAGS['heterogeneity'], 0, algorithms.MAX_RATIO,
       low_open=True)
+  _in(absl_flags.FLAGS['tilt'], 0, 1)
   n = plan_clients()
   check(CLIENTS_PER_ROUND.value <= n, f'--clients_per_round='
         f'{CLIENTS_PER_ROUND.value} exceeds the {n} clients.')

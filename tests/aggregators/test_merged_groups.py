@@ -110,3 +110,31 @@ def test_bad_weights_and_maps_are_refused():
     MergedGroupsFactory.private_together(_inner(), [False, False])
   with pytest.raises(TypeError, match='WeightedAggregationFactory'):
     MergedGroupsFactory(object(), [0, 1])
+
+
+def test_scaled_groups_enter_at_their_scale_and_count_once():
+  """Group j's clipped update times a_j in the merged sum; its client
+  counted once (the clip count's sensitivity stays 1)."""
+  inner = HeterogeneousDPFactory([0.0], [1.0], [None], initial_clip_norm=10.0,
+                                 clip_learning_rate=0.0,
+                                 release_unprotected_counts=True,
+                                 scaled_rows=True)
+  process = MergedGroupsFactory(inner, [0, 0, 0], [0.25, 1.0, 0.5]).create(
+      VEC, tff.TensorType(np.float32, [3]))
+  eye3 = np.eye(3, dtype=np.float32)
+  values = [np.full(4, v, np.float32) for v in (4.0, 1.0, 2.0)]
+  out = process.next(process.initialize(), values, list(eye3))
+  # (0.25 * 4 + 1 * 1 + 0.5 * 2) / 3 realized clients.
+  np.testing.assert_allclose(out.result, np.full(4, 1.0), rtol=1e-6)
+  assert out.measurements['group_client_counts'].tolist() == [3.0]
+
+
+def test_bad_scales_are_refused():
+  scaled = HeterogeneousDPFactory([1.0], [1.0], [2.0], initial_clip_norm=1.0,
+                                  clip_learning_rate=0.0, scaled_rows=True)
+  with pytest.raises(ValueError, match=r'in \(0, 1\]'):
+    MergedGroupsFactory(scaled, [0, 0], [0.5, 1.5])
+  with pytest.raises(ValueError, match='one each'):
+    MergedGroupsFactory(scaled, [0, 0], [0.5])
+  with pytest.raises(ValueError, match='takes scaled rows'):
+    MergedGroupsFactory(_inner(), [0, 1], [0.5, 1.0])

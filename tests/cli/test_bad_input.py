@@ -52,6 +52,12 @@ CASES = [
     (['--r=0,1', '--opt_out_fraction=0'], '--r=0',
      'weighs every group that has clients 0'),
     (['--heterogeneity=0'], '--heterogeneity', '(0, 1e+29]'),
+    (['--algorithms=frontier_sampling', '--tilt=1.5'], '--tilt', '[0, 1]'),
+    (['--algorithms=frontier_sampling', '--tilt=nan'], '--tilt', '[0, 1]'),
+    (['--algorithms=frontier_sampling', '--sampling=fixed'],
+     '--algorithms=frontier_sampling', 'run it with --sampling=poisson'),
+    (['--algorithms=fedhdp', '--tilt=0.5'], '--tilt',
+     'read by frontier_sampling only'),
     # numpy's overflow warnings and 'ratio r must be >= 0, got nan' before.
     (['--heterogeneity=1e308'], '--heterogeneity', '(0, 1e+29]'),
     (['--heterogeneity=inf'], '--heterogeneity', '(0, 1e+29]'),
@@ -321,7 +327,8 @@ def test_the_table_has_forty_cases_or_more():
      '--task', 'runs each preset on its own task'),
     (['--presets=digits', '--algorithms=mrmtl', '--r=1'], '--algorithms',
      "trusted-server algorithms (fedhdp, fedhdp_blt, fedhdp_tree, "
-     "blt_shared, individualized_sampling, dp_fedavg, nonprivate), not "
+     "blt_shared, individualized_sampling, frontier_sampling, dp_fedavg, "
+     "nonprivate), not "
      "'mrmtl'"),
     (['--presets=digits', '--algorithms=dp_fedavg', '--r=0.5'], '--r',
      'read by fedhdp, fedhdp_blt, fedhdp_tree only'),

@@ -56,6 +56,8 @@ def test_prints_every_rule_and_the_certificate_without_tensorflow(tmp_path):
     (('--epsilons=0.01', '--clip_lr=0.2', '--clip_count_stddev=0.5'),
      '--epsilons/--deltas'),
     (('--sampling=fixed',), '--sampling'),
+    (('--tilt=1.5',), '--tilt'),
+    (('--tilt=nan',), '--tilt'),
     (('--clients_per_round=301',), '--clients_per_round'),
 ])
 def test_bad_input_is_one_line_naming_the_flag(tmp_path, flags, flag):
@@ -65,3 +67,32 @@ def test_bad_input_is_one_line_naming_the_flag(tmp_path, flags, flag):
   assert result.returncode == 2, (result.stdout, result.stderr)
   (line,) = result.stderr.strip().splitlines()
   assert line.startswith('plan.py: error: ') and flag in line, line
+
+
+def test_prints_the_frontier_and_its_default_point(tmp_path):
+  """Every t of the grid with the library's S/F and bound, and the least
+  bound marked as the default."""
+  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import frontier  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top
+  from tff_hdp.privacy import privacy_groups as pg  # pylint: disable=g-import-not-at-top
+  levels = [pg.PrivacyGroup('private_eps1', 1.0, 1e-3),
+            pg.PrivacyGroup('private_eps8', 8.0, 1e-3)]
+  choices = pg.assign_opt_out(list(range(300)), levels, 0.1, 0)
+  curves = frontier.Frontier(plans.plan_individualized_sampling(
+      choices, accounting.PoissonSampling(0.1), 20,
+      plans.ClipSettings(learning_rate=0.0)))
+  result = _plan(tmp_path, *SMALL, '--certificate_tolerance=0')
+  assert result.returncode == 0, result.stderr[-2000:]
+  lines = result.stdout.splitlines()
+  start = lines.index(next(l for l in lines
+                           if l.startswith('bias/noise frontier')))
+  rows = lines[start + 2:start + 2 + len(frontier.TILTS)]
+  for row, point in zip(rows, curves.points(1.0, 7850)):
+    t, divisor, bound = row.split()[:3]
+    assert float(t) == point.tilt
+    assert divisor == f'S/{point.divisor:.1f}'
+    assert float(bound) == pytest.approx(point.worst_bound, rel=1e-3)
+  chosen = [r for r in rows if r.endswith('the default (least B)')]
+  assert len(chosen) == 1
+  assert float(chosen[0].split()[0]) == curves.default_tilt(1.0, 7850)

@@ -55,6 +55,7 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('r', [], '0.5'),
     ('level_ratios', ['--algorithms=fedhdp', '--epsilons=1,3'], '0.5,1'),
     ('heterogeneity', ['--algorithms=fedhdp'], '0.5'),
+    ('tilt', ['--algorithms=frontier_sampling'], '0.5'),
     ('level_fractions', ['--epsilons=1,3'], '0.3,0.7'),
     ('opt_out_fraction', [], '0.1'),
     ('levels_by_label', ['--epsilons=1,8'], '0-3:1,4-9:8'),

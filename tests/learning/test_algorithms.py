@@ -111,7 +111,7 @@ def test_an_unknown_name_is_refused_naming_the_choices(registry):
   assert _one_line(error) == (
       "unknown trusted-server algorithm 'groupwise'; choose one of fedhdp, "
       'fedhdp_blt, fedhdp_tree, blt_shared, individualized_sampling, '
-      'dp_fedavg, nonprivate.')
+      'frontier_sampling, dp_fedavg, nonprivate.')
 
 
 def test_a_registered_record_is_found_in_its_setting_only(registry):

@@ -122,3 +122,24 @@ def test_each_client_is_sampled_at_its_groups_rate():
                                   same) == selection.sample_clients(
                                       ids, accounting.PoissonSampling(0.1), 5,
                                       3)
+
+
+def test_a_rate_search_through_tiny_rates_plans():
+  """eps 10 at delta 1e-2 over 2 rounds: the rate search passes rates at
+  which dp_accounting's RDP rounds to -1e-16, which its get_epsilon
+  refuses; the plan is made and each group stays within its target."""
+  levels = [pg.PrivacyGroup('eps1', 1.0, 1e-2),
+            pg.PrivacyGroup('eps4', 4.0, 1e-2),
+            pg.PrivacyGroup('eps10', 10.0, 1e-2)]
+  choices = pg.assign_opt_out(list(range(100)), levels, 0.0, seed=0)
+  plan = plans.plan_individualized_sampling(
+      choices, accounting.PoissonSampling(0.2), 2,
+      plans.ClipSettings(count_stddev=5.0))
+  z = plan.noise_multipliers[0]
+  for j, g in enumerate(levels):
+    accountant = rdp.RdpAccountant()
+    accountant.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(
+            plan.group_rates[j], dp_accounting.GaussianDpEvent(
+                (z**-2 + 10.0**-2)**-0.5)), 2))
+    assert accountant.get_epsilon(g.delta) <= g.epsilon * (1 + 1e-9)

@@ -74,6 +74,8 @@ TRUSTED_SUMMARY = {
         'dropped_clients', 'rounds', 'sampling', 'sampling_rate',
         'denominator', 'adjacency', 'clip_count_stddev')},
     'privacy_accounted': 'whether the settings are accounted: public',
+    'tilt': 'the frontier\'s t: a flag, or chosen from public quantities',
+    'noise_divisor': 'the plan\'s noise on the mean, from public quantities',
     **{k: 'which accountant bounds the epsilons: a flag' for k in (
         'accountant', 'pld_discretization')},
     **EVERY_SUMMARY,

@@ -183,3 +183,27 @@ def test_read_rounds_blank_cells_are_nan(runs):
   cols = plots.read_rounds(runs['nonprivate'])
   assert math.isnan(cols['acc_g'][0]) and cols['acc_g'][2] == 90
   assert np.isinf(cols['epsilon_all_non_private']).all()
+
+
+def test_the_frontier_plots_accuracy_against_the_noise_divisor(tmp_path):
+  """Frontier runs by t (out of order, one without the worst group's
+  accuracy), another rule's run left out: one line per metric through the
+  runs' (noise divisor, accuracy), each point named by its t."""
+  def run(tilt, divisor, mean, worst=None):
+    metrics = {'acc_g': mean, **({'acc_worst_group': worst} if worst else {})}
+    return {'algorithm': 'frontier_sampling', 'tilt': tilt,
+            'noise_divisor': divisor, 'metrics': metrics}
+
+  summaries = [run(1.0, 80.0, 89.0, 67.0), run(0.0, 26.0, 70.0, 65.0),
+               run(0.5, 45.0, 84.0),
+               {'algorithm': 'dp_fedavg', 'metrics': {'acc_g': 43.0}}]
+  path = str(tmp_path / 'frontier.png')
+  fig = plots.accuracy_vs_noise_divisor(summaries, path)
+  mean, worst = fig.axes[0].lines
+  assert list(mean.get_xdata()) == [26.0, 45.0, 80.0]
+  assert list(mean.get_ydata()) == [70.0, 84.0, 89.0]
+  assert list(worst.get_xdata()) == [26.0, 80.0]
+  assert list(worst.get_ydata()) == [65.0, 67.0]
+  labels = [t.get_text() for t in fig.axes[0].texts]
+  assert labels.count('t=0.5') == 1 and labels.count('t=1') == 2
+  assert image.imread(path).shape[0] > 0

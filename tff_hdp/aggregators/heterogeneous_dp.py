@@ -71,15 +71,21 @@ def _validate(noise_multipliers, ratios, expected_group_sizes,
                      f'{expected_clients_per_round}.')
 
 
-def valid_group_rows(one_hot: tf.Tensor) -> tf.Tensor:
+def valid_group_rows(one_hot: tf.Tensor, scaled: bool = False) -> tf.Tensor:
   """`one_hot` (a [l] group vector, or [K, l] rows) with every row that is
   not a one-hot vector or zeros set to zeros: the weight is the client's
   sensitivity, so [2, 0] would double its contribution and [1, 1] count it
-  in two groups; such a client is excluded instead."""
+  in two groups; such a client is excluded instead. With `scaled`, a row's
+  one nonzero entry may be any a in (0, 1]: the client's clipped update
+  enters its group's sum times a (sensitivity a S, never above S)."""
   rows = tf.reshape(one_hot, [-1, tf.shape(one_hot)[-1]])
-  binary = tf.reduce_all(tf.logical_or(tf.equal(rows, 0.0),
-                                       tf.equal(rows, 1.0)), axis=1)
-  valid = tf.logical_and(binary, tf.reduce_sum(rows, axis=1) <= 1.0)
+  if scaled:
+    within = tf.reduce_all(tf.logical_and(rows >= 0.0, rows <= 1.0), axis=1)
+    valid = tf.logical_and(within, tf.math.count_nonzero(rows, axis=1) <= 1)
+  else:
+    binary = tf.reduce_all(tf.logical_or(tf.equal(rows, 0.0),
+                                         tf.equal(rows, 1.0)), axis=1)
+    valid = tf.logical_and(binary, tf.reduce_sum(rows, axis=1) <= 1.0)
   return tf.reshape(clipping.zero_rows(rows, valid), tf.shape(one_hot))
 
 
@@ -152,7 +158,8 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
                seed: int = 0,
                value_sum_factory: (tff.aggregators.UnweightedAggregationFactory
                                    | None) = None,
-               release_unprotected_counts: bool = False) -> None:
+               release_unprotected_counts: bool = False,
+               scaled_rows: bool = False) -> None:
     """Args:
       noise_multipliers: z_j per group (0 for a non-private group).
       ratios: r_j per group, the weight multiplier of its mean.
@@ -169,6 +176,9 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
       value_sum_factory: the inner sum of the clients' contributions.
       release_unprotected_counts: report the exact counts no epsilon covers
         (see the class docstring) instead of NaN.
+      scaled_rows: take weight rows whose one nonzero entry a lies in
+        (0, 1]: the client counts once in that group, its clipped update
+        scaled by a (`valid_group_rows`; `MergedGroupsFactory`'s scales).
 
     Raises:
       ValueError: if the settings are inconsistent or out of range.
@@ -196,6 +206,7 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     self._withheld_counts = noised & (not release)
     self._withhold_total = bool(noised.any()) and not release
     self._withhold_fraction = self._withhold_total and self._eta_b == 0
+    self.scaled_rows = bool(scaled_rows)
 
   @classmethod
   def from_plan(cls, plan: plans.PrivacyPlan, clip: plans.ClipSettings,
@@ -306,7 +317,8 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     `centred_bits`: what `federated_sum` adds up for the server update.
     """
     l = self.num_groups
-    one_hot = valid_group_rows(one_hot)
+    one_hot = valid_group_rows(one_hot, self.scaled_rows)
+    member = tf.cast(one_hot > 0, tf.float32)  # counts once, whatever a
     leaves = tf.nest.flatten(value)
     norm = tf.linalg.global_norm(leaves)
     clipped, _ = tf.clip_by_global_norm(leaves, clip_norm, use_norm=norm)
@@ -314,14 +326,14 @@ class HeterogeneousDPFactory(tff.aggregators.WeightedAggregationFactory):
     # such an update adds zero instead, and its bit says clipped.
     finite = tf.math.is_finite(norm)
     clipped = [clipping.zero_rows(x, finite) for x in clipped]
-    counted = tf.reduce_sum(one_hot)
+    counted = tf.reduce_sum(member)
     stacked = [
         tf.reshape(one_hot, [l] + [1] * x.shape.rank) * x[tf.newaxis]
         for x in clipped
     ]
     centred_bit = clipping.centred_clip_bits(norm, clip_norm) * counted
     return collections.OrderedDict(
-        group_sums=stacked, counts=one_hot, centred_bits=centred_bit)
+        group_sums=stacked, counts=member, centred_bits=centred_bit)
 
   def create(self, value_type: tff.types.Type,
              weight_type: tff.types.Type) -> tff.templates.AggregationProcess:
@@ -468,14 +480,15 @@ class CohortHeterogeneousDPFactory(HeterogeneousDPFactory):
     return tff.TensorType(np.float32, [None, self.num_groups])
 
   def _contribution(self, value, one_hot, clip_norm):
-    one_hot = valid_group_rows(one_hot)
+    one_hot = valid_group_rows(one_hot, self.scaled_rows)
+    member = tf.cast(one_hot > 0, tf.float32)
     # As tf.clip_by_global_norm: scale by S / max(||Delta||, S), row by row;
     # a row with a non-finite norm adds zero, even in a zero-weight slot.
     clipped, norms = clipping.clip_rows(tf.nest.flatten(value), clip_norm)
     group_sums = [tf.tensordot(one_hot, x, [[0], [0]]) for x in clipped]
-    counted = tf.reduce_sum(one_hot, axis=1)
+    counted = tf.reduce_sum(member, axis=1)
     centred_bits = tf.reduce_sum(
         clipping.centred_clip_bits(norms, clip_norm) * counted)
     return collections.OrderedDict(
-        group_sums=group_sums, counts=tf.reduce_sum(one_hot, axis=0),
+        group_sums=group_sums, counts=tf.reduce_sum(member, axis=0),
         centred_bits=centred_bits)

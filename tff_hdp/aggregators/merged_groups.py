@@ -9,7 +9,10 @@ of the single draw that protects each of their members alike.
 `MergedGroupsFactory` maps each client's one-hot group vector (length l) to
 the merged groups' (length m) and hands the update to an inner factory
 weighted by the float32[m] one-hot vector, e.g. `HeterogeneousDPFactory`
-with one private group.
+with one private group. With `scales`, group j's rows enter the merged
+group at a_j in (0, 1] instead of 1 (the frontier's plans: each group's
+clipped sum times a_j before the one draw), for an inner factory that takes
+scaled rows (`HeterogeneousDPFactory(scaled_rows=True)`).
 """
 
 from __future__ import annotations
@@ -23,12 +26,23 @@ import tensorflow_federated as tff
 from tff_hdp.aggregators import heterogeneous_dp
 
 
-def _validate(inner, merged_group_of) -> None:
+def _validate(inner, merged_group_of, scales) -> None:
   if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
     raise TypeError('the inner factory must be a tff.aggregators.'
                     f'WeightedAggregationFactory, got {type(inner).__name__}.')
   if not merged_group_of:
     raise ValueError('at least one privacy group is needed.')
+  if scales is not None:
+    if len(scales) != len(merged_group_of):
+      raise ValueError(f'{len(scales)} scales for {len(merged_group_of)} '
+                       'privacy groups: one each is needed.')
+    if not all(0 < a <= 1 for a in scales):
+      raise ValueError(f'each scale must be in (0, 1], got {list(scales)}.')
+    if not getattr(inner, 'scaled_rows', False) and any(
+        a != 1 for a in scales):
+      raise ValueError('scales below 1 need an inner factory that takes '
+                       'scaled rows (HeterogeneousDPFactory(scaled_rows='
+                       'True)); any other would exclude those clients.')
   merged = sorted(set(merged_group_of))
   if merged != list(range(len(merged))):
     raise ValueError(f'merged groups must be numbered 0..m-1 with none '
@@ -47,10 +61,13 @@ class MergedGroupsFactory(tff.aggregators.WeightedAggregationFactory):
   """
 
   def __init__(self, inner: tff.aggregators.WeightedAggregationFactory,
-               merged_group_of: Sequence[int]) -> None:
-    _validate(inner, merged_group_of)
+               merged_group_of: Sequence[int],
+               scales: Sequence[float] | None = None) -> None:
+    _validate(inner, merged_group_of, scales)
     self._inner = inner
     self._merged_group_of = tuple(int(m) for m in merged_group_of)
+    self._scales = (tuple(float(a) for a in scales) if scales is not None
+                    else (1.0,) * len(self._merged_group_of))
 
   @classmethod
   def private_together(cls, inner: tff.aggregators.WeightedAggregationFactory,
@@ -94,7 +111,13 @@ class MergedGroupsFactory(tff.aggregators.WeightedAggregationFactory):
           f'the float32 one-hot vector of the {l} privacy groups',
           weight_type)
     m = max(self._merged_group_of) + 1
-    merge = np.eye(m, dtype=np.float32)[list(self._merged_group_of)]
+    # Each scale as the largest float32 at or below it: never more
+    # sensitivity than planned.
+    scales = np.array(self._scales, np.float32)
+    scales = np.where(scales > np.array(self._scales),
+                      np.nextafter(scales, np.float32(0)), scales)
+    merge = (np.eye(m, dtype=np.float32)[list(self._merged_group_of)] *
+             scales[:, np.newaxis])
     merged_type = tff.TensorType(np.float32, [*weight_type.shape[:-1], m])
     inner = self._inner.create(value_type, merged_type)
 

@@ -19,7 +19,8 @@ float32 one-hot group vector, and the noise it applies (`GroupNoise`), which
 is what the ledger accounts. `groups` says which privacy groups the
 algorithm trains with (the clients' own by default); `privacy_plan` how
 their noise and sampling rates are planned (`plans.plan_privacy` by
-default: every group at the run's rate); `sweep` names an option with one
+default: every group at the run's rate; a plan marked `reads_options` also
+gets the run's options and the model's size, `Algorithm.plan_privacy`); `sweep` names an option with one
 configuration per value (FedHDP's r).
 
 Untrusted server (every client runs DP-SGD at its own epsilon):
@@ -215,6 +216,26 @@ class Algorithm:
     """Whether its privacy plan accounts devices only (`_device_plan`),
     refusing sampled clients."""
     return getattr(self.privacy_plan, 'device_only', False)
+
+  @property
+  def poisson_only(self) -> bool:
+    """Whether its privacy plan samples each group at its own Poisson
+    rate, refusing any other sampling."""
+    return getattr(self.privacy_plan, 'poisson_only', False)
+
+  def plan_privacy(self, assignment, sampling, rounds, clip, denominator,
+                   *, allow_large_delta: bool, options: Mapping[str, Any],
+                   num_parameters: int) -> plans.PrivacyPlan:
+    """The run's plan (trusted setting): `privacy_plan`'s, or
+    `plans.plan_privacy`; a plan marked `reads_options` also gets the
+    run's options and the model's size."""
+    # pylint: disable-next=g-import-not-at-top
+    from tff_hdp.privacy.plans import plan_privacy
+    plan = self.privacy_plan or plan_privacy
+    extra = (dict(options=options, num_parameters=num_parameters)
+             if getattr(plan, 'reads_options', False) else {})
+    return plan(assignment, sampling, rounds, clip, denominator,
+                allow_large_delta=allow_large_delta, **extra)
 
   def __post_init__(self):
     def refuse(why):
@@ -447,11 +468,37 @@ def _streams_factory(context: TrustedContext) -> GroupFactory:
                       seeded=True, ratios=ratios)
 
 
+# Why a `poisson_only` record refuses any other sampling.
+POISSON_ONLY = ('it samples each privacy group at its own Poisson rate: '
+                'run it with --sampling=poisson.')
+
+
 def _individualized_plan(*args, **kwargs) -> plans.PrivacyPlan:
   """`plans.plan_individualized_sampling`: one z, each group its rate."""
   # pylint: disable-next=g-import-not-at-top
   from tff_hdp.privacy.plans import plan_individualized_sampling
   return plan_individualized_sampling(*args, **kwargs)
+
+
+_individualized_plan.poisson_only = True
+
+
+def _frontier_plan(assignment, sampling, rounds, clip, denominator='expected',
+                   allow_large_delta=False, *, options,
+                   num_parameters) -> plans.PrivacyPlan:
+  """`frontier.plan_frontier` at --tilt (not given: the default point for
+  --heterogeneity and the model's size)."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy import frontier
+  spread = options.get('heterogeneity')
+  return frontier.plan_frontier(
+      assignment, sampling, rounds, clip, options.get('tilt'),
+      1.0 if spread is None else spread, num_parameters, denominator,
+      allow_large_delta)
+
+
+_frontier_plan.poisson_only = True
+_frontier_plan.reads_options = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -482,35 +529,68 @@ class _MergedGroups:
         plan, context.num_parameters, spread, z))
 
 
+def _one_draw_inner(context: TrustedContext, z: float,
+                    ratios: Sequence[float],
+                    expected: Sequence[float | None],
+                    scaled_rows: bool = False):
+  """`HeterogeneousDPFactory` (its cohort twin in cohorts) over merged
+  groups whose first one, the private groups' sums, takes one draw at `z`
+  (the others none), at the plan's clip settings."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.aggregators import heterogeneous_dp
+  plan = context.plan
+  return (heterogeneous_dp.CohortHeterogeneousDPFactory if context.cohorts
+          else heterogeneous_dp.HeterogeneousDPFactory)(
+              noise_multipliers=[z] + [0.0] * (len(ratios) - 1),
+              ratios=ratios,
+              expected_group_sizes=expected,
+              initial_clip_norm=context.clip.initial_norm,
+              target_unclipped_quantile=context.clip.target_quantile,
+              clip_learning_rate=context.clip.learning_rate,
+              clip_count_stddev=plan.clip_count_stddev,
+              expected_clients_per_round=plan.expected_clients_per_round,
+              seed=context.seed,
+              release_unprotected_counts=context.release_unprotected_counts,
+              scaled_rows=scaled_rows)
+
+
 def _individualized_factory(context: TrustedContext) -> GroupFactory:
   """The private groups' sums merged under one noise draw
   (`MergedGroupsFactory` over `HeterogeneousDPFactory`), their mean
   combined with each non-private group's at the noise-aware ratio."""
-  # pylint: disable=g-import-not-at-top
-  from tff_hdp.aggregators import heterogeneous_dp
+  # pylint: disable-next=g-import-not-at-top
   from tff_hdp.aggregators import merged_groups
-  # pylint: enable=g-import-not-at-top
   plan = context.plan
   private = [g.is_private for g in plan.assignment.groups]
   z = max(plan.noise_multipliers)
   merged = _MergedGroups.of(context, z)
-  others = len(merged.others)
-  inner = (heterogeneous_dp.CohortHeterogeneousDPFactory if context.cohorts
-           else heterogeneous_dp.HeterogeneousDPFactory)(
-               noise_multipliers=[z] + [0.0] * others,
-               ratios=merged.ratios,
-               expected_group_sizes=[merged.private_count] + [None] * others,
-               initial_clip_norm=context.clip.initial_norm,
-               target_unclipped_quantile=context.clip.target_quantile,
-               clip_learning_rate=context.clip.learning_rate,
-               clip_count_stddev=plan.clip_count_stddev,
-               expected_clients_per_round=plan.expected_clients_per_round,
-               seed=context.seed,
-               release_unprotected_counts=context.release_unprotected_counts)
+  inner = _one_draw_inner(
+      context, z, merged.ratios,
+      [merged.private_count] + [None] * len(merged.others))
   return GroupFactory(
       merged_groups.MergedGroupsFactory.private_together(inner, private),
       GroupNoise(plan.noise_multipliers, plan.ledger.clip_count_stddev),
       seeded=True, ratios=merged.group_ratios)
+
+
+def _frontier_factory(context: TrustedContext) -> GroupFactory:
+  """Every group's clipped sum times its scale a_j (`frontier`) under one
+  noise draw of std z S, divided by sum_j a_j q_j N_j
+  (`MergedGroupsFactory` with scales over `HeterogeneousDPFactory` with
+  one group): group j is accounted at z / a_j."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.aggregators import merged_groups
+  plan = context.plan
+  scales = plan.group_scales
+  z = max(r * a for r, a, g in zip(plan.noise_multipliers, scales,
+                                   plan.assignment.groups) if g.is_private)
+  counted = sum(a * d for a, d in zip(scales, plan.expected_group_sizes))
+  inner = _one_draw_inner(context, z, [1.0], [counted], scaled_rows=True)
+  return GroupFactory(
+      merged_groups.MergedGroupsFactory(
+          inner, [0] * len(scales), scales),
+      GroupNoise(plan.noise_multipliers, plan.ledger.clip_count_stddev),
+      seeded=True, ratios=scales)
 
 
 def _capped_stream_factory(context: TrustedContext) -> GroupFactory:
@@ -633,6 +713,14 @@ LEVEL_PARTICIPATIONS = Option(
     '--max_participations (not given: that cap for every level). Devices '
     'that stop sooner spend less of the one stream\'s privacy.', low=1,
     per_level=True)
+TILT = Option(
+    'tilt', 'frontier_sampling: the knob t in [0, 1] from every client '
+    'counting equally in expectation (0, unbiased) to individualized '
+    'sampling (1): each client of a level with individualized rate q* '
+    'counts (q*)^t (not given: the t of 0, 0.05, ..., 1 with the least '
+    'bound on the worst group\'s squared error at --heterogeneity, '
+    'printed with each point\'s noise on the mean). Public: it costs no '
+    'privacy.', low=0.0, high=1.0)
 RPCA_FREEZE = Option(
     'rpca_freeze_after_round', 'Robust-HDP: estimate the weights by RPCA in '
     'rounds 1..k only and reuse round k\'s after, as its authors\' code does '
@@ -663,6 +751,11 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               _individualized_factory, (HETEROGENEITY,),
               _FEDHDP_MEASUREMENTS[:2], cohorts=True,
               privacy_plan=_individualized_plan),
+    Algorithm('frontier_sampling', TRUSTED,
+              'bias/noise frontier (one noise draw, per-level scales)',
+              _frontier_factory, (TILT, HETEROGENEITY),
+              _FEDHDP_MEASUREMENTS[:2], cohorts=True,
+              privacy_plan=_frontier_plan),
     Algorithm('dp_fedavg', TRUSTED, 'DP-FedAvg', _fedhdp_factory,
               measurements=_FEDHDP_MEASUREMENTS, cohorts=True,
               groups=_strictest),

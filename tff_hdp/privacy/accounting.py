@@ -447,11 +447,18 @@ def epsilon_at_order(order: float, event: dp_accounting.DpEvent,
                      relation: dp_accounting.NeighboringRelation,
                      delta: float) -> float:
   """dp_accounting's epsilon bound for `event` from one RDP order: an upper
-  bound on the accountant's (which takes the least over its orders)."""
+  bound on the accountant's (which takes the least over its orders).
+
+  At a tiny sampling rate dp_accounting's RDP can round to a hair below 0
+  (-1e-16), which its `get_epsilon` refuses: a rate search (individualized
+  sampling's) passes such rates. The RDP is taken at its size there, an
+  upper bound up to that rounding; elsewhere this is `get_epsilon`."""
   accountant = rdp.RdpAccountant(orders=[order],
                                  neighboring_relation=relation)
   accountant.compose(event)
-  return accountant.get_epsilon(delta)
+  divergence = [abs(r) for r in accountant._rdp]  # pylint: disable=protected-access
+  return rdp.rdp_privacy_accountant.compute_epsilon([order], divergence,
+                                                    delta)[0]
 
 
 def best_order(event: dp_accounting.DpEvent,

@@ -75,8 +75,10 @@ def noise_divisors(plan: plans.PrivacyPlan) -> tuple[float, float]:
   renormalized), at the expected counts D_j = q_j N_j and weights
   w_j = r_j D_j / sum_k r_k D_k (r_j the plan's ratios). Groups with their
   own draw add w_j^2 z_j^2 / D_j^2; a plan whose private groups share one
-  draw (individualized sampling) adds (sum_j w_j)^2 z^2 / (sum_j D_j)^2.
-  inf: no noise on the mean."""
+  draw of std z S on sum_j a_j (their clipped sums) (individualized
+  sampling, a_j = 1; the frontier, each group's multiplier z / a_j and its
+  ratio a_j) adds (sum_j w_j)^2 z^2 / (sum_j a_j D_j)^2, sums over the
+  private groups. inf: no noise on the mean."""
   groups = plan.assignment.groups
   counts = [q * n for q, n in zip(plan.rates(),
                                   plan.assignment.group_sizes())]
@@ -87,8 +89,9 @@ def noise_divisors(plan: plans.PrivacyPlan) -> tuple[float, float]:
   if not private or share == 0:
     return math.inf, math.inf
   if plan.group_rates is not None:  # one draw for the private groups
-    z = max(plan.noise_multipliers[j] for j in private)
-    private_noise = z / sum(counts[j] for j in private)
+    scales = plan.group_scales or (1.0,) * len(groups)
+    z = max(plan.noise_multipliers[j] * scales[j] for j in private)
+    private_noise = z / sum(scales[j] * counts[j] for j in private)
   else:
     weight = sum(weighed[j] for j in private)
     private_noise = math.sqrt(sum(

@@ -54,6 +54,13 @@ class PrivacyPlan:
   # Each group's Poisson rate where the groups are sampled at their own
   # (individualized sampling); None: every client at `sampling`.
   group_rates: tuple[float, ...] | None = None
+  # Each group's scale a_j on its clipped sum before the one noise draw
+  # every group shares (`frontier`); None: 1, or no shared draw.
+  group_scales: tuple[float, ...] | None = None
+  # The frontier's knob t and its points (`frontier.FrontierPoint`, at
+  # `frontier.TILTS`) where the plan is one of them.
+  tilt: float | None = None
+  frontier: tuple = ()
 
   def rates(self) -> tuple[float, ...]:
     """The rate at which each group's members join a round."""

@@ -221,6 +221,33 @@ def accuracy_by_distribution(table: Mapping[str, Mapping[str, float | None]],
   return _finish(fig, ax, path)
 
 
+def accuracy_vs_noise_divisor(summaries: Sequence[dict],
+                              path: str | None = None,
+                              metrics: Sequence[str] = ('acc_g',
+                                                        'acc_worst_group'),
+                              title: str | None = None) -> Figure:
+  """The bias/noise frontier from a sweep of frontier_sampling runs: each
+  run's final `metrics` (the mean accuracy and the worst group's) against
+  its noise divisor F (noise on the mean S / F, summary.json's
+  `noise_divisor`), each point labelled with its t; runs of other rules
+  are left out, a metric a run lacks leaves its point out."""
+  fig, ax = _new_axes(title, 'noise divisor F (noise on the mean S / F)',
+                      'accuracy (%)')
+  runs = sorted((s for s in summaries if s.get('tilt') is not None),
+                key=lambda s: s['tilt'])
+  for i, metric in enumerate(metrics):
+    points = [(s['noise_divisor'], s['metrics'][metric], s['tilt'])
+              for s in runs if s['metrics'].get(metric) is not None]
+    if not points:
+      continue
+    ax.plot([p[0] for p in points], [p[1] for p in points], marker='o',
+            label=metric_label(metric), **_style(i))
+    for x, y, t in points:
+      ax.annotate(f't={t:g}', (x, y), textcoords='offset points',
+                  xytext=(4, 4), fontsize='x-small')
+  return _finish(fig, ax, path)
+
+
 def sweep_plots(run_dirs: Mapping[str, str], out_dir: str,
                 prefix: str = '', title: str | None = None) -> list[str]:
   """The three figures of one sweep block; returns the files written."""

@@ -397,10 +397,11 @@ def run_configuration(task: FederatedTask, config: Configuration,
   audit = _canary_audit(task, assignment, settings)
   clip = (dataclasses.replace(settings.clip, learning_rate=0.0)
           if record.fixed_clip else settings.clip)
-  plan = (record.privacy_plan or plans.plan_privacy)(
+  plan = record.plan_privacy(
       audit.with_canaries() if audit else assignment, settings.sampling,
       settings.rounds, clip, settings.denominator,
-      allow_large_delta=settings.allow_large_delta)
+      allow_large_delta=settings.allow_large_delta, options=options,
+      num_parameters=task.num_trainable_parameters)
   execution = Execution(settings.cohort_size,
                         audit.directions if audit else None)
   def build(claimed: run_lifecycle.ClaimedRun) -> TrustedRounds:
@@ -468,12 +469,31 @@ def _ratios_line(name: str, plan: plans.PrivacyPlan) -> str:
     line += f'; noise on the mean S/{released:.1f}' + (
         '' if released == private else
         f' (on the private groups\' part S/{private:.1f})')
-  if plan.group_rates is not None:
+  if plan.tilt is not None:
+    line += (f'\n{name}: one noise draw on sum_j a_j x group j\'s clipped '
+             'sum; per group a_j, its rate q_j and noise multiplier z / a_j: '
+             + ', '.join(f'{g.name} {a:.4g}, {q:.4g}, {z:.4g}' for g, a, q, z
+                         in zip(groups, plan.group_scales, plan.group_rates,
+                                plan.noise_multipliers)))
+    line += '\n' + '\n'.join(f'{name}: {row}'
+                               for row in frontier_lines(plan))
+  elif plan.group_rates is not None:
     line += (f'\n{name}: noise multiplier {max(plan.noise_multipliers):.4g} '
              'for every private group, each sampled at its own rate: ' +
              ', '.join(f'{g.name} {q:.4g}'
                        for g, q in zip(groups, plan.group_rates)))
   return line
+
+
+def frontier_lines(plan: plans.PrivacyPlan) -> list[str]:
+  """The frontier of a frontier plan, one line per point: t, the noise on
+  the mean S/F and the worst group's bound B / S^2, the plan's own t
+  marked."""
+  return ['frontier (t, noise on the mean, worst group\'s bound '
+          'max_k B_k / S^2): ' + '; '.join(
+              f'{p.tilt:g} S/{p.divisor:.1f} {p.worst_bound:.4g}' +
+              (' *' if p.tilt == plan.tilt else '') for p in plan.frontier),
+          f'tilt t = {plan.tilt:g} (*)']
 
 
 # What a run's epsilon protects, by how clients take part.
@@ -524,6 +544,9 @@ def _summary(task, config, settings, plan, assignment, audit, program,
       'rounds': settings.rounds,
       'sampling': kind,
       'sampling_rate': settings.sampling.rate,
+      **({'tilt': plan.tilt,
+          'noise_divisor': planner.noise_divisors(plan)[0]}
+         if plan.tilt is not None else {}),
       **({'participation': {
           'min_separation': settings.sampling.min_separation,
           'max_participations': settings.sampling.max_participations,
