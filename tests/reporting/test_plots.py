@@ -190,7 +190,7 @@ def test_the_frontier_plots_accuracy_against_the_noise_divisor(tmp_path):
   accuracy), another rule's run left out: one line per metric through the
   runs' (noise divisor, accuracy), each point named by its t."""
   def run(tilt, divisor, mean, worst=None):
-    metrics = {'acc_g': mean, **({'acc_worst_group': worst} if worst else {})}
+    metrics = {'acc_g': mean, **({'acc_g_worst': worst} if worst else {})}
     return {'algorithm': 'frontier_sampling', 'tilt': tilt,
             'noise_divisor': divisor, 'metrics': metrics}
 

@@ -20,6 +20,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from tff_hdp import metrics as metrics_lib
+
 _BASELINES = ('nonprivate', 'dp_fedavg')
 
 
@@ -223,8 +225,8 @@ def accuracy_by_distribution(table: Mapping[str, Mapping[str, float | None]],
 
 def accuracy_vs_noise_divisor(summaries: Sequence[dict],
                               path: str | None = None,
-                              metrics: Sequence[str] = ('acc_g',
-                                                        'acc_worst_group'),
+                              metrics: Sequence[str] = (
+                                  'acc_g', metrics_lib.WORST_GROUP_COLUMN),
                               title: str | None = None) -> Figure:
   """The bias/noise frontier from a sweep of frontier_sampling runs: each
   run's final `metrics` (the mean accuracy and the worst group's) against
