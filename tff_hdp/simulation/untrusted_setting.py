@@ -60,6 +60,11 @@ class UntrustedSettings(run_lifecycle.RunSettings):
   # The rules' options (registry `Option`s, e.g. robust_hdp's
   # rpca_freeze_after_round), by name; a missing one takes its default.
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  # How each client's epsilon is bounded (`plans.dp_sgd_accountant`): 'rdp'
+  # or 'pld', at `pld_discretization` (None: per client, the coarsest of
+  # 1e-3, 1e-4, ... within the tolerance).
+  accountant: str = 'rdp'
+  pld_discretization: float | None = None
 
   def __post_init__(self):
     if self.train_rounds is not None and not (
@@ -175,9 +180,11 @@ def run_key(task: FederatedTask, algorithm: str,
   batch size, and the worker count."""
   key = {k: v for k, v in settings.as_dict().items()
          if k != 'checkpoint_every'}
-  for added in ('canaries', 'train_rounds'):  # unset: keys from before them
-    if not key[added]:
+  for added in ('canaries', 'train_rounds', 'pld_discretization'):
+    if not key[added]:  # unset: keys from before them
       del key[added]
+  if key['accountant'] == 'rdp':
+    del key['accountant']
   return runtime.with_worker_count(dict(
       key, task=task.name, algorithm=algorithm, batch_size=task.batch_size,
       data=task.data_digest, loss=task.loss_fn().name,
@@ -209,7 +216,9 @@ def run_algorithm(task: FederatedTask, algorithm: str,
   client_plans = plans.plan_clients(
       noise_aware.client_epsilons(algorithm, epsilons),
       settings.delta, sizes, batch_sizes, settings.rounds,
-      allow_large_delta=settings.allow_large_delta)
+      allow_large_delta=settings.allow_large_delta,
+      accountant=settings.accountant,
+      pld_discretization=settings.pld_discretization)
   num_params = task.num_trainable_parameters
 
   def build(claimed: run_lifecycle.ClaimedRun) -> UntrustedRounds:
@@ -254,6 +263,10 @@ def run_algorithm(task: FederatedTask, algorithm: str,
         'batch_sizes': [int(b) for b in batch_sizes],
         'epsilon_spent_max': max(spent),
         'epsilon_spent_min': min(spent),
+        **plans.accountant_summary(client_plans, trained),
+        **({'pld_discretizations': [p.accountant.discretization
+                                    for p in client_plans]}
+           if settings.accountant == 'pld' else {}),
         **(canary_audit.client_audit_summary(
             settings.canaries,
             dp_sgd.canary_scores(program.state.client_work), client_plans,
