@@ -426,11 +426,12 @@ def _gdp_slope(z: float, target_epsilon: float, delta: float, q: float,
 
   def log_eps(x):
     mu = math.exp(log_mu(x))
-    if _gdp_epsilon_gap(mu, 0.0, delta) <= 0:
+    try:
+      return math.log(scipy.optimize.brentq(
+          lambda e: _gdp_epsilon_gap(mu, e, delta), 0.0,
+          2 * target_epsilon + 50, xtol=1e-14))
+    except ValueError:  # no root there: the first secant step falls back
       return math.nan
-    return math.log(scipy.optimize.brentq(
-        lambda e: _gdp_epsilon_gap(mu, e, delta), 0.0, 2 * target_epsilon + 50,
-        xtol=1e-14))
 
   slope = (log_eps(z * 1.001) - log_eps(z)) / math.log(1.001)
   return slope if slope < 0 else -1.0
