@@ -330,7 +330,9 @@ def test_an_untrusted_run_releases_only_what_epsilon_covers(untrusted_run):
                 # the folder's lock and its private state (no release)
                 '.run.lock', 'checkpoints/run_key.json',
                 'checkpoints/dp_secret_seed')}
-  fields = set(untrusted_setting.UntrustedSettings(rounds=1).as_dict())
+  # The command line's accountant, the PLD (without a stated discretization).
+  fields = set(untrusted_setting.UntrustedSettings(
+      rounds=1, accountant='pld').as_dict())
   assert 'rpca_freeze_after_round' in fields  # the rules' options, flat
   for summary in summaries.values():
     assert set(summary['metrics']) == {'acc_g'}

@@ -78,9 +78,16 @@ class UntrustedSettings(run_lifecycle.RunSettings):
 
   def as_dict(self) -> dict:
     """The settings as summaries and run keys hold them: each option of the
-    setting's rules in place of `options` (its default where not given)."""
+    setting's rules in place of `options` (its default where not given);
+    the accountant only where it is not RDP, the one before there was a
+    choice (so an RDP run's summary and key are those of earlier runs, which
+    a figure's records compare)."""
     flat = dataclasses.asdict(self)
     del flat['options']
+    if flat['accountant'] == 'rdp':
+      del flat['accountant']
+    if flat['pld_discretization'] is None:
+      del flat['pld_discretization']
     flat.update({name: self.options.get(name, option.default) for name, option
                  in algorithms.setting_options(algorithms.UNTRUSTED).items()})
     return flat
@@ -180,11 +187,9 @@ def run_key(task: FederatedTask, algorithm: str,
   batch size, and the worker count."""
   key = {k: v for k, v in settings.as_dict().items()
          if k != 'checkpoint_every'}
-  for added in ('canaries', 'train_rounds', 'pld_discretization'):
-    if not key[added]:  # unset: keys from before them
+  for added in ('canaries', 'train_rounds'):  # unset: keys from before them
+    if not key[added]:
       del key[added]
-  if key['accountant'] == 'rdp':
-    del key['accountant']
   return runtime.with_worker_count(dict(
       key, task=task.name, algorithm=algorithm, batch_size=task.batch_size,
       data=task.data_digest, loss=task.loss_fn().name,
