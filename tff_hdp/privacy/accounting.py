@@ -338,15 +338,17 @@ class LoosePldError(InfeasiblePrivacyTargetError):
 
 
 def check_pld_looseness(effective: float, sampling: PoissonSampling,
-                        rounds: int, delta: float) -> None:
-  """Refuses a calibration whose bound is looser than `PLD_TOLERANCE`."""
+                        rounds: int, delta: float,
+                        unit: str = 'rounds') -> None:
+  """Refuses a calibration whose bound is looser than `PLD_TOLERANCE`
+  (`rounds` of `unit`: rounds, or DP-SGD steps)."""
   d = sampling.accountant.discretization
   loose = pld_looseness(effective, sampling.q, rounds, delta, d)
   if loose > PLD_TOLERANCE:
     raise LoosePldError(
         f'--pld_discretization={d:g} may leave the printed epsilon about '
         f'{100 * loose:.2g}% above the exact one at sampling rate '
-        f'{sampling.q:.4g} over {rounds} rounds (tolerance '
+        f'{sampling.q:.4g} over {rounds} {unit} (tolerance '
         f'{100 * PLD_TOLERANCE:g}%): pass --pld_discretization={d / 10:g} or '
         '--accountant=rdp.')
 
@@ -530,7 +532,8 @@ def calibrate_dp_sgd_pld(target_epsilon: float, delta: float, q: float,
     used = Accountant('pld', d)
     z = _pld_noise_at(target_epsilon, delta, q, steps, d)
     try:
-      check_pld_looseness(z, PoissonSampling(q, used), steps, delta)
+      check_pld_looseness(z, PoissonSampling(q, used), steps, delta,
+                          'DP-SGD steps')
       return z, used
     except LoosePldError:
       if d == rungs[-1]:

@@ -458,8 +458,8 @@ def dp_sgd_accountant(name: str, pld_discretization: float | None
   a stated `pld_discretization` is used as it is (a bound looser than the
   tolerance there is refused); none stated starts at the default 1e-3 and
   takes a tenth of it, as often as a client's bound needs (DP-SGD composes
-  thousands of steps: at Robust-HDP's 200 rounds some of its clients need
-  1e-5)."""
+  thousands of steps: over Robust-HDP's 200 rounds at batch 16 of 2,400,
+  eps 0.85 needs 1e-4 and eps 0.2 1e-5)."""
   if name != 'pld':
     return accounting.Accountant(name), False
   if pld_discretization is None:
