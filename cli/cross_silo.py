@@ -34,7 +34,7 @@ def learning_setup():
       regularizer_placement=flags.REGULARIZER_PLACEMENT.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
-      canaries=flags.CANARIES.value)
+      canaries=flags.CANARIES.value, **flags.dp_sgd_accounting())
   return settings, lambdas, rates
 
 
@@ -48,7 +48,7 @@ def run() -> None:
   for line in cse.privacy_warnings(settings):
     print(line)
   audited = settings.canaries > 0
-  rows, records, curves, best, alarms = [], [], {}, {}, []
+  rows, records, curves, best, alarms, bests = [], [], {}, {}, [], []
   try:
     for algorithm in flags.ALGORITHMS.value:
       result = cse.sweep(task, algorithm, settings, lambdas, rates,
@@ -56,6 +56,7 @@ def run() -> None:
       if result['best_lambda'] is not None and len(result['curve']) > 1:
         curves[algorithm] = result['curve']
       best[algorithm] = result['best_metric']
+      bests.append(result['best_summary'])
       alarms += [line for s in result['summaries']
                  for line in tables.audit_alarms(s)]
       low, high = result['epsilon_spent']
@@ -92,7 +93,8 @@ def run() -> None:
       flags.OUTPUT_DIR.value, header, rows, records, audited, alarms,
       heading=f'{task.name}: {len(task.client_ids)} silos, every silo every '
       f'round, {flags.ROUNDS.value} rounds, silo eps '
-      f'{",".join(flags.EPSILONS.value)}, best over the swept settings')
+      f'{",".join(flags.EPSILONS.value)}, best over the swept settings',
+      summary=next((s for s in bests if s.get('accountant') == 'pld'), None))
   for algorithm, curve in curves.items():
     print(f'\n{algorithm}: best {metric} over learning rates, per lambda\n')
     print(tables.markdown_table(

@@ -137,15 +137,20 @@ SAMPLING = absl_flags.DEFINE_enum(
     'accountant assumes nothing else (no amplification).')
 ACCOUNTANT = absl_flags.DEFINE_enum(
     'accountant', 'pld', ['pld', 'rdp'],
-    'How --sampling=poisson\'s amplification is accounted: pld, dp_accounting'
-    '\'s privacy-loss distribution (pessimistic, at --pld_discretization; the '
-    'same targets with 5-9%% less noise than rdp), or rdp (Renyi DP, as '
-    'published numbers). fixed and device have one analysis each: RDP and '
-    'the exact Gaussian curve.')
+    'How Poisson sampling\'s amplification is accounted (trusted '
+    '--sampling=poisson, and the untrusted and cross-silo settings\' DP-SGD): '
+    'pld, dp_accounting\'s privacy-loss distribution (pessimistic, at '
+    '--pld_discretization; the same targets with 5-9%% less noise than rdp), '
+    'or rdp (Renyi DP, as published numbers). Trusted fixed and device have '
+    'one analysis each: RDP and the exact Gaussian curve; IFCA\'s silos stay '
+    'with RDP, which composes its selections.')
 PLD_DISCRETIZATION = absl_flags.DEFINE_float(
     'pld_discretization', 1e-3, '--accountant=pld: the privacy loss\'s '
     'discretization interval. The epsilon stays an upper bound at any value; '
-    'above 1e-2 it may be loose by over 1%, and is refused.')
+    'above 1e-2, or where a bound may be loose by over 1%, it is refused. '
+    'Untrusted and cross-silo runs that do not give it take, per client, the '
+    'coarsest of 1e-3, 1e-4, ... within that 1% (DP-SGD composes thousands of '
+    'steps).')
 MIN_SEPARATION = absl_flags.DEFINE_integer(
     'min_separation', None, '--sampling=device: the fewest rounds between '
     'two participations of one device (1: consecutive rounds allowed).')
@@ -319,13 +324,13 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'level_fractions', 'opt_out_fraction', 'privacy_levels_file',
         'levels_by_label',
         'clients_per_round',
-        'sampling', 'accountant', 'pld_discretization',
-        'min_separation', 'max_participations',
+        'sampling', 'min_separation', 'max_participations',
         'local_epochs', 'server_lr', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
         'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr', 'tensorboard',
         'plots')},
     'canaries': (TRUSTED, UNTRUSTED, CROSS_SILO),
+    'accountant': _TRAINING, 'pld_discretization': _TRAINING,
     'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),
     **{name: (CROSS_SILO,) for name in (
@@ -741,19 +746,22 @@ def _check_clip_count() -> None:
   _in(CLIP_COUNT_STDDEV, 0, MAX_COUNT, low_open=CLIP_LR.value > 0)
 
 
-def _check_accountant() -> None:
-  """--accountant=pld analyses Poisson sampling only; --pld_discretization
+def _check_accountant(sampled: bool = True) -> None:
+  """--accountant=pld analyses Poisson sampling only (`sampled`: the
+  trusted setting's --sampling; DP-SGD always samples); --pld_discretization
   goes with it, no coarser than the bound's stated tolerance."""
-  check(not (ACCOUNTANT.present and ACCOUNTANT.value == 'pld' and
-             SAMPLING.value != 'poisson'),
-        f'--accountant=pld analyses --sampling=poisson; --sampling='
-        f'{SAMPLING.value} has one analysis ('
-        f'{"RDP" if SAMPLING.value == "fixed" else "the exact Gaussian curve"}'
-        '): drop --accountant.')
+  if sampled:
+    check(not (ACCOUNTANT.present and ACCOUNTANT.value == 'pld' and
+               SAMPLING.value != 'poisson'),
+          f'--accountant=pld analyses --sampling=poisson; --sampling='
+          f'{SAMPLING.value} has one analysis ('
+          f'{"RDP" if SAMPLING.value == "fixed" else "the exact Gaussian curve"}'
+          '): drop --accountant.')
   if PLD_DISCRETIZATION.present:
-    check(ACCOUNTANT.value == 'pld' and SAMPLING.value == 'poisson',
-          '--pld_discretization applies only with --accountant=pld and '
-          '--sampling=poisson; drop it.')
+    check(ACCOUNTANT.value == 'pld' and (
+        not sampled or SAMPLING.value == 'poisson'),
+          '--pld_discretization applies only with --accountant=pld' + (
+              ' and --sampling=poisson' if sampled else '') + '; drop it.')
   from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
   _in(PLD_DISCRETIZATION, 0, accounting.MAX_PLD_DISCRETIZATION,
       low_open=True)
@@ -805,6 +813,7 @@ def _check_values(current: str) -> None:
   if current == TRUSTED:
     _level_targets()
   if current in (UNTRUSTED, CROSS_SILO):
+    _check_accountant(sampled=False)
     # Squared in a client's update noise variance, as --client_lr.
     _in(DP_SGD_CLIP, 0, MAX_SQUARED, low_open=True)
     check(len(DELTAS.value) == 1,
@@ -1118,3 +1127,12 @@ def run_summary() -> str:
       what += (f', data in {data} '
                f'({"found" if os.path.isdir(data) else "not found"})')
   return f'{what}; files in {OUTPUT_DIR.value}/'
+
+
+def dp_sgd_accounting() -> dict:
+  """The untrusted and cross-silo settings' accountant fields: --accountant
+  and a --pld_discretization that was given (None: each client's own,
+  `plans.dp_sgd_accountant`)."""
+  return {'accountant': ACCOUNTANT.value,
+          'pld_discretization': (PLD_DISCRETIZATION.value
+                                 if PLD_DISCRETIZATION.present else None)}

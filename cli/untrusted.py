@@ -53,7 +53,8 @@ def learning_setup():
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
       canaries=flags.CANARIES.value,
-      options=flags.option_values(flags.UNTRUSTED))
+      options=flags.option_values(flags.UNTRUSTED),
+      **flags.dp_sgd_accounting())
 
 
 def run() -> None:
@@ -101,7 +102,7 @@ def run() -> None:
       flags.OUTPUT_DIR.value, header, rows, records, audited, alarms,
       heading=f'{task.name}: {len(task.client_ids)} clients, all in every '
       f'round, {flags.ROUNDS.value} rounds, eps ~ '
-      f'{flags.EPSILON_DISTRIBUTION.value}')
+      f'{flags.EPSILON_DISTRIBUTION.value}', summary=s)
   print(f'\nPer-round metrics and summaries: {flags.OUTPUT_DIR.value}/')
 
 

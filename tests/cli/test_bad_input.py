@@ -154,6 +154,17 @@ CASES = [
      'is a file, not a folder'),
     # Setting-specific values.
     (['--algorithms=mrmtl', '--lambdas=-1'], '--lambdas', '[0, 1e+38]'),
+    # The DP-SGD settings' accountant (the trusted setting's is in plan's).
+    (['--algorithms=weiavg', '--accountant=moments'], '--accountant',
+     'one of <pld|rdp>'),
+    (['--algorithms=mrmtl', '--accountant=moments'], '--accountant',
+     'one of <pld|rdp>'),
+    (['--algorithms=weiavg', '--pld_discretization=0.05'],
+     '--pld_discretization', '(0, 0.01]'),
+    (['--algorithms=mrmtl', '--pld_discretization=0'],
+     '--pld_discretization', '(0, 0.01]'),
+    (['--algorithms=mrmtl', '--accountant=rdp', '--pld_discretization=1e-3'],
+     '--pld_discretization', 'only with --accountant=pld; drop it'),
     (['--algorithms=mrmtl', '--client_lrs=0'], '--client_lrs', '(0, 1e+38]'),
     (['--algorithms=mrmtl', '--lambdas=0.1,0.1'], '--lambdas', 'twice'),
     (['--algorithms=mrmtl', '--client_lrs=0.1,0.10'], '--client_lrs',

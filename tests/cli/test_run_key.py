@@ -89,6 +89,8 @@ UNTRUSTED_CHANGES = SHARED_CHANGES + [
     ('rpca_freeze_after_round', ['--algorithms=robust_hdp'], '1'),
     ('release_unprotected_stats', [], 'true'),
     ('canaries', [], '3'),
+    ('accountant', [], 'rdp'),
+    ('pld_discretization', [], '0.0005'),
 ]
 CROSS_SILO_CHANGES = SHARED_CHANGES + [
     ('epsilons', [], '2'),
@@ -102,6 +104,8 @@ CROSS_SILO_CHANGES = SHARED_CHANGES + [
     ('selection_share', ['--algorithms=ifca'], '0.05'),
     ('regularizer_placement', ['--algorithms=mrmtl'], 'after_noise'),
     ('canaries', [], '3'),
+    ('accountant', [], 'rdp'),
+    ('pld_discretization', [], '0.0005'),
 ]
 NOT_IN_KEY = {
     'tensorboard': 'writes the released rows again as TensorBoard events',

@@ -239,7 +239,10 @@ def test_realized_denominators_depend_on_a_zero_update_client():
 # summary.json keys, table and sweep columns), and why. Walked by name: the
 # same name means the same statistic wherever it appears.
 SPENT = {'epsilon_spent_max': 'the accountant on public budgets and settings',
-         'epsilon_spent_min': 'as epsilon_spent_max'}
+         'epsilon_spent_min': 'as epsilon_spent_max',
+         'accountant': 'which accountant bounds the epsilons: a flag',
+         'epsilon_spent_rdp_max': 'RDP\'s bound on the same public settings',
+         'epsilon_spent_rdp_min': 'as epsilon_spent_rdp_max'}
 UNTRUSTED_RELEASED = {
     'round': 'public',
     'acc_g': 'the DP model on the server test set (evaluation data)',
@@ -256,6 +259,7 @@ UNTRUSTED_RELEASED = {
     **EVERY_SUMMARY, **SPENT,
     'target_epsilons': 'the clients\' epsilons, public (README)',
     'batch_sizes': 'public, as the epsilons',
+    'pld_discretizations': 'chosen from public budgets and settings',
     'metrics': 'its keys are checked too',
     # results.md and results.csv
     'Aggregation': 'a flag', 'algorithm': 'a flag', 'Acc_g': 'as acc_g',
@@ -269,7 +273,9 @@ SILO = {'silo': 'its name', 'examples': 'a dataset size',
         'noise_multiplier': 'calibrated from public settings',
         'sampling_rate': PUBLIC, 'epochs_per_round': PUBLIC,
         'selection_epsilon': PUBLIC, 'selection_rounds': PUBLIC,
-        'epsilon_spent': 'as epsilon_spent_max'}
+        'epsilon_spent': 'as epsilon_spent_max',
+        'pld_discretization': 'chosen from public budgets and settings',
+        'epsilon_spent_rdp': 'as epsilon_spent_rdp_max'}
 SILO_METRIC = ("the silos' DP models scored on their test splits, declared "
                'evaluation data: post-processing for every training example')
 CROSS_SILO_RELEASED = {
@@ -350,7 +356,9 @@ def test_an_untrusted_run_releases_only_what_epsilon_covers(untrusted_run):
                 # the folder's lock and its private state (no release)
                 '.run.lock', 'checkpoints/run_key.json',
                 'checkpoints/dp_secret_seed')}
-  fields = set(untrusted_setting.UntrustedSettings(rounds=1).as_dict())
+  # The command line's accountant, the PLD (without a stated discretization).
+  fields = set(untrusted_setting.UntrustedSettings(
+      rounds=1, accountant='pld').as_dict())
   assert 'rpca_freeze_after_round' in fields  # the rules' options, flat
   for summary in summaries.values():
     assert set(summary['metrics']) == {'acc_g'}

@@ -30,6 +30,7 @@ import dp_accounting
 from dp_accounting import rdp
 from dp_accounting.pld import privacy_loss_distribution
 import scipy.optimize
+import scipy.stats
 
 
 class InfeasiblePrivacyTargetError(ValueError):
@@ -337,15 +338,17 @@ class LoosePldError(InfeasiblePrivacyTargetError):
 
 
 def check_pld_looseness(effective: float, sampling: PoissonSampling,
-                        rounds: int, delta: float) -> None:
-  """Refuses a calibration whose bound is looser than `PLD_TOLERANCE`."""
+                        rounds: int, delta: float,
+                        unit: str = 'rounds') -> None:
+  """Refuses a calibration whose bound is looser than `PLD_TOLERANCE`
+  (`rounds` of `unit`: rounds, or DP-SGD steps)."""
   d = sampling.accountant.discretization
   loose = pld_looseness(effective, sampling.q, rounds, delta, d)
   if loose > PLD_TOLERANCE:
     raise LoosePldError(
         f'--pld_discretization={d:g} may leave the printed epsilon about '
         f'{100 * loose:.2g}% above the exact one at sampling rate '
-        f'{sampling.q:.4g} over {rounds} rounds (tolerance '
+        f'{sampling.q:.4g} over {rounds} {unit} (tolerance '
         f'{100 * PLD_TOLERANCE:g}%): pass --pld_discretization={d / 10:g} or '
         '--accountant=rdp.')
 
@@ -384,6 +387,174 @@ def _calibrate_pld(target_epsilon: float, delta: float, q: float, rounds: int,
     return pld_epsilon(z, q, rounds, delta, discretization) - target_epsilon
 
   return _least_root_from(gap, rdp_effective, _Z_RANGE[0])
+
+
+# A DP-SGD plan's PLD calibration ends with its epsilon in
+# [target (1 - _PLD_WINDOW), target]: its z within about as much of the least
+# (epsilon falls at least as fast as 1/z). Tenfold finer discretizations are
+# tried down to _FINEST_PLD_DISCRETIZATION where none is stated.
+_PLD_WINDOW = 3e-5
+_FINEST_PLD_DISCRETIZATION = 1e-6
+
+
+def _gdp_epsilon_gap(mu: float, target: float, delta: float) -> float:
+  """delta(target) of mu-GDP minus `delta` (Dong, Roth & Su 2022, Cor. 2.13),
+  with e^eps Phi(.) taken in logs so that large targets do not overflow."""
+  return (scipy.stats.norm.cdf(-target / mu + mu / 2) - math.exp(
+      target + scipy.stats.norm.logcdf(-target / mu - mu / 2)) - delta)
+
+
+def gdp_noise_multiplier(target_epsilon: float, delta: float, q: float,
+                         steps: int) -> float:
+  """The z at which `steps` Poisson(q)-sampled Gaussian steps meet the
+  target in their central-limit mu-GDP approximation, mu = q sqrt(steps
+  (e^(1/z^2) - 1)) (Bu et al. 2020; exactly mu = sqrt(steps) / z at q = 1):
+  not a bound, only where the PLD's search starts (0-4% above its z at
+  School's and Robust-HDP's settings)."""
+  mu = scipy.optimize.brentq(_gdp_epsilon_gap, 1e-8, 1e3,
+                             args=(target_epsilon, delta), xtol=1e-14)
+  if q >= 1:
+    return math.sqrt(steps) / mu
+  return 1.0 / math.sqrt(math.log1p((mu / (q * math.sqrt(steps)))**2))
+
+
+def _gdp_slope(z: float, target_epsilon: float, delta: float, q: float,
+               steps: int) -> float:
+  """d log epsilon / d log z at z in the same approximation: the secant's
+  first slope."""
+  def log_mu(x):
+    return (math.log(math.sqrt(steps) / x) if q >= 1 else math.log(q) + 0.5 * (
+        math.log(steps) + math.log(math.expm1(x**-2))))
+
+  def log_eps(x):
+    mu = math.exp(log_mu(x))
+    try:
+      return math.log(scipy.optimize.brentq(
+          lambda e: _gdp_epsilon_gap(mu, e, delta), 0.0,
+          2 * target_epsilon + 50, xtol=1e-14))
+    except ValueError:  # no root there: the first secant step falls back
+      return math.nan
+
+  slope = (log_eps(z * 1.001) - log_eps(z)) / math.log(1.001)
+  return slope if slope < 0 else -1.0
+
+
+@functools.lru_cache(maxsize=None)
+def _pld_noise_at(target_epsilon: float, delta: float, q: float, steps: int,
+                  discretization: float) -> float:
+  """The least z (to `_PLD_WINDOW`) whose PLD epsilon over `steps` steps
+  meets the target at `discretization`: the secant method on log epsilon
+  against log z from `gdp_noise_multiplier`'s z, aiming inside the window,
+  kept inside the bracket it has found (bisection when a step leaves it).
+  Three or four PLDs where a bracket from RDP's z and Brent's method take
+  ten or more, and no RDP calibration first; a function of its arguments
+  only, so every process finds the same z."""
+  aim = math.log1p(-_PLD_WINDOW / 2)
+  low, high = (math.log(z) for z in _Z_RANGE)
+
+  def gap(u):
+    eps = pld_epsilon(math.exp(u), q, steps, delta, discretization)
+    return math.log(eps / target_epsilon) if eps > 0 else -math.inf
+
+  start = gdp_noise_multiplier(target_epsilon, delta, q, steps)
+  u = min(high, max(low, math.log(start)))
+  meets = fails = None  # the least u known to meet, the largest to fail
+  slope, first = _gdp_slope(start, target_epsilon, delta, q, steps), True
+  g = gap(u)
+  for _ in range(200):
+    if g <= 0:
+      meets = u if meets is None else min(meets, u)
+      if g >= aim - _PLD_WINDOW / 2 or u <= low:
+        return math.exp(u)
+    else:
+      fails = u if fails is None else max(fails, u)
+      if u >= high:
+        raise InfeasiblePrivacyTargetError(
+            f'no noise multiplier up to {_Z_RANGE[1]:g} meets (epsilon='
+            f'{target_epsilon}, delta={delta}) over {steps} steps at '
+            f'sampling rate {q:.4g}.')
+    if meets is not None and fails is not None and (
+        meets - fails <= _PLD_WINDOW):
+      return math.exp(meets)
+    if first and math.isfinite(g):
+      # The approximation's epsilon is the target at the start: off by
+      # the factor e^g, which changes slowly with z, so aim it at
+      # target e^(aim - g) (its curvature taken, not only its slope).
+      nxt = math.log(gdp_noise_multiplier(
+          target_epsilon * math.exp(aim - g), delta, q, steps))
+    else:
+      nxt = u + max(-1.0, min(1.0, (aim - g) / slope if math.isfinite(g)
+                              else -1.0))
+    first = False
+    if meets is not None and fails is not None:
+      if not fails < nxt < meets:
+        nxt = (fails + meets) / 2
+    nxt = min(high, max(low, nxt))
+    g_next = gap(nxt)
+    if math.isfinite(g) and math.isfinite(g_next) and nxt != u and (
+        g_next - g) / (nxt - u) < 0:
+      slope = (g_next - g) / (nxt - u)
+    u, g = nxt, g_next
+  return math.exp(meets)  # the bracket has shrunk to nothing
+
+
+def _pld_rungs(accountant: Accountant, finer_if_loose: bool):
+  """The discretizations a DP-SGD plan may use, coarsest first: the stated
+  one only, or it and its tenfold refinements."""
+  d = accountant.discretization
+  yield d
+  while finer_if_loose and d / 10 >= _FINEST_PLD_DISCRETIZATION * (1 - 1e-9):
+    d /= 10
+    yield d
+
+
+def calibrate_dp_sgd_pld(target_epsilon: float, delta: float, q: float,
+                         steps: int, accountant: Accountant,
+                         finer_if_loose: bool = False
+                         ) -> tuple[float, Accountant]:
+  """(z, the accountant it holds at) for `steps` DP-SGD steps at Poisson
+  rate q: the least z whose pessimistic PLD meets (target_epsilon, delta)
+  at `accountant`'s discretization (`_pld_noise_at`). A bound looser there
+  than `PLD_TOLERANCE` is refused (`LoosePldError`) or, with
+  `finer_if_loose` (no discretization stated), calibrated again at a
+  tenth of it, and so on: DP-SGD composes thousands of steps, and the
+  discretization's error grows with them."""
+  if not (math.isfinite(target_epsilon) and target_epsilon > 0):
+    raise InfeasiblePrivacyTargetError(
+        f'target epsilon must be a finite number > 0, got {target_epsilon}.')
+  if not 0 < delta < 1:
+    raise InfeasiblePrivacyTargetError(
+        f'target delta must be in (0, 1), got {delta}.')
+  if steps < 1:
+    raise ValueError(f'steps must be >= 1, got {steps}.')
+  rungs = list(_pld_rungs(accountant, finer_if_loose))
+  for d in rungs:
+    used = Accountant('pld', d)
+    z = _pld_noise_at(target_epsilon, delta, q, steps, d)
+    try:
+      check_pld_looseness(z, PoissonSampling(q, used), steps, delta,
+                          'DP-SGD steps')
+      return z, used
+    except LoosePldError:
+      if d == rungs[-1]:
+        raise
+
+
+def dp_sgd_pld_holds(z: float, target_epsilon: float, delta: float, q: float,
+                     steps: int, accountant: Accountant,
+                     finer_if_loose: bool = False) -> Accountant | None:
+  """The accountant at which `z` is what `calibrate_dp_sgd_pld` finds (its
+  epsilon within the window below the target at the first discretization
+  it meets the target at, within the tolerance there), else None: one or
+  two PLDs where calibrating takes three or more."""
+  for d in _pld_rungs(accountant, finer_if_loose):
+    eps = pld_epsilon(z, q, steps, delta, d)
+    if eps <= target_epsilon:
+      if (eps < target_epsilon * (1 - _PLD_WINDOW) or pld_looseness(
+          z, q, steps, delta, d) > PLD_TOLERANCE):
+        return None
+      return Accountant('pld', d)
+  return None
 
 
 # dp_accounting's default RDP orders: epsilon is the least bound over them.

@@ -279,6 +279,9 @@ class ClientPrivacy:
   # (selection_epsilon, 0)-DP.
   selection_epsilon: float = 0.0
   selection_rounds: int = 0
+  # What bounds the epsilon: PLD at its discretization, or RDP (always with
+  # private selections, which are accounted as zCDP).
+  accountant: accounting.Accountant = accounting.RDP
 
   @property
   def expected_batch_size(self) -> float:
@@ -291,10 +294,21 @@ class ClientPrivacy:
   @functools.lru_cache(maxsize=None)
   def epsilon_after(self, rounds: int) -> float:
     """epsilon at `delta` after `rounds` rounds of local DP-SGD (cached)."""
+    return self._epsilon_after(rounds, self.accountant)
+
+  def rdp_epsilon_after(self, rounds: int) -> float | None:
+    """RDP's epsilon after `rounds` rounds where the PLD's is the one
+    printed (a cross-check: RDP's bound is the looser), else None."""
+    if self.accountant.name != 'pld':
+      return None
+    return self._epsilon_after(rounds, accounting.RDP)
+
+  def _epsilon_after(self, rounds: int,
+                     accountant: accounting.Accountant) -> float:
     selections = min(rounds, self.selection_rounds)
     return accounting.epsilon_spent(
         self.noise_multiplier, None,
-        accounting.PoissonSampling(self.sampling_rate),
+        accounting.PoissonSampling(self.sampling_rate, accountant),
         rounds * self.steps_per_round, self.delta,
         accounting.exponential_mechanism_event(
             self.selection_epsilon, selections) if selections else None)
@@ -337,7 +351,9 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
                         selection_epsilon: float = 0.0,
                         selection_rounds: int = 0,
                         allow_large_delta: bool = False,
-                        known_noise_multiplier: float | None = None
+                        known_noise_multiplier: float | None = None,
+                        accountant: accounting.Accountant = accounting.RDP,
+                        finer_if_loose: bool = False
                         ) -> ClientPrivacy:
   """Calibrates z for `rounds` rounds of `epochs_per_round` DP-SGD epochs.
 
@@ -352,6 +368,13 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
   (`accounting.is_calibrated`: it is what the calibration finds); otherwise
   z is calibrated afresh, so a stale or altered value costs time, never
   privacy or utility.
+
+  With the PLD `accountant` (and no selections, which RDP composes as
+  zCDP), z is the least its pessimistic PLD meets
+  (`accounting.calibrate_dp_sgd_pld`: no RDP calibration first, three
+  PLDs at School's silos), at the accountant's discretization or, with
+  `finer_if_loose`, at the coarsest tenth of it whose bound is within the
+  tolerance; a known z is checked as `accounting.dp_sgd_pld_holds` does.
   """
   num_examples, batch_size = int(num_examples), int(batch_size)
   if num_examples < 1 or not 1 <= batch_size <= num_examples:
@@ -370,12 +393,21 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
                      f'rounds), got {selection_rounds}.')
   selection = (accounting.exponential_mechanism_event(
       selection_epsilon, selection_rounds) if selection_rounds else None)
-  def plan(z):
+  def plan(z, used=accounting.RDP):
     return ClientPrivacy(epsilon, delta, num_examples, batch_size, rounds,
                          epochs_per_round, q, steps, z,
                          selection_epsilon if selection_rounds else 0.0,
-                         selection_rounds)
+                         selection_rounds, used)
 
+  if accountant.name == 'pld' and selection is None:
+    if known_noise_multiplier is not None and known_noise_multiplier > 1e-4:
+      used = accounting.dp_sgd_pld_holds(
+          float(known_noise_multiplier), epsilon, delta, q, rounds * steps,
+          accountant, finer_if_loose)
+      if used is not None:
+        return plan(float(known_noise_multiplier), used)
+    return plan(*accounting.calibrate_dp_sgd_pld(
+        epsilon, delta, q, rounds * steps, accountant, finer_if_loose))
   if (known_noise_multiplier is not None and known_noise_multiplier > 1e-4
       and accounting.is_calibrated(
           float(known_noise_multiplier), None, epsilon, delta,
@@ -390,7 +422,10 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
 def plan_clients(epsilons: Sequence[float], delta: float,
                  num_examples: Sequence[int], batch_sizes: Sequence[int],
                  rounds: int,
-                 allow_large_delta: bool = False) -> list[ClientPrivacy]:
+                 allow_large_delta: bool = False,
+                 accountant: str = 'rdp',
+                 pld_discretization: float | None = None
+                 ) -> list[ClientPrivacy]:
   """Each client's DP-SGD plan at its own epsilon, one local epoch a round.
 
   Args:
@@ -400,6 +435,8 @@ def plan_clients(epsilons: Sequence[float], delta: float,
     batch_sizes: each client's expected batch size.
     rounds: the rounds the budget must last.
     allow_large_delta: allow delta >= 1/n_i (experiments only).
+    accountant, pld_discretization: how each client's epsilon is bounded
+      (`dp_sgd_accountant`).
 
   Returns:
     One `ClientPrivacy` per client, in order.
@@ -413,11 +450,40 @@ def plan_clients(epsilons: Sequence[float], delta: float,
   for i, n in enumerate(num_examples):
     accounting.check_delta(delta, int(n), f'client {i}', allow_large_delta,
                            members='examples')
+  chosen, finer = dp_sgd_accountant(accountant, pld_discretization)
   return [
       plan_client_privacy(e, delta, n, b, rounds,
-                          allow_large_delta=allow_large_delta)
+                          allow_large_delta=allow_large_delta,
+                          accountant=chosen, finer_if_loose=finer)
       for e, n, b in zip(epsilons, num_examples, batch_sizes)
   ]
+
+
+def dp_sgd_accountant(name: str, pld_discretization: float | None
+                      ) -> tuple[accounting.Accountant, bool]:
+  """(accountant, finer_if_loose) of DP-SGD plans under `--accountant=name`:
+  a stated `pld_discretization` is used as it is (a bound looser than the
+  tolerance there is refused); none stated starts at the default 1e-3 and
+  takes a tenth of it, as often as a client's bound needs (DP-SGD composes
+  thousands of steps: over Robust-HDP's 200 rounds at batch 16 of 2,400,
+  eps 0.85 needs 1e-4 and eps 0.2 1e-5)."""
+  if name != 'pld':
+    return accounting.Accountant(name), False
+  if pld_discretization is None:
+    return accounting.PLD, True
+  return accounting.Accountant(name, pld_discretization), False
+
+
+def accountant_summary(client_plans: Sequence[ClientPrivacy],
+                       rounds: int) -> dict:
+  """summary.json's word on the bound the clients' (silos') epsilons after
+  `rounds` rounds are: 'pld' (every plan's; see each one's discretization)
+  with RDP's looser bound's range beside it as a cross-check, or 'rdp'."""
+  if any(p.accountant.name != 'pld' for p in client_plans):
+    return {'accountant': 'rdp'}
+  rdp = [p.rdp_epsilon_after(rounds) for p in client_plans]
+  return {'accountant': 'pld', 'epsilon_spent_rdp_max': max(rdp),
+          'epsilon_spent_rdp_min': min(rdp)}
 
 
 def tff_clip_count_stddev(sampling: accounting.Sampling,

@@ -187,7 +187,10 @@ def cross_silo_sweep(directory: str) -> dict:
   """
   runs = [s for s in load_summaries(directory) if 'method' in s]
   settings = {(s['task'], s['metric_name'],
-               json.dumps([s['settings'][k] for k in _CROSS_SILO_SHARED]))
+               json.dumps([s['settings'][k] for k in _CROSS_SILO_SHARED]),
+               # Runs from before the choice were accounted with RDP.
+               s['settings'].get('accountant', 'rdp'),
+               s['settings'].get('pld_discretization'))
               for s in runs}
   if len(settings) != 1:
     raise ValueError(f'{directory}: the runs differ in task or settings '

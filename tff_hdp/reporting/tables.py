@@ -243,14 +243,31 @@ def print_and_write_table(output_dir: str, header, rows,
     print(line)
 
 
+def client_accountant_note(summary: dict) -> list[str]:
+  """The line naming the bound an untrusted or cross-silo run's epsilons
+  are (summary.json's `accountant`), with RDP's for the same run where the
+  PLD's is printed."""
+  if summary.get('accountant') != 'pld':
+    return []
+  return [f'Accountant: PLD (dp_accounting, pessimistic; discretization per '
+          f'client in summary.json), an upper bound; RDP\'s looser bound on '
+          f'the same run ({summary["configuration"]}): '
+          f'{summary["epsilon_spent_rdp_min"]:.3g} - '
+          f'{summary["epsilon_spent_rdp_max"]:.3g} (summary.json: '
+          'epsilon_spent_rdp_min, _max).']
+
+
 def print_and_write_client_table(output_dir: str, header, rows,
                                  records: Sequence[dict], audited: bool,
-                                 alarms: Sequence[str], heading: str) -> None:
+                                 alarms: Sequence[str], heading: str,
+                                 summary: dict | None = None) -> None:
   """`print_and_write_table` for the untrusted and cross-silo settings,
   whose audits are per client (silo): their note stands above an audited
-  table."""
+  table, below the accountant's (`summary`, a run's summary.json)."""
+  notes = (client_accountant_note(summary) if summary else []) + (
+      [CLIENT_EMPIRICAL_NOTE] if audited else [])
   print_and_write_table(output_dir, header, rows, records=records,
-                        caption=CLIENT_EMPIRICAL_NOTE if audited else None,
+                        caption='\n'.join(notes) if notes else None,
                         alarms=alarms, heading=heading)
 
 

@@ -29,6 +29,8 @@ import tensorflow_federated as tff
 import tqdm
 
 from tff_hdp.privacy.plans import DP_SGD_CONVENTIONS, ClientPrivacy
+from tff_hdp.privacy.plans import accountant_summary
+from tff_hdp.privacy.plans import dp_sgd_accountant
 from tff_hdp.privacy.plans import plan_client_privacy
 from tff_hdp.simulation import canary_audit
 from tff_hdp.simulation import checkpointing
@@ -81,6 +83,12 @@ class CrossSiloSettings(run_lifecycle.RunSettings):
   # Where the pull lambda (w - w_bar) joins DP-SGD's gradient
   # (tff_hdp.learning.dp_sgd.REGULARIZER_PLACEMENTS).
   regularizer_placement: str = 'per_example'
+  # How each silo's epsilon is bounded (`plans.dp_sgd_accountant`): 'rdp' or
+  # 'pld' at `pld_discretization` (None: per silo, the coarsest of 1e-3,
+  # 1e-4, ... within the tolerance). IFCA's silos stay with RDP, which
+  # composes its selections.
+  accountant: str = 'rdp'
+  pld_discretization: float | None = None
 
   def silo_epsilons(self, num_silos: int) -> tuple[float, ...]:
     """Each silo's target: the one value repeated, or the given list."""
@@ -143,6 +151,8 @@ def plan_silos(task: FederatedTask, algorithm: algorithms.Algorithm,
            for k, v in checkpointing.read_json_dict(calibrations).items()
            if isinstance(v, (int, float)) and not isinstance(v, bool) and
            low < v <= high}
+  accountant, finer = dp_sgd_accountant(settings.accountant,
+                                       settings.pld_discretization)
   plans = []
   for c, eps in tqdm.tqdm(list(zip(task.client_ids, epsilons)),
                           desc='calibrating silos\' noise', unit='silo',
@@ -152,9 +162,14 @@ def plan_silos(task: FederatedTask, algorithm: algorithms.Algorithm,
             settings.rounds, 2 if algorithm.personal_epoch else 1,
             float(settings.selection_share * eps), selections,
             settings.allow_large_delta)
+    # The key holds the accountant (RDP's as before it was in it).
+    stored = json.dumps(args + ((settings.accountant,
+                                 settings.pld_discretization)
+                                if settings.accountant != 'rdp' else ()))
     plans.append(plan_client_privacy(
-        *args, known_noise_multiplier=known.get(json.dumps(args))))
-    known[json.dumps(args)] = plans[-1].noise_multiplier
+        *args, known_noise_multiplier=known.get(stored),
+        accountant=accountant, finer_if_loose=finer))
+    known[stored] = plans[-1].noise_multiplier
   if calibrations:
     checkpointing.write_json_atomically(calibrations, known)
   return plans
@@ -261,9 +276,11 @@ def run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
   everything but how often it is saved."""
   key = dataclasses.asdict(settings)
   key.pop('checkpoint_every')
-  for optional in ('cohort_size', 'canaries'):
+  for optional in ('cohort_size', 'canaries', 'pld_discretization'):
     if not key[optional]:
       key.pop(optional)  # keeps checkpoints of earlier versions valid
+  if key['accountant'] == 'rdp':
+    key.pop('accountant')  # as before the setting had a choice
   key.update(task=task.name, method=algorithm.name,
              batch_size=task.batch_size, data=task.data_digest,
              loss=task.loss_fn().name, conventions=DP_SGD_CONVENTIONS)
@@ -401,9 +418,13 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
             'selection_epsilon': p.selection_epsilon,
             'selection_rounds': p.selection_rounds,
             'epsilon_spent': e,
+            **({'pld_discretization': p.accountant.discretization,
+                'epsilon_spent_rdp': p.rdp_epsilon_after(settings.rounds)}
+               if p.accountant.name == 'pld' else {}),
         } for c, p, e in zip(silos, plans, spent)],
         'epsilon_spent_max': max(spent),
         'epsilon_spent_min': min(spent),
+        **accountant_summary(plans, settings.rounds),
         # A silo sends one epoch's update a round (Ditto's personal epoch
         # stays with it).
         **(canary_audit.client_audit_summary(

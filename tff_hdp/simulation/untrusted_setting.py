@@ -60,6 +60,11 @@ class UntrustedSettings(run_lifecycle.RunSettings):
   # The rules' options (registry `Option`s, e.g. robust_hdp's
   # rpca_freeze_after_round), by name; a missing one takes its default.
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  # How each client's epsilon is bounded (`plans.dp_sgd_accountant`): 'rdp'
+  # or 'pld', at `pld_discretization` (None: per client, the coarsest of
+  # 1e-3, 1e-4, ... within the tolerance).
+  accountant: str = 'rdp'
+  pld_discretization: float | None = None
 
   def __post_init__(self):
     if self.train_rounds is not None and not (
@@ -73,9 +78,16 @@ class UntrustedSettings(run_lifecycle.RunSettings):
 
   def as_dict(self) -> dict:
     """The settings as summaries and run keys hold them: each option of the
-    setting's rules in place of `options` (its default where not given)."""
+    setting's rules in place of `options` (its default where not given);
+    the accountant only where it is not RDP, the one before there was a
+    choice (so an RDP run's summary and key are those of earlier runs, which
+    a figure's records compare)."""
     flat = dataclasses.asdict(self)
     del flat['options']
+    if flat['accountant'] == 'rdp':
+      del flat['accountant']
+    if flat['pld_discretization'] is None:
+      del flat['pld_discretization']
     flat.update({name: self.options.get(name, option.default) for name, option
                  in algorithms.setting_options(algorithms.UNTRUSTED).items()})
     return flat
@@ -209,7 +221,9 @@ def run_algorithm(task: FederatedTask, algorithm: str,
   client_plans = plans.plan_clients(
       noise_aware.client_epsilons(algorithm, epsilons),
       settings.delta, sizes, batch_sizes, settings.rounds,
-      allow_large_delta=settings.allow_large_delta)
+      allow_large_delta=settings.allow_large_delta,
+      accountant=settings.accountant,
+      pld_discretization=settings.pld_discretization)
   num_params = task.num_trainable_parameters
 
   def build(claimed: run_lifecycle.ClaimedRun) -> UntrustedRounds:
@@ -254,6 +268,10 @@ def run_algorithm(task: FederatedTask, algorithm: str,
         'batch_sizes': [int(b) for b in batch_sizes],
         'epsilon_spent_max': max(spent),
         'epsilon_spent_min': min(spent),
+        **plans.accountant_summary(client_plans, trained),
+        **({'pld_discretizations': [p.accountant.discretization
+                                    for p in client_plans]}
+           if settings.accountant == 'pld' else {}),
         **(canary_audit.client_audit_summary(
             settings.canaries,
             dp_sgd.canary_scores(program.state.client_work), client_plans,
