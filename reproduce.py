@@ -326,6 +326,7 @@ def _validate() -> None:
 
 def main(argv: list[str]) -> None:
   del argv  # cli.entry refuses stray arguments
+  cli_trusted.start_command()
   names = _preset_names()
   lambdas = _lambdas_flag()
   if not FLAGS['output_dir'].present:
@@ -346,8 +347,7 @@ def run() -> None:
   """The command line (a user script that registers its own algorithm or
   task calls this after registering)."""
   entry.run(main, __doc__,
-            [('reproduce.py', ['presets', 'ditto_lambdas', 'distributions',
-                               'tensorboard', 'plots'])] +
+            [('reproduce.py', ['presets', 'ditto_lambdas', 'distributions'])] +
             [(title, names) for title, names in cli_flags.help_groups()
              if any(s in cli_flags.APPLIES[n] for n in names
                     for s in (cli_flags.TRUSTED, cli_flags.UNTRUSTED))],

@@ -211,6 +211,12 @@ def _say_once(line: str) -> None:
   print(line)
 
 
+def start_command() -> None:
+  """Forgets what an earlier command in this process said: each command
+  says its own lines once (a script or test may run several)."""
+  _say_once.cache_clear()
+
+
 def _release_managers(name: str) -> list:
   """TensorBoard events of configuration `name`'s rounds (--tensorboard)."""
   if not flags.TENSORBOARD.value:
@@ -223,6 +229,7 @@ def _release_managers(name: str) -> list:
 def run() -> None:
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
+  start_command()
   task = flags.load_task()
   n = len(task.client_ids)
   settings, choices, configs = learning_setup(task)

@@ -195,6 +195,16 @@ def test_ctrl_c_ends_with_one_line_saying_how_to_resume(tmp_path):
       'from the last checkpoint.')
 
 
+def test_each_command_in_one_process_says_its_own_notes(tmp_path):
+  """Two commands run one after the other in one process (a script, these
+  tests) each print the derived clip-count noise, not only the first."""
+  for name in ('first', 'second'):
+    result = _run('--rounds=1', '--noplots', '--notensorboard',
+                  f'--output_dir={tmp_path / name}')
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '--clip_count_stddev not given: using ' in result.stdout, name
+
+
 def test_short_comparison_prints_the_table_and_writes_files(tmp_path):
   result = _run('--algorithms=dp_fedavg,fedhdp', '--r=0.5', '--rounds=2',
                 '--clients_per_round=20', '--clip_count_stddev=3',
