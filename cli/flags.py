@@ -196,6 +196,12 @@ DITTO_LAMBDA_P = absl_flags.DEFINE_float(
     'the same value).')
 DITTO_LAMBDA_NP = absl_flags.DEFINE_float(
     'ditto_lambda_np', None, 'Ditto lambda of opt-out clients.')
+DITTO_LEVEL_LAMBDAS = absl_flags.DEFINE_list(
+    'ditto_level_lambdas', None, 'Ditto lambda of each private level, in '
+    '--epsilons order, instead of one --ditto_lambda_p for all (the opt-out '
+    'group\'s stays --ditto_lambda_np, which it needs); turns '
+    'personalization on. DP-FedAvg, which trains every private client at '
+    'the strictest level\'s noise, gives them that level\'s lambda.')
 DITTO_LR = absl_flags.DEFINE_float(
     'ditto_lr', None, 'Personal model learning rate eta_p (default: '
     '--client_lr).')
@@ -312,7 +318,8 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'min_separation', 'max_participations',
         'local_epochs', 'server_lr', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
-        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr')},
+        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_level_lambdas',
+        'ditto_lr')},
     'canaries': (TRUSTED, UNTRUSTED, CROSS_SILO),
     'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),
@@ -819,10 +826,11 @@ def _check_values(current: str) -> None:
     _check_clip_count()
     for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP):
       _in(flag, 0, MAX_FLOAT32)
+    _check_ditto_level_lambdas()
     _in(DITTO_LR, 0, MAX_FLOAT32, low_open=True)
-    check(DITTO_LR.value is None or DITTO_LAMBDA_P.value is not None or
-          DITTO_LAMBDA_NP.value is not None, '--ditto_lr applies only with '
-          '--ditto_lambda_p or --ditto_lambda_np (Ditto on); drop it.')
+    check(DITTO_LR.value is None or ditto_on(), '--ditto_lr applies only '
+          'with --ditto_lambda_p, --ditto_lambda_np or --ditto_level_lambdas '
+          '(Ditto on); drop it.')
     _check_level_fractions()
     # Every level holds clients (the data check refuses one that does not);
     # the opt-out group holds them when some clients opt out.
@@ -842,6 +850,31 @@ def _check_values(current: str) -> None:
     _in(NUM_CLUSTERS, 1)
     _in(SELECTION_FRACTION, 0, 1)
     _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
+
+
+def ditto_on() -> bool:
+  """Whether a Ditto lambda flag turns personalization on."""
+  return any(f.value is not None for f in (
+      DITTO_LAMBDA_P, DITTO_LAMBDA_NP, DITTO_LEVEL_LAMBDAS))
+
+
+def _check_ditto_level_lambdas() -> None:
+  """--ditto_level_lambdas: one finite lambda >= 0 per private level, with
+  the opt-out group's given by --ditto_lambda_np and no --ditto_lambda_p."""
+  flag = DITTO_LEVEL_LAMBDAS
+  if flag.value is None:
+    return
+  lambdas = floats(flag, 0, MAX_FLOAT32)
+  levels = len(_level_targets())
+  check(len(lambdas) == levels, f'--ditto_level_lambdas has {len(lambdas)} '
+        f'values for the {levels} private levels of --epsilons; give one per '
+        'level (the opt-out group\'s is --ditto_lambda_np).')
+  check(DITTO_LAMBDA_P.value is None, '--ditto_level_lambdas and '
+        '--ditto_lambda_p: give one of them (one lambda per private level, '
+        'or one for all).')
+  check(DITTO_LAMBDA_NP.value is not None, '--ditto_level_lambdas gives the '
+        'private levels\' lambdas; give the opt-out group\'s with '
+        '--ditto_lambda_np.')
 
 
 # The flags plan.py reads: a trusted run's population, levels, sampling and

@@ -23,14 +23,7 @@ def learning_setup(task):
          f'{n} clients of task {task.name!r}.')
   sampling = flags.client_sampling(n)
   levels = flags.private_levels()
-  ditto = None
-  if flags.DITTO_LAMBDA_P.value is not None or flags.DITTO_LAMBDA_NP.value is not None:
-    lam_p = (flags.DITTO_LAMBDA_P.value if flags.DITTO_LAMBDA_P.value is not None else
-             flags.DITTO_LAMBDA_NP.value)
-    lam_np = (flags.DITTO_LAMBDA_NP.value if flags.DITTO_LAMBDA_NP.value is not None
-              else lam_p)
-    ditto = trusted_setting.DittoSettings(lam_p, lam_np,
-                                     flags.DITTO_LR.value or flags.CLIENT_LR.value)
+  ditto = _ditto_settings(levels) if flags.ditto_on() else None
   fractions = (flags.floats(flags.LEVEL_FRACTIONS) if flags.LEVEL_FRACTIONS.value else None)
   count_stddev = flags.CLIP_COUNT_STDDEV.value
   if flags.CLIP_LR.value > 0:
@@ -115,6 +108,23 @@ def _check_levels_have_clients(choices, n: int) -> None:
                 '--level_fractions leave privacy level '
                 f'{group.name!r} without clients (of {n}); lower the '
                 'opt-out fraction or raise that level\'s fraction.')
+
+
+def _ditto_settings(levels):
+  """Ditto's lambdas from the flags: one for every private level (the other
+  of --ditto_lambda_p / --ditto_lambda_np by default), or each level its
+  own (--ditto_level_lambdas)."""
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  lam_p, lam_np = flags.DITTO_LAMBDA_P.value, flags.DITTO_LAMBDA_NP.value
+  rate = flags.DITTO_LR.value or flags.CLIENT_LR.value
+  if flags.DITTO_LEVEL_LAMBDAS.value is not None:
+    return trusted_setting.DittoSettings(
+        None, lam_np, rate, dict(zip(
+            (g.name for g in levels),
+            flags.floats(flags.DITTO_LEVEL_LAMBDAS))))
+  return trusted_setting.DittoSettings(
+      lam_np if lam_p is None else lam_p,
+      lam_p if lam_np is None else lam_np, rate)
 
 
 def clip_count_stddev(levels, sampling, n) -> float | None:

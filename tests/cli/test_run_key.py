@@ -75,6 +75,8 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('ditto_lambda_p', [], '0.1'),
     ('ditto_lambda_np', [], '0.1'),
     ('ditto_lr', ['--ditto_lambda_p=0.1'], '0.05'),
+    ('ditto_level_lambdas', ['--ditto_lambda_np=0.1', '--epsilons=1,3'],
+     '0.1,0.5'),
     ('release_unprotected_stats', [], 'true'),
 ]
 UNTRUSTED_CHANGES = SHARED_CHANGES + [

@@ -339,7 +339,11 @@ def _hyperparameters(summary: dict) -> str:
   ditto = summary.get('ditto')
   if ditto:
     lam_p, lam_np = ditto['lambda_p'], ditto['lambda_np']
-    if summary['algorithm'] == 'nonprivate':
+    if ditto.get('level_lambdas') and summary['algorithm'] != 'nonprivate':
+      parts.append('lambda_j=' + '/'.join(
+          f'{v:g}' for v in ditto['level_lambdas'].values()) +
+                   f', lambda_np={lam_np:g}')
+    elif summary['algorithm'] == 'nonprivate':
       parts.append(f'lambda_np={lam_np:g}')
     elif summary['algorithm'] == 'dp_fedavg':
       parts.append(f'lambda_p={lam_p:g}')

@@ -50,11 +50,36 @@ RUN_ERRORS = (ValueError, accounting.InfeasiblePrivacyTargetError,
 
 @dataclasses.dataclass(frozen=True)
 class DittoSettings:
-  """Ditto on the clients: lambda_p for private groups, lambda_np otherwise."""
+  """Ditto on the clients: lambda_p for private groups, lambda_np otherwise;
+  with `level_lambdas` ({level name: lambda}, lambda_p None) each private
+  level its own."""
 
-  lambda_p: float
+  lambda_p: float | None
   lambda_np: float
   learning_rate: float
+  level_lambdas: Mapping[str, float] | None = None
+
+  def group_lambdas(self, groups: Sequence[PrivacyGroup],
+                    levels: Sequence[PrivacyGroup]) -> list[float]:
+    """The lambda of each training group in `groups`: a group without
+    guarantee lambda_np; a private one lambda_p, or its level's (a group
+    that merges the `levels`, DP-FedAvg's, trains at the strictest level's
+    noise: that level's lambda)."""
+    if self.level_lambdas is None:
+      return [self.lambda_p if g.is_private else self.lambda_np
+              for g in groups]
+    private = [g for g in levels if g.is_private]
+    strictest = min(private, key=lambda g: (g.epsilon, g.delta)).name
+    return [self.level_lambdas.get(g.name, self.level_lambdas[strictest])
+            if g.is_private else self.lambda_np for g in groups]
+
+  def record(self) -> dict:
+    """As summary.json and the run key hold it (without level_lambdas
+    when not given, as before they existed)."""
+    out = dataclasses.asdict(self)
+    if self.level_lambdas is None:
+      out.pop('level_lambdas')
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +178,7 @@ def run_key(task: FederatedTask, config: Configuration,
   choice_text = repr(sorted((str(c), g) for c, g in
                             choices.client_groups.items()))
   key = dataclasses.asdict(settings)
+  key['ditto'] = settings.ditto.record() if settings.ditto else None
   key.pop('checkpoint_every')  # how often to save does not change the run
   # Swept: in the name; not given: the record's own rule.
   key['options'] = {k: v for k, v in config.options(settings).items()
@@ -401,8 +427,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
         local_epochs=settings.local_epochs)
     personalization = None
     if settings.ditto is not None:
-      lambdas = [settings.ditto.lambda_p if g.is_private else
-                 settings.ditto.lambda_np for g in assignment.groups]
+      lambdas = settings.ditto.group_lambdas(assignment.groups,
+                                             choices.groups)
       personalization = Personalization(execution.build_personalization(
           task.tff_model_fn(), lambdas, settings.ditto.learning_rate,
           task.batch_size, settings.local_epochs))
@@ -496,7 +522,7 @@ def _summary(task, config, settings, plan, assignment, audit, program,
       'ratio': config.ratio,
       'task': task.name,
       'metric': task.metric,
-      'ditto': dataclasses.asdict(settings.ditto) if settings.ditto else None,
+      'ditto': settings.ditto.record() if settings.ditto else None,
       'dropped_clients': task.dropped_clients,
       'rounds': settings.rounds,
       'sampling': kind,
