@@ -63,6 +63,10 @@ ALGORITHMS = absl_flags.DEFINE_list(
 LAMBDAS = absl_flags.DEFINE_list(
     'lambdas', ['0.1'], 'Cross-silo: regularization lambda of mrmtl, ditto '
     'and ifca_mrmtl; several values are a sweep.')
+LAMBDAS_BY_EPSILON = absl_flags.DEFINE_string(
+    'lambdas_by_epsilon', None, 'Cross-silo mrmtl, ditto, ifca_mrmtl: each '
+    'silo the lambda of its epsilon, e.g. 1:0.5,3:0.2,10:0.1 (one pair per '
+    'epsilon of --epsilons), instead of one --lambdas for every silo.')
 REGULARIZER_PLACEMENT = absl_flags.DEFINE_enum(
     'regularizer_placement', 'per_example', ['per_example', 'after_noise'],
     'Cross-silo mrmtl, ditto, ifca_mrmtl: where the pull lambda (w - w_bar) '
@@ -324,7 +328,8 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),
     **{name: (CROSS_SILO,) for name in (
-        'lambdas', 'client_lrs', 'sweep', 'num_clusters',
+        'lambdas', 'lambdas_by_epsilon', 'client_lrs', 'sweep',
+        'num_clusters',
         'regularizer_placement',
         'selection_fraction', 'selection_share')},
     **{name: (POINT_ESTIMATION,) for name in (
@@ -841,7 +846,8 @@ def _check_values(current: str) -> None:
     if CLIENT_LRS.value is not None:
       rates = floats(CLIENT_LRS, 0, MAX_FLOAT32, low_open=True)
       check_distinct('--client_lrs', rates, CLIENT_LRS.value)
-    _read_by(('lambdas', 'regularizer_placement'), tuple(
+    epsilon_lambdas()
+    _read_by(('lambdas', 'lambdas_by_epsilon', 'regularizer_placement'), tuple(
         a.name for a in algorithms.REGISTRY.values()
         if a.setting == CROSS_SILO and a.regularized))
     _read_by(('num_clusters', 'selection_fraction', 'selection_share'), tuple(
@@ -850,6 +856,35 @@ def _check_values(current: str) -> None:
     _in(NUM_CLUSTERS, 1)
     _in(SELECTION_FRACTION, 0, 1)
     _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
+
+
+def epsilon_lambdas() -> tuple[tuple[float, float], ...] | None:
+  """--lambdas_by_epsilon's (epsilon, lambda) pairs, one for each epsilon
+  of --epsilons (None: not given); an InputError names the flag."""
+  text = LAMBDAS_BY_EPSILON.value
+  if text is None:
+    return None
+  check(not LAMBDAS.present, '--lambdas_by_epsilon and --lambdas: give one '
+        'of them (a lambda per silo epsilon, or lambdas for every silo).')
+  name = f'--lambdas_by_epsilon={text}'
+  pairs = []
+  for item in text.split(','):
+    try:
+      eps, lam = (float(v) for v in item.split(':'))
+    except ValueError:
+      raise InputError(f'{name}: write epsilon:lambda pairs, e.g. '
+                       '1:0.5,10:0.1.') from None
+    _value_in('--lambdas_by_epsilon', lam, 0, MAX_FLOAT32)
+    check(eps not in dict(pairs), f'{name}: epsilon {eps:g} twice.')
+    pairs.append((eps, lam))
+  silos = set(floats(EPSILONS))
+  extra = [e for e, _ in pairs if e not in silos]
+  check(not extra, f'{name}: no silo is at epsilon '
+        f'{", ".join(f"{e:g}" for e in extra)} (--epsilons).')
+  missing = sorted(silos - set(dict(pairs)))
+  check(not missing, f'{name}: no lambda for the silos at epsilon '
+        f'{", ".join(f"{e:g}" for e in missing)} (--epsilons).')
+  return tuple(pairs)
 
 
 def ditto_on() -> bool:

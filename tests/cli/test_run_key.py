@@ -92,6 +92,7 @@ CROSS_SILO_CHANGES = SHARED_CHANGES + [
     ('algorithms', [], 'ditto'),
     ('dp_sgd_clip', [], '0.5'),
     ('lambdas', [], '0.2'),
+    ('lambdas_by_epsilon', ['--epsilons=1,3'], '1:0.2,3:0.5'),
     ('client_lrs', [], '0.05'),
     ('cohort_size', [], '4'),
     ('num_clusters', ['--algorithms=ifca'], '2'),
