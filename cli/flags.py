@@ -206,6 +206,20 @@ DITTO_LEVEL_LAMBDAS = absl_flags.DEFINE_list(
     'group\'s stays --ditto_lambda_np, which it needs); turns '
     'personalization on. DP-FedAvg, which trains every private client at '
     'the strictest level\'s noise, gives them that level\'s lambda.')
+DITTO_NOISE_AWARE = absl_flags.DEFINE_bool(
+    'ditto_noise_aware_lambdas', False, 'Ditto on, each privacy group\'s '
+    'lambda from the closed form of the point-estimation model (SPEC.md §1, '
+    'tff_hdp/estimation/point_estimation_theory.py) read from public '
+    'quantities only: the group\'s noise multiplier, expected count and '
+    'ratio, the model\'s size, --heterogeneity and --ditto_local_share; '
+    'printed before training, costs no privacy. Instead of --ditto_lambda_p, '
+    '--ditto_lambda_np and --ditto_level_lambdas.')
+DITTO_LOCAL_SHARE = absl_flags.DEFINE_float(
+    'ditto_local_share', 0.5, 'With --ditto_noise_aware_lambdas: the share '
+    'of the clients\' update spread (--heterogeneity) that is a client\'s '
+    'own sampling noise alpha^2 rather than the spread tau^2 of the '
+    'clients\' optima; larger means less trust in a client\'s own data, '
+    'larger lambdas.')
 DITTO_LR = absl_flags.DEFINE_float(
     'ditto_lr', None, 'Personal model learning rate eta_p (default: '
     '--client_lr).')
@@ -323,7 +337,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'local_epochs', 'server_lr', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
         'ditto_lambda_p', 'ditto_lambda_np', 'ditto_level_lambdas',
-        'ditto_lr')},
+        'ditto_noise_aware_lambdas', 'ditto_local_share', 'ditto_lr')},
     'canaries': (TRUSTED, UNTRUSTED, CROSS_SILO),
     'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),
@@ -411,7 +425,9 @@ def _check_options(setting: str) -> None:
             'levels of --epsilons; give one per level.')
     elif not (option.sweep or option.per_level):
       _in(flag, low, high, low_open=option.low_open)
-    _read_by((name,), algorithms.readers(setting, name))
+    if not (name == 'heterogeneity' and DITTO_NOISE_AWARE.value):
+      # The noise-aware Ditto lambdas read it with any algorithm.
+      _read_by((name,), algorithms.readers(setting, name))
 
 
 _SETTING_NAMES = {
@@ -831,11 +847,12 @@ def _check_values(current: str) -> None:
     _check_clip_count()
     for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP):
       _in(flag, 0, MAX_FLOAT32)
+    _check_ditto_noise_aware()
     _check_ditto_level_lambdas()
     _in(DITTO_LR, 0, MAX_FLOAT32, low_open=True)
     check(DITTO_LR.value is None or ditto_on(), '--ditto_lr applies only '
-          'with --ditto_lambda_p, --ditto_lambda_np or --ditto_level_lambdas '
-          '(Ditto on); drop it.')
+          'with --ditto_lambda_p, --ditto_lambda_np, --ditto_level_lambdas or '
+          '--ditto_noise_aware_lambdas (Ditto on); drop it.')
     _check_level_fractions()
     # Every level holds clients (the data check refuses one that does not);
     # the opt-out group holds them when some clients opt out.
@@ -889,8 +906,22 @@ def epsilon_lambdas() -> tuple[tuple[float, float], ...] | None:
 
 def ditto_on() -> bool:
   """Whether a Ditto lambda flag turns personalization on."""
-  return any(f.value is not None for f in (
+  return DITTO_NOISE_AWARE.value or any(f.value is not None for f in (
       DITTO_LAMBDA_P, DITTO_LAMBDA_NP, DITTO_LEVEL_LAMBDAS))
+
+
+def _check_ditto_noise_aware() -> None:
+  """--ditto_noise_aware_lambdas replaces the given lambdas, and
+  --ditto_local_share, in (0, 1), applies only with it."""
+  if not DITTO_NOISE_AWARE.value:
+    check(not DITTO_LOCAL_SHARE.present, '--ditto_local_share applies only '
+          'with --ditto_noise_aware_lambdas; drop it.')
+    return
+  for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP, DITTO_LEVEL_LAMBDAS):
+    check(flag.value is None, f'--ditto_noise_aware_lambdas and '
+          f'--{flag.name}: give one of them (lambdas from the noise, or '
+          'given).')
+  _in(DITTO_LOCAL_SHARE, 0, 1, low_open=True, high_open=True)
 
 
 def _check_ditto_level_lambdas() -> None:

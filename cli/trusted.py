@@ -112,11 +112,18 @@ def _check_levels_have_clients(choices, n: int) -> None:
 
 def _ditto_settings(levels):
   """Ditto's lambdas from the flags: one for every private level (the other
-  of --ditto_lambda_p / --ditto_lambda_np by default), or each level its
-  own (--ditto_level_lambdas)."""
+  of --ditto_lambda_p / --ditto_lambda_np by default), each level its own
+  (--ditto_level_lambdas), or each group the closed form's
+  (--ditto_noise_aware_lambdas)."""
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
   lam_p, lam_np = flags.DITTO_LAMBDA_P.value, flags.DITTO_LAMBDA_NP.value
   rate = flags.DITTO_LR.value or flags.CLIENT_LR.value
+  if flags.DITTO_NOISE_AWARE.value:
+    spread = flags.option_values(flags.TRUSTED).get('heterogeneity')
+    return trusted_setting.DittoSettings(
+        None, None, rate, noise_aware=True,
+        local_share=flags.DITTO_LOCAL_SHARE.value,
+        heterogeneity=1.0 if spread is None else spread)
   if flags.DITTO_LEVEL_LAMBDAS.value is not None:
     return trusted_setting.DittoSettings(
         None, lam_np, rate, dict(zip(

@@ -51,6 +51,9 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('r', [], '0.5'),
     ('level_ratios', ['--algorithms=fedhdp', '--epsilons=1,3'], '0.5,1'),
     ('heterogeneity', ['--algorithms=fedhdp'], '0.5'),
+    # The noise-aware Ditto lambdas read it with any algorithm.
+    ('heterogeneity', ['--algorithms=dp_fedavg',
+                       '--ditto_noise_aware_lambdas'], '0.5'),
     ('level_fractions', ['--epsilons=1,3'], '0.3,0.7'),
     ('opt_out_fraction', [], '0.1'),
     ('levels_by_label', ['--epsilons=1,8'], '0-3:1,4-9:8'),
@@ -75,6 +78,8 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('ditto_lambda_p', [], '0.1'),
     ('ditto_lambda_np', [], '0.1'),
     ('ditto_lr', ['--ditto_lambda_p=0.1'], '0.05'),
+    ('ditto_noise_aware_lambdas', [], 'true'),
+    ('ditto_local_share', ['--ditto_noise_aware_lambdas'], '0.3'),
     ('ditto_level_lambdas', ['--ditto_lambda_np=0.1', '--epsilons=1,3'],
      '0.1,0.5'),
     ('release_unprotected_stats', [], 'true'),

@@ -23,6 +23,7 @@ from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import ditto
 from tff_hdp.learning.execution import Execution
 from tff_hdp.privacy import accounting
+from tff_hdp.privacy import ditto_lambdas
 from tff_hdp.privacy import empirical_epsilon
 from tff_hdp.privacy import min_separation
 from tff_hdp.privacy import planner
@@ -52,12 +53,18 @@ RUN_ERRORS = (ValueError, accounting.InfeasiblePrivacyTargetError,
 class DittoSettings:
   """Ditto on the clients: lambda_p for private groups, lambda_np otherwise;
   with `level_lambdas` ({level name: lambda}, lambda_p None) each private
-  level its own."""
+  level its own; with `noise_aware` (lambda_p, lambda_np None) each group the
+  closed form's from public quantities (`ditto_lambdas.plan_lambdas`: the
+  clients' update spread `heterogeneity`, the share `local_share` of it a
+  client's own sampling noise)."""
 
   lambda_p: float | None
-  lambda_np: float
+  lambda_np: float | None
   learning_rate: float
   level_lambdas: Mapping[str, float] | None = None
+  noise_aware: bool = False
+  local_share: float = 0.5
+  heterogeneity: float = 1.0
 
   def group_lambdas(self, groups: Sequence[PrivacyGroup],
                     levels: Sequence[PrivacyGroup]) -> list[float]:
@@ -74,11 +81,14 @@ class DittoSettings:
             if g.is_private else self.lambda_np for g in groups]
 
   def record(self) -> dict:
-    """As summary.json and the run key hold it (without level_lambdas
-    when not given, as before they existed)."""
+    """As summary.json and the run key hold it (without the fields of
+    per-group lambdas when not in use, as before they existed)."""
     out = dataclasses.asdict(self)
     if self.level_lambdas is None:
       out.pop('level_lambdas')
+    if not self.noise_aware:
+      for name in ('noise_aware', 'local_share', 'heterogeneity'):
+        out.pop(name)
     return out
 
 
@@ -201,6 +211,7 @@ class Personalization:
   step: tff.Computation
   models: ditto.PersonalModels = dataclasses.field(
       default_factory=ditto.PersonalModels)
+  lambdas: tuple[float, ...] = ()  # each training group's
 
 
 def _columns(groups, measurements) -> list[str]:
@@ -253,7 +264,7 @@ class TrustedRounds(round_loop.RoundProgram):
     self.process, self.plan = process, plan  # read by the summary
     self._seed, self._sampling_seed = seed, sampling_seed
     self._execution = execution
-    self._personalization = personalization
+    self.personalization = personalization  # read by the summary too
     self._audit = audit
     self._population = list(task.client_ids) + (audit.ids() if audit else [])
     rates = np.asarray(plan.rates())
@@ -281,7 +292,7 @@ class TrustedRounds(round_loop.RoundProgram):
     self.state = process.initialize()
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
-    ids = self._task.client_ids if self._personalization else None
+    ids = self._task.client_ids if self.personalization else None
     # The state's TFF type: the tree's level buffer (float32[?, ...]) grows
     # with the rounds, so a saved state differs in size from a fresh one.
     restored, done, personal = checkpoint.restore(
@@ -289,15 +300,15 @@ class TrustedRounds(round_loop.RoundProgram):
         state_type=self._process.initialize.type_signature.result)
     if restored is not None:
       self.state = restored
-      if self._personalization is not None:
-        self._personalization.models = personal
+      if self.personalization is not None:
+        self.personalization.models = personal
     return done
 
   def save(self, checkpoint: checkpointing.RunCheckpoint,
            round_num: int) -> None:
     checkpoint.save(self.state, round_num,
-                    self._personalization.models
-                    if self._personalization else None)
+                    self.personalization.models
+                    if self.personalization else None)
 
   def weights(self) -> tff.learning.models.ModelWeights:
     return self._process.get_model_weights(self.state)
@@ -322,9 +333,9 @@ class TrustedRounds(round_loop.RoundProgram):
     data = self._execution.round_data(
         self._task, sampled, seeds, plan.assignment,
         [(self._audit.row(c), plan.assignment.one_hot(c)) for c in canaries])
-    if self._personalization is not None and sampled:
-      self._execution.personalize(self._personalization.step,
-                                  self._personalization.models,
+    if self.personalization is not None and sampled:
+      self._execution.personalize(self.personalization.step,
+                                  self.personalization.models,
                                   self.weights(), sampled, data)
     output = self._process.next(self.state, data)
     self.state = output.state
@@ -356,9 +367,9 @@ class TrustedRounds(round_loop.RoundProgram):
     del round_num
     metrics = evaluation.global_model_metrics(self._task, self.weights(),
                                               self._private_flags)
-    if self._personalization is not None:
+    if self.personalization is not None:
       metrics.update(evaluation.personalized_metrics(
-          self._task, self.weights(), self._personalization.models,
+          self._task, self.weights(), self.personalization.models,
           self._private_flags))
     return metrics
 
@@ -427,11 +438,13 @@ def run_configuration(task: FederatedTask, config: Configuration,
         local_epochs=settings.local_epochs)
     personalization = None
     if settings.ditto is not None:
-      lambdas = settings.ditto.group_lambdas(assignment.groups,
-                                             choices.groups)
+      lambdas = _ditto_lambdas(settings, applied, choices,
+                               task.num_trainable_parameters)
+      if settings.ditto.noise_aware and progress:
+        print(_lambdas_line(config.name, applied, lambdas, settings))
       personalization = Personalization(execution.build_personalization(
           task.tff_model_fn(), lambdas, settings.ditto.learning_rate,
-          task.batch_size, settings.local_epochs))
+          task.batch_size, settings.local_epochs), lambdas=tuple(lambdas))
     program = TrustedRounds(
         task, process, applied, choices, seed=settings.seed,
         sampling_seed=secret, execution=execution,
@@ -453,6 +466,29 @@ def run_configuration(task: FederatedTask, config: Configuration,
       progress=progress, save_final_model=True,
       release_managers=release_managers, on_round=on_round)
   return summary, program.weights()
+
+
+def _ditto_lambdas(settings: Settings, plan: plans.PrivacyPlan,
+                   choices: GroupAssignment,
+                   num_parameters: int) -> list[float]:
+  """Ditto's lambda for each of `plan`'s groups: given, or (noise-aware)
+  the closed form's from the plan's public noise, counts and ratios."""
+  ditto_settings = settings.ditto
+  if ditto_settings.noise_aware:
+    return list(ditto_lambdas.plan_lambdas(
+        plan, num_parameters, ditto_settings.heterogeneity,
+        ditto_settings.local_share))
+  return ditto_settings.group_lambdas(plan.assignment.groups, choices.groups)
+
+
+def _lambdas_line(name: str, plan: plans.PrivacyPlan, lambdas,
+                  settings: Settings) -> str:
+  """The noise-aware Ditto lambdas, printed before training."""
+  return (f'{name}: Ditto lambdas from the noise (heterogeneity '
+          f'{settings.ditto.heterogeneity:g}, local share '
+          f'{settings.ditto.local_share:g}): ' + ', '.join(
+              f'{g.name} {lam:.4g}'
+              for g, lam in zip(plan.assignment.groups, lambdas)))
 
 
 def _ratios_line(name: str, plan: plans.PrivacyPlan) -> str:
@@ -503,6 +539,19 @@ def _accountant_fields(plan) -> dict:
   return {'accountant': 'gaussian' if used == {None} else 'rdp'}
 
 
+def _ditto_record(settings: Settings, program: TrustedRounds) -> dict | None:
+  """summary.json's Ditto settings, with each group's lambda where they
+  differ by level."""
+  if settings.ditto is None:
+    return None
+  out = settings.ditto.record()
+  if settings.ditto.level_lambdas is not None or settings.ditto.noise_aware:
+    out['group_lambdas'] = dict(zip(
+        (g.name for g in program.plan.assignment.groups),
+        program.personalization.lambdas))
+  return out
+
+
 def _summary(task, config, settings, plan, assignment, audit, program,
              result) -> dict:
   """A finished configuration's summary.json."""
@@ -522,7 +571,7 @@ def _summary(task, config, settings, plan, assignment, audit, program,
       'ratio': config.ratio,
       'task': task.name,
       'metric': task.metric,
-      'ditto': settings.ditto.record() if settings.ditto else None,
+      'ditto': _ditto_record(settings, program),
       'dropped_clients': task.dropped_clients,
       'rounds': settings.rounds,
       'sampling': kind,
