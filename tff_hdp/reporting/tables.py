@@ -15,6 +15,8 @@ import functools
 import os
 from typing import Callable, Sequence
 
+from tff_hdp.privacy import release_policy
+
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
   cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
@@ -375,12 +377,14 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
   personalized = any(s['metrics'].get('acc_l_p') is not None or
                      s['metrics'].get('acc_l_np') is not None
                      for s in summaries)
+  levels = _level_metric_keys(summaries)
   name = metric_prefix(summaries[0].get('metric', 'accuracy') if summaries
                        else 'accuracy')
   header = ['Algorithm'] + (['hyperparameters'] if paper_layout else [])
   header += [f'{name}_g', f'{name}_g,p', f'{name}_g,np', 'Delta_g']
   if personalized:
     header += [f'{name}_l,p', f'{name}_l,np', 'Delta_l']
+  header += [f'{name}_l,{_level_label(k)}' for k in levels]
   audited = any(s.get('canaries') for s in summaries)
   header += ['eps spent (target) per group']
   if audited:
@@ -408,12 +412,34 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
       row += [cell(m.get('acc_l_p'), m.get('var_l_p')),
               cell(m.get('acc_l_np'), m.get('var_l_np')),
               cell(m.get('delta_l'))]
+    row += [cell(m.get(k)) for k in levels]
     row += [eps] + ([_empirical(s)] if audited else [])
     row += [_accounting(s), f"{s['seconds']:.0f}"]
     if published:
       row.append(_published(published(s)))
     rows.append(row)
   return header, rows
+
+
+def _level_metric_keys(summaries: Sequence[dict]) -> list[str]:
+  """The per-level personalized metrics the summaries hold (released with
+  --release_unprotected_stats only), each level in its run's order, the
+  worst level's last."""
+  keys = dict.fromkeys(
+      k for s in summaries for k in s['metrics']
+      if k.startswith(release_policy.LEVEL_PERSONAL_PREFIX))
+  worst = any(release_policy.WORST_LEVEL_PERSONAL in s['metrics']
+              for s in summaries)
+  return list(keys) + ([release_policy.WORST_LEVEL_PERSONAL] if worst
+                       else [])
+
+
+def _level_label(key: str) -> str:
+  """A per-level column's label: the level's epsilon name, or the worst."""
+  if key == release_policy.WORST_LEVEL_PERSONAL:
+    return 'worst level'
+  level = key[len(release_policy.LEVEL_PERSONAL_PREFIX):]
+  return level.removeprefix('private_')
 
 
 _METRIC_KEYS = ('acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np',
@@ -440,8 +466,10 @@ def results_records(summaries: Sequence[dict],
               'lambda_p': ditto.get('lambda_p'),
               'lambda_np': ditto.get('lambda_np'),
               'privacy_guarantee': privacy_guarantee(s)}
-    for key in _METRIC_KEYS:
+    for key in [*_METRIC_KEYS, *_level_metric_keys([s])]:
       record[key.replace('acc_', f'{prefix}_')] = s['metrics'].get(key)
+    for group, lam in ditto.get('group_lambdas', {}).items():
+      record[f'lambda_{group}'] = lam
     for g in s['groups']:
       record[f"epsilon_spent_{g['name']}"] = g.get('epsilon_spent')
       record[f"target_epsilon_{g['name']}"] = g.get('target_epsilon')

@@ -276,13 +276,18 @@ class TrustedRounds(round_loop.RoundProgram):
         c: client_choices.groups[client_choices.group_of(c)].is_private
         for c in task.client_ids
     }
+    self._levels = _personal_levels(client_choices, task.client_ids,
+                                    personalization)
     groups = plan.assignment.groups
     self._measurements = tuple(measurements)
     withheld = (() if release_unprotected else
                 release_policy.withheld_columns(
                     groups, plan.adaptive_clipping, self._measurements))
-    self.columns = [c for c in _columns(groups, self._measurements)
-                    if c not in withheld]
+    self.columns = [c for c in _columns(groups, self._measurements) +
+                    _level_columns(self._levels)
+                    if c not in withheld and (
+                        release_unprotected or
+                        not release_policy.is_private_client_metric(c))]
     self._released = frozenset(self.columns)
     # The measurements with a released column: the only ones read, so a
     # withheld one is not required of the factory.
@@ -370,8 +375,31 @@ class TrustedRounds(round_loop.RoundProgram):
     if self.personalization is not None:
       metrics.update(evaluation.personalized_metrics(
           self._task, self.weights(), self.personalization.models,
-          self._private_flags))
+          self._private_flags, self._levels))
     return metrics
+
+
+def _personal_levels(choices: GroupAssignment, client_ids,
+                     personalization: Personalization | None
+                     ) -> dict | None:
+  """Each private client's level name, where Ditto runs over two or more
+  private levels (the per-level personalized metrics); None otherwise."""
+  private = [j for j, g in enumerate(choices.groups) if g.is_private]
+  if personalization is None or len(private) < 2:
+    return None
+  scored = set(client_ids)
+  # Level by level, so the levels come in --epsilons order.
+  return {c: choices.groups[j].name for j in private
+          for c in choices.members(j) if c in scored}
+
+
+def _level_columns(levels: dict | None) -> list[str]:
+  """rounds.csv's per-level personalized columns (`_personal_levels`)."""
+  if levels is None:
+    return []
+  return [release_policy.LEVEL_PERSONAL_PREFIX + name
+          for name in dict.fromkeys(levels.values())] + [
+              release_policy.WORST_LEVEL_PERSONAL]
 
 
 def _device_schedule(plan: plans.PrivacyPlan, population: Sequence,
@@ -560,7 +588,7 @@ def _summary(task, config, settings, plan, assignment, audit, program,
   metrics = result.final_metrics
   if not settings.release_unprotected_stats:
     metrics = {k: v for k, v in metrics.items()
-               if k not in release_policy.PRIVATE_CLIENT_METRICS}
+               if not release_policy.is_private_client_metric(k)}
   fixed = isinstance(settings.sampling, accounting.FixedSizeSampling)
   device = isinstance(settings.sampling, min_separation.DeviceParticipation)
   kind = 'device' if device else 'fixed' if fixed else 'poisson'
