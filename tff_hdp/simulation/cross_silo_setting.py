@@ -273,13 +273,22 @@ def configuration_name(algorithm: algorithms.Algorithm, settings: CrossSiloSetti
   return name
 
 
+def _settings_record(settings: CrossSiloSettings) -> dict:
+  """The settings as summary.json holds them (without epsilon_lambdas
+  when not given, as before they existed)."""
+  out = dataclasses.asdict(settings)
+  if settings.epsilon_lambdas is None:
+    out.pop('epsilon_lambdas')
+  return out
+
+
 def run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
              settings: CrossSiloSettings) -> dict:
   """What makes two runs the same run (a checkpoint is only reused then):
   everything but how often it is saved."""
-  key = dataclasses.asdict(settings)
+  key = _settings_record(settings)
   key.pop('checkpoint_every')
-  for optional in ('cohort_size', 'canaries', 'epsilon_lambdas'):
+  for optional in ('cohort_size', 'canaries'):
     if not key[optional]:
       key.pop(optional)  # keeps checkpoints of earlier versions valid
   key.update(task=task.name, method=algorithm.name,
@@ -406,7 +415,7 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
         'task': task.name,
         'metric_name': task.metric,
         'metric': result.final_metrics['metric'],
-        'settings': dataclasses.asdict(settings),
+        'settings': _settings_record(settings),
         'privacy_warnings': privacy_warnings(settings),
         'silos': [{
             'silo': str(c),
@@ -472,8 +481,12 @@ def sweep(task: FederatedTask, algorithm_name: str, settings: CrossSiloSettings,
   `sweep_<algorithm>.csv`. Algorithms without lambda sweep the learning rates only.
   """
   algorithm = algorithm_record(algorithm_name)
-  lambdas = list(lambdas) if algorithm.regularized and (
-      settings.epsilon_lambdas is None) else [settings.regularization]
+  if not algorithm.regularized:
+    lambdas = [0.0]
+  elif settings.epsilon_lambdas is not None:  # each silo its epsilon's
+    lambdas = [settings.regularization]
+  else:
+    lambdas = list(lambdas)
   process = build_process(task, algorithm, settings)
   results, spent, summaries = [], [], []
   grid = [(lam, lr) for lam in lambdas for lr in learning_rates]
