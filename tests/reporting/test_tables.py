@@ -180,3 +180,16 @@ def test_each_levels_personal_accuracy_and_the_worst_get_columns(tmp_path):
       'lambda_opt_out'] == 0.1
   _, paper_rows = tables.results_table([s], paper_layout=True)
   assert 'lambda_j=1/0.2, lambda_np=0.1' in paper_rows[0][1]
+
+
+def test_noise_aware_lambdas_fill_the_hyperparameters_cell():
+  s = _summary('fedhdp', ditto={
+      'lambda_p': None, 'lambda_np': None, 'learning_rate': 0.1,
+      'noise_aware': True, 'local_share': 0.5, 'heterogeneity': 1.0,
+      'group_lambdas': {'private_eps1': 0.5241, 'opt_out': 1.0}})
+  _, rows = tables.results_table([s], paper_layout=True)
+  assert 'lambda_j (noise-aware)=0.524/1' in rows[0][1]
+  # No published block has lambdas per level; without them r=0.01 has one.
+  s.update(configuration='fedhdp_r0.01', ratio=0.01)
+  assert published.summary_acc_g('mnist_noniid', s) == []
+  assert published.summary_acc_g('mnist_noniid', dict(s, ditto=None))

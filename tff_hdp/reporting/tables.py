@@ -341,7 +341,10 @@ def _hyperparameters(summary: dict) -> str:
   ditto = summary.get('ditto')
   if ditto:
     lam_p, lam_np = ditto['lambda_p'], ditto['lambda_np']
-    if ditto.get('level_lambdas') and summary['algorithm'] != 'nonprivate':
+    if ditto.get('noise_aware'):
+      parts.append('lambda_j (noise-aware)=' + '/'.join(
+          f'{v:.3g}' for v in ditto['group_lambdas'].values()))
+    elif ditto.get('level_lambdas') and summary['algorithm'] != 'nonprivate':
       parts.append('lambda_j=' + '/'.join(
           f'{v:g}' for v in ditto['level_lambdas'].values()) +
                    f', lambda_np={lam_np:g}')
