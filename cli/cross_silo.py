@@ -31,11 +31,19 @@ def learning_setup():
       selection_share=flags.SELECTION_SHARE.value, seed=flags.SEED.value,
       eval_every=flags.EVAL_EVERY.value, checkpoint_every=flags.CHECKPOINT_EVERY.value,
       cohort_size=flags.COHORT_SIZE.value,
+      epsilon_lambdas=flags.epsilon_lambdas(),
       regularizer_placement=flags.REGULARIZER_PLACEMENT.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
       canaries=flags.CANARIES.value, **flags.dp_sgd_accounting())
   return settings, lambdas, rates
+
+
+def _lambda_cell(best, settings) -> str:
+  """The table's lambda: the best swept, or each silo epsilon's."""
+  if settings.epsilon_lambdas is not None and best is not None:
+    return ','.join(f'{e:g}:{lam:g}' for e, lam in settings.epsilon_lambdas)
+  return '-' if best is None else f'{best:g}'
 
 
 def run() -> None:
@@ -62,8 +70,7 @@ def run() -> None:
       low, high = result['epsilon_spent']
       rows.append([
           algorithm,
-          '-' if result['best_lambda'] is None else
-          f"{result['best_lambda']:g}",
+          _lambda_cell(result['best_lambda'], settings),
           f"{result['best_learning_rate']:g}",
           f"{result['best_metric']:.4g}",
           f'{low:.3g} - {high:.3g}',
@@ -71,7 +78,10 @@ def run() -> None:
             if audited else []),
           str(len(result['runs'])),
       ])
-      records.append({'method': algorithm, 'lambda': result['best_lambda'],
+      records.append({'method': algorithm,
+                      'lambda': (_lambda_cell(result['best_lambda'], settings)
+                                 if settings.epsilon_lambdas else
+                                 result['best_lambda']),
                       'learning_rate': result['best_learning_rate'],
                       task.metric: result['best_metric'],
                       'epsilon_spent_min': low, 'epsilon_spent_max': high,

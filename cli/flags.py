@@ -66,6 +66,10 @@ ALGORITHMS = absl_flags.DEFINE_list(
 LAMBDAS = absl_flags.DEFINE_list(
     'lambdas', ['0.1'], 'Cross-silo: regularization lambda of mrmtl, ditto '
     'and ifca_mrmtl; several values are a sweep.')
+LAMBDAS_BY_EPSILON = absl_flags.DEFINE_string(
+    'lambdas_by_epsilon', None, 'Cross-silo mrmtl, ditto, ifca_mrmtl: each '
+    'silo the lambda of its epsilon, e.g. 1:0.5,3:0.2,10:0.1 (one pair per '
+    'epsilon of --epsilons), instead of one --lambdas for every silo.')
 REGULARIZER_PLACEMENT = absl_flags.DEFINE_enum(
     'regularizer_placement', 'per_example', ['per_example', 'after_noise'],
     'Cross-silo mrmtl, ditto, ifca_mrmtl: where the pull lambda (w - w_bar) '
@@ -204,6 +208,26 @@ DITTO_LAMBDA_P = absl_flags.DEFINE_float(
     'the same value).')
 DITTO_LAMBDA_NP = absl_flags.DEFINE_float(
     'ditto_lambda_np', None, 'Ditto lambda of opt-out clients.')
+DITTO_LEVEL_LAMBDAS = absl_flags.DEFINE_list(
+    'ditto_level_lambdas', None, 'Ditto lambda of each private level, in '
+    '--epsilons order, instead of one --ditto_lambda_p for all (the opt-out '
+    'group\'s stays --ditto_lambda_np, which it needs); turns '
+    'personalization on. DP-FedAvg, which trains every private client at '
+    'the strictest level\'s noise, gives them that level\'s lambda.')
+DITTO_NOISE_AWARE = absl_flags.DEFINE_bool(
+    'ditto_noise_aware_lambdas', False, 'Ditto on, each privacy group\'s '
+    'lambda from the closed form of the point-estimation model (SPEC.md §1, '
+    'tff_hdp/estimation/point_estimation_theory.py) read from public '
+    'quantities only: the group\'s noise multiplier, expected count and '
+    'ratio, the model\'s size, --heterogeneity and --ditto_local_share; '
+    'printed before training, costs no privacy. Instead of --ditto_lambda_p, '
+    '--ditto_lambda_np and --ditto_level_lambdas.')
+DITTO_LOCAL_SHARE = absl_flags.DEFINE_float(
+    'ditto_local_share', 0.5, 'With --ditto_noise_aware_lambdas: the share '
+    'of the clients\' update spread (--heterogeneity) that is a client\'s '
+    'own sampling noise alpha^2 rather than the spread tau^2 of the '
+    'clients\' optima; larger means less trust in a client\'s own data, '
+    'larger lambdas.')
 DITTO_LR = absl_flags.DEFINE_float(
     'ditto_lr', None, 'Personal model learning rate eta_p (default: '
     '--client_lr).')
@@ -327,14 +351,16 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'sampling', 'min_separation', 'max_participations',
         'local_epochs', 'server_lr', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
-        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_lr', 'tensorboard',
-        'plots')},
+        'ditto_lambda_p', 'ditto_lambda_np', 'ditto_level_lambdas',
+        'ditto_noise_aware_lambdas', 'ditto_local_share', 'ditto_lr',
+        'tensorboard', 'plots')},
     'canaries': (TRUSTED, UNTRUSTED, CROSS_SILO),
     'accountant': _TRAINING, 'pld_discretization': _TRAINING,
     'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),
     **{name: (CROSS_SILO,) for name in (
-        'lambdas', 'client_lrs', 'sweep', 'num_clusters',
+        'lambdas', 'lambdas_by_epsilon', 'client_lrs', 'sweep',
+        'num_clusters',
         'regularizer_placement',
         'selection_fraction', 'selection_share')},
     **{name: (POINT_ESTIMATION,) for name in (
@@ -416,7 +442,9 @@ def _check_options(setting: str) -> None:
             'levels of --epsilons; give one per level.')
     elif not (option.sweep or option.per_level):
       _in(flag, low, high, low_open=option.low_open)
-    _read_by((name,), algorithms.readers(setting, name))
+    if not (name == 'heterogeneity' and DITTO_NOISE_AWARE.value):
+      # The noise-aware Ditto lambdas read it with any algorithm.
+      _read_by((name,), algorithms.readers(setting, name))
 
 
 _SETTING_NAMES = {
@@ -848,10 +876,12 @@ def _check_values(current: str) -> None:
     _check_clip_count()
     for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP):
       _in(flag, 0, MAX_FLOAT32)
+    _check_ditto_noise_aware()
+    _check_ditto_level_lambdas()
     _in(DITTO_LR, 0, MAX_FLOAT32, low_open=True)
-    check(DITTO_LR.value is None or DITTO_LAMBDA_P.value is not None or
-          DITTO_LAMBDA_NP.value is not None, '--ditto_lr applies only with '
-          '--ditto_lambda_p or --ditto_lambda_np (Ditto on); drop it.')
+    check(DITTO_LR.value is None or ditto_on(), '--ditto_lr applies only '
+          'with --ditto_lambda_p, --ditto_lambda_np, --ditto_level_lambdas or '
+          '--ditto_noise_aware_lambdas (Ditto on); drop it.')
     _check_level_fractions()
     # Every level holds clients (the data check refuses one that does not);
     # the opt-out group holds them when some clients opt out.
@@ -862,7 +892,8 @@ def _check_values(current: str) -> None:
     if CLIENT_LRS.value is not None:
       rates = floats(CLIENT_LRS, 0, MAX_FLOAT32, low_open=True)
       check_distinct('--client_lrs', rates, CLIENT_LRS.value)
-    _read_by(('lambdas', 'regularizer_placement'), tuple(
+    epsilon_lambdas()
+    _read_by(('lambdas', 'lambdas_by_epsilon', 'regularizer_placement'), tuple(
         a.name for a in algorithms.REGISTRY.values()
         if a.setting == CROSS_SILO and a.regularized))
     _read_by(('num_clusters', 'selection_fraction', 'selection_share'), tuple(
@@ -871,6 +902,74 @@ def _check_values(current: str) -> None:
     _in(NUM_CLUSTERS, 1)
     _in(SELECTION_FRACTION, 0, 1)
     _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
+
+
+def epsilon_lambdas() -> tuple[tuple[float, float], ...] | None:
+  """--lambdas_by_epsilon's (epsilon, lambda) pairs, one for each epsilon
+  of --epsilons (None: not given); an InputError names the flag."""
+  text = LAMBDAS_BY_EPSILON.value
+  if text is None:
+    return None
+  check(not LAMBDAS.present, '--lambdas_by_epsilon and --lambdas: give one '
+        'of them (a lambda per silo epsilon, or lambdas for every silo).')
+  name = f'--lambdas_by_epsilon={text}'
+  pairs = []
+  for item in text.split(','):
+    try:
+      eps, lam = (float(v) for v in item.split(':'))
+    except ValueError:
+      raise InputError(f'{name}: write epsilon:lambda pairs, e.g. '
+                       '1:0.5,10:0.1.') from None
+    _value_in('--lambdas_by_epsilon', lam, 0, MAX_FLOAT32)
+    check(eps not in dict(pairs), f'{name}: epsilon {eps:g} twice.')
+    pairs.append((eps, lam))
+  silos = set(floats(EPSILONS))
+  extra = [e for e, _ in pairs if e not in silos]
+  check(not extra, f'{name}: no silo is at epsilon '
+        f'{", ".join(f"{e:g}" for e in extra)} (--epsilons).')
+  missing = sorted(silos - set(dict(pairs)))
+  check(not missing, f'{name}: no lambda for the silos at epsilon '
+        f'{", ".join(f"{e:g}" for e in missing)} (--epsilons).')
+  return tuple(pairs)
+
+
+def ditto_on() -> bool:
+  """Whether a Ditto lambda flag turns personalization on."""
+  return DITTO_NOISE_AWARE.value or any(f.value is not None for f in (
+      DITTO_LAMBDA_P, DITTO_LAMBDA_NP, DITTO_LEVEL_LAMBDAS))
+
+
+def _check_ditto_noise_aware() -> None:
+  """--ditto_noise_aware_lambdas replaces the given lambdas, and
+  --ditto_local_share, in (0, 1), applies only with it."""
+  if not DITTO_NOISE_AWARE.value:
+    check(not DITTO_LOCAL_SHARE.present, '--ditto_local_share applies only '
+          'with --ditto_noise_aware_lambdas; drop it.')
+    return
+  for flag in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP, DITTO_LEVEL_LAMBDAS):
+    check(flag.value is None, f'--ditto_noise_aware_lambdas and '
+          f'--{flag.name}: give one of them (lambdas from the noise, or '
+          'given).')
+  _in(DITTO_LOCAL_SHARE, 0, 1, low_open=True, high_open=True)
+
+
+def _check_ditto_level_lambdas() -> None:
+  """--ditto_level_lambdas: one finite lambda >= 0 per private level, with
+  the opt-out group's given by --ditto_lambda_np and no --ditto_lambda_p."""
+  flag = DITTO_LEVEL_LAMBDAS
+  if flag.value is None:
+    return
+  lambdas = floats(flag, 0, MAX_FLOAT32)
+  levels = len(_level_targets())
+  check(len(lambdas) == levels, f'--ditto_level_lambdas has {len(lambdas)} '
+        f'values for the {levels} private levels of --epsilons; give one per '
+        'level (the opt-out group\'s is --ditto_lambda_np).')
+  check(DITTO_LAMBDA_P.value is None, '--ditto_level_lambdas and '
+        '--ditto_lambda_p: give one of them (one lambda per private level, '
+        'or one for all).')
+  check(DITTO_LAMBDA_NP.value is not None, '--ditto_level_lambdas gives the '
+        'private levels\' lambdas; give the opt-out group\'s with '
+        '--ditto_lambda_np.')
 
 
 # The flags plan.py reads: a trusted run's population, levels, sampling and

@@ -24,14 +24,7 @@ def learning_setup(task):
          f'{n} clients of task {task.name!r}.')
   sampling = flags.client_sampling(n)
   levels = flags.private_levels()
-  ditto = None
-  if flags.DITTO_LAMBDA_P.value is not None or flags.DITTO_LAMBDA_NP.value is not None:
-    lam_p = (flags.DITTO_LAMBDA_P.value if flags.DITTO_LAMBDA_P.value is not None else
-             flags.DITTO_LAMBDA_NP.value)
-    lam_np = (flags.DITTO_LAMBDA_NP.value if flags.DITTO_LAMBDA_NP.value is not None
-              else lam_p)
-    ditto = trusted_setting.DittoSettings(lam_p, lam_np,
-                                     flags.DITTO_LR.value or flags.CLIENT_LR.value)
+  ditto = _ditto_settings(levels) if flags.ditto_on() else None
   fractions = (flags.floats(flags.LEVEL_FRACTIONS) if flags.LEVEL_FRACTIONS.value else None)
   count_stddev = flags.CLIP_COUNT_STDDEV.value
   if flags.CLIP_LR.value > 0:
@@ -156,6 +149,30 @@ def _check_levels_are_sampled(choices, rate: float, n: int) -> None:
         f'one, so its mean averages no client in most rounds; give it '
         f'{math.ceil(1 / rate - 1e-9)} clients or more, or raise '
         '--clients_per_round.')
+
+
+def _ditto_settings(levels):
+  """Ditto's lambdas from the flags: one for every private level (the other
+  of --ditto_lambda_p / --ditto_lambda_np by default), each level its own
+  (--ditto_level_lambdas), or each group the closed form's
+  (--ditto_noise_aware_lambdas)."""
+  from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top
+  lam_p, lam_np = flags.DITTO_LAMBDA_P.value, flags.DITTO_LAMBDA_NP.value
+  rate = flags.DITTO_LR.value or flags.CLIENT_LR.value
+  if flags.DITTO_NOISE_AWARE.value:
+    spread = flags.option_values(flags.TRUSTED).get('heterogeneity')
+    return trusted_setting.DittoSettings(
+        None, None, rate, noise_aware=True,
+        local_share=flags.DITTO_LOCAL_SHARE.value,
+        heterogeneity=1.0 if spread is None else spread)
+  if flags.DITTO_LEVEL_LAMBDAS.value is not None:
+    return trusted_setting.DittoSettings(
+        None, lam_np, rate, dict(zip(
+            (g.name for g in levels),
+            flags.floats(flags.DITTO_LEVEL_LAMBDAS))))
+  return trusted_setting.DittoSettings(
+      lam_np if lam_p is None else lam_p,
+      lam_p if lam_np is None else lam_np, rate)
 
 
 def clip_count_stddev(levels, sampling, n) -> float | None:

@@ -56,6 +56,9 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('level_ratios', ['--algorithms=fedhdp', '--epsilons=1,3'], '0.5,1'),
     ('heterogeneity', ['--algorithms=fedhdp'], '0.5'),
     ('tilt', ['--algorithms=frontier_sampling'], '0.5'),
+    # The noise-aware Ditto lambdas read it with any algorithm.
+    ('heterogeneity', ['--algorithms=dp_fedavg',
+                       '--ditto_noise_aware_lambdas'], '0.5'),
     ('level_fractions', ['--epsilons=1,3'], '0.3,0.7'),
     ('opt_out_fraction', [], '0.1'),
     ('levels_by_label', ['--epsilons=1,8'], '0-3:1,4-9:8'),
@@ -80,6 +83,10 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('ditto_lambda_p', [], '0.1'),
     ('ditto_lambda_np', [], '0.1'),
     ('ditto_lr', ['--ditto_lambda_p=0.1'], '0.05'),
+    ('ditto_noise_aware_lambdas', [], 'true'),
+    ('ditto_local_share', ['--ditto_noise_aware_lambdas'], '0.3'),
+    ('ditto_level_lambdas', ['--ditto_lambda_np=0.1', '--epsilons=1,3'],
+     '0.1,0.5'),
     ('release_unprotected_stats', [], 'true'),
 ]
 UNTRUSTED_CHANGES = SHARED_CHANGES + [
@@ -97,6 +104,7 @@ CROSS_SILO_CHANGES = SHARED_CHANGES + [
     ('algorithms', [], 'ditto'),
     ('dp_sgd_clip', [], '0.5'),
     ('lambdas', [], '0.2'),
+    ('lambdas_by_epsilon', ['--epsilons=1,3'], '1:0.2,3:0.5'),
     ('client_lrs', [], '0.05'),
     ('cohort_size', [], '4'),
     ('num_clusters', ['--algorithms=ifca'], '2'),

@@ -69,3 +69,49 @@ def test_level_ratios_minimize_the_server_variance():
   for _ in range(500):
     other = [r * np.exp(rng.normal(0, 0.5)) for r in best]
     assert th.level_server_variance(s, other) >= v * (1 - 1e-12)
+
+
+@pytest.mark.parametrize('s', SETTINGS)
+def test_level_lambdas_at_two_classes_are_lemma_10(s):
+  """An opted-out group without noise and one private group at r*:
+  lambda_np* is Lemma 10's 1 / Upsilon^2 exactly, lambda_p* within 2% of its
+  eq. (53) (an average of three stationary expressions, eq. 45, where ours
+  is the exact minimiser)."""
+  levels = th.LevelsSetting((s.num_non_private, s.num_private),
+                            s.samples_per_client, s.tau2, s.beta2,
+                            (0.0, s.gamma2))
+  lam_np, lam_p = th.optimal_level_lambdas(levels, [1.0, th.optimal_ratio(s)])
+  assert lam_np == pytest.approx(th.optimal_lambda_non_private(s), rel=1e-9)
+  assert lam_p == pytest.approx(th.optimal_lambda_private(s), rel=0.02)
+  assert lam_p <= lam_np  # Lemma 10's order
+
+
+def test_level_lambdas_of_noisy_local_estimates_are_mr_mtl_eq_7():
+  """One group of many silos whose estimates carry their own DP noise:
+  lambda* = (sigma^2 + sigma_DP^2 / n) / (n tau^2), MR-MTL's eq. (7), with
+  sigma^2 the per-sample variance and sigma_DP^2 / n^2 the estimate's noise."""
+  n, sigma2, sigma_dp2, tau2 = 20, 1.5, 40.0, 0.3
+  for silos in (10**9,):
+    levels = th.LevelsSetting((silos,), n, tau2, sigma2, (0.0,),
+                              (sigma_dp2 / n**2,))
+    (lam,) = th.optimal_level_lambdas(levels, [1.0])
+    assert lam == pytest.approx((sigma2 + sigma_dp2 / n) / (n * tau2),
+                                rel=1e-6)
+
+
+def test_level_lambdas_minimise_the_personal_mse():
+  """No other lambda lowers E(lambda) = (A + 2 lambda C + lambda^2 B) /
+  (1 + lambda)^2, its moments written out independently per group."""
+  s = th.LevelsSetting((5, 20, 20), 10, 0.1, 1.0, (0.0, 0.2, 0.01),
+                       (0.0, 0.1, 0.5))
+  ratios = [1.0, 0.3, 0.8]
+  sizes = np.array(s.group_sizes, float)
+  w = np.array(ratios) * sizes / np.sum(np.array(ratios) * sizes)
+  alpha2 = np.array(s.alpha2s)
+  v = np.sum(w**2 * ((s.tau2 + alpha2) / sizes + np.array(s.gamma2s)))
+  c = w / sizes
+  grid = np.exp(np.linspace(np.log(1e-3), np.log(1e3), 20001))
+  for j, lam in enumerate(th.optimal_level_lambdas(s, ratios)):
+    a, cc, b = alpha2[j], c[j] * alpha2[j], v + s.tau2 - 2 * c[j] * s.tau2
+    mse = (a + 2 * grid * cc + grid**2 * b) / (1 + grid)**2
+    assert lam == pytest.approx(grid[np.argmin(mse)], rel=1e-3)

@@ -408,3 +408,45 @@ def test_a_cross_silo_run_releases_only_what_epsilon_covers(tmp_path):
       cross_silo_setting.CrossSiloSettings)}
   assert summary['privacy_warnings'] == []
   assert 'WARNING' not in stdout
+
+
+def test_each_levels_personal_accuracy_is_released_only_with_the_flag(
+    task, tmp_path):
+  """Ditto over two private levels: each level's personalized accuracy and
+  the worst level's are statistics of private clients' own data, withheld
+  from rounds.csv and summary.json by default and, with
+  --release_unprotected_stats, the means of the clients' scores by level."""
+  levels = [pg.PrivacyGroup('private_eps2', 2.0, 1e-2),
+            pg.PrivacyGroup('private_eps8', 8.0, 1e-2)]
+  choices = trusted_setting.client_choices(task, levels, 0.2, seed=0)
+  released = []
+  for unprotected in (False, True):
+    settings = trusted_setting.Settings(
+        rounds=2, sampling=accounting.PoissonSampling(0.5),
+        clip=plans.ClipSettings(initial_norm=0.5, count_stddev=5.0),
+        eval_every=2, unsafe_seeded_dp_randomness=True,
+        release_unprotected_stats=unprotected,
+        ditto=trusted_setting.DittoSettings(
+            None, 0.1, 0.1, {'private_eps2': 1.0, 'private_eps8': 0.2}))
+    out = str(tmp_path / str(unprotected))
+    summary, _ = trusted_setting.run_configuration(
+        task, trusted_setting.Configuration('fedhdp', 0.5), choices,
+        settings, out, progress=False)
+    with open(os.path.join(out, 'fedhdp_r0.5', 'rounds.csv')) as f:
+      columns = set(next(csv.reader(f)))
+    released.append((summary, columns))
+  (default, default_columns), (flagged, flagged_columns) = released
+  level_keys = {'acc_l_level_private_eps2', 'acc_l_level_private_eps8',
+                'acc_l_worst_level'}
+  assert not level_keys & (default_columns | set(default['metrics']))
+  assert level_keys <= flagged_columns & set(flagged['metrics'])
+  m = flagged['metrics']
+  assert m['acc_l_worst_level'] == min(m['acc_l_level_private_eps2'],
+                                       m['acc_l_level_private_eps8'])
+  sizes = choices.group_sizes()
+  # Every private client is scored: the levels' means weigh up to Acc_l,p.
+  assert m['acc_l_p'] == pytest.approx(
+      (sizes[0] * m['acc_l_level_private_eps2'] +
+       sizes[1] * m['acc_l_level_private_eps8']) / (sizes[0] + sizes[1]))
+  assert flagged['ditto']['group_lambdas'] == {
+      'private_eps2': 1.0, 'private_eps8': 0.2, 'opt_out': 0.1}

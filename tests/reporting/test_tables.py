@@ -183,3 +183,39 @@ def test_groups_scored_on_their_labels_get_columns_beside_acc_g(tmp_path):
   assert not any('worst' in h or '[' in h for h in header)
   assert 'acc_g_worst' not in tables.results_records([_summary('fedhdp')])[0]
   assert tables.group_note(_summary('fedhdp')) == []
+def test_each_levels_personal_accuracy_and_the_worst_get_columns(tmp_path):
+  s = _summary('fedhdp', ditto={
+      'lambda_p': None, 'lambda_np': 0.1, 'learning_rate': 0.1,
+      'level_lambdas': {'private_eps1': 1.0, 'private_eps10': 0.2},
+      'group_lambdas': {'private_eps1': 1.0, 'private_eps10': 0.2,
+                        'opt_out': 0.1}})
+  s['metrics'].update(acc_l_p=90.0, acc_l_np=95.0,
+                      acc_l_level_private_eps1=85.0,
+                      acc_l_level_private_eps10=97.5,
+                      acc_l_worst_level=85.0)
+  header, rows = tables.results_table([s, _summary('dp_fedavg')])
+  at = header.index('Acc_l,eps1')
+  assert header[at:at + 3] == ['Acc_l,eps1', 'Acc_l,eps10',
+                               'Acc_l,worst level']
+  assert rows[0][at:at + 3] == ['85.00', '97.50', '85.00']
+  assert rows[1][at:at + 3] == ['-', '-', '-']
+  record = tables.results_records([s])[0]
+  assert record['acc_l_level_private_eps1'] == 85.0
+  assert record['acc_l_worst_level'] == 85.0
+  assert record['lambda_private_eps1'] == 1.0 and record[
+      'lambda_opt_out'] == 0.1
+  _, paper_rows = tables.results_table([s], paper_layout=True)
+  assert 'lambda_j=1/0.2, lambda_np=0.1' in paper_rows[0][1]
+
+
+def test_noise_aware_lambdas_fill_the_hyperparameters_cell():
+  s = _summary('fedhdp', ditto={
+      'lambda_p': None, 'lambda_np': None, 'learning_rate': 0.1,
+      'noise_aware': True, 'local_share': 0.5, 'heterogeneity': 1.0,
+      'group_lambdas': {'private_eps1': 0.5241, 'opt_out': 1.0}})
+  _, rows = tables.results_table([s], paper_layout=True)
+  assert 'lambda_j (noise-aware)=0.524/1' in rows[0][1]
+  # No published block has lambdas per level; without them r=0.01 has one.
+  s.update(configuration='fedhdp_r0.01', ratio=0.01)
+  assert published.summary_acc_g('mnist_noniid', s) == []
+  assert published.summary_acc_g('mnist_noniid', dict(s, ditto=None))

@@ -1,5 +1,6 @@
 """MR-MTL and the cross-silo baselines (SPEC.md §2): privacy, selection, state."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -193,6 +194,29 @@ def test_local_training_ignores_the_other_silos(task, tmp_path):
   cse.run_algorithm(task, 'mrmtl', s, str(tmp_path / 'all'), progress=False)
   pulled = _personal(tmp_path / 'all', task, 'mrmtl', s, 2)['silo0']
   assert not np.allclose(pulled[0], with_others[0])
+
+
+def test_each_silo_gets_the_lambda_of_its_epsilon(task, tmp_path):
+  """Silos at eps 4 with lambda 0 train as local training does, in the same
+  run as silos at eps 8 with lambda 0.5, which are pulled to the mean."""
+  eps = (4.0, 8.0) * 3
+  local = _settings(rounds=2, checkpoint_every=2, epsilons=eps)
+  by_eps = _settings(rounds=2, checkpoint_every=2, epsilons=eps,
+                     epsilon_lambdas=((4.0, 0.0), (8.0, 0.5)))
+  assert cse.configuration_name(cse.algorithm_record('mrmtl'), by_eps) == (
+      'mrmtl_lr0.2_lambdaeps4-0_eps8-0.5')
+  cse.run_algorithm(task, 'local', local, str(tmp_path), progress=False)
+  cse.run_algorithm(task, 'mrmtl', by_eps, str(tmp_path), progress=False)
+  alone = _personal(tmp_path, task, 'local', local, 2)
+  pulled = _personal(tmp_path, task, 'mrmtl', by_eps, 2)
+  for c in task.client_ids[0::2]:  # eps 4: lambda 0
+    for x, y in zip(alone[c], pulled[c]):
+      np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+  for c in task.client_ids[1::2]:  # eps 8: lambda 0.5
+    assert not np.allclose(alone[c][0], pulled[c][0])
+  with pytest.raises(ValueError, match='for every silo epsilon'):
+    cse.plan_silos(task, cse.algorithm_record('mrmtl'), dataclasses.replace(
+        by_eps, epsilon_lambdas=((4.0, 0.1),)))
 
 
 def test_ifca_recovers_the_two_clusters(task):

@@ -207,3 +207,100 @@ def personalized_mse(setting: theory.PointEstimationSetting, ratio: float,
     results[float(lam)] = (float(errors[n_np:].mean()),
                            float(errors[:n_np].mean()))
   return results
+
+
+def _level_samples(setting: theory.LevelsSetting, trials: int,
+                   rng: np.random.Generator, phi: float = 1.0
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """`client_samples` for l groups with each client's own noise (variance
+  l_j^2, `LevelsSetting.local_noise2s`) added to all its samples, so that
+  its sample mean is its noisy estimate; and each client's group."""
+  samples, phi_j = client_samples(setting, trials, rng, phi)
+  groups = np.repeat(np.arange(len(setting.group_sizes)), setting.group_sizes)
+  if setting.local_noise2s:
+    own = rng.normal(0.0, np.sqrt(np.asarray(setting.local_noise2s))[groups,
+                                                                      None],
+                     size=(len(groups), trials))
+    samples = samples + own[:, None, :]
+  return samples, phi_j, groups
+
+
+def personalized_level_errors(setting: theory.LevelsSetting, ratios,
+                              lambda_sets, trials: int, seed: int,
+                              phi: float = 1.0) -> list[np.ndarray]:
+  """Squared errors of Ditto's personal estimates around phi_j, per group
+  and trial ([groups, trials], averaged over the group's clients), for each
+  set of per-group lambdas, on the same client draws (paired).
+
+  The global estimate is one FedHDP round at `ratios`
+  (`aggregate_levels_once`); each lambda set then runs the real Ditto step
+  once for every client, each client pulled with its own group's lambda,
+  for as many full-batch steps (eta_p = 1 / (1 + max lambda)) as bring it
+  to the minimiser (phi_hat_i + lambda_j theta) / (1 + lambda_j) within
+  1e-7 of the distance.
+  """
+  samples, phi_j, groups = _level_samples(setting, trials,
+                                          np.random.default_rng(seed), phi)
+  server = aggregate_levels_once(setting, ratios, samples.mean(axis=1), seed)
+  n_s, count = setting.samples_per_client, len(setting.group_sizes)
+  spec = (tf.TensorSpec([None, trials], tf.float32),
+          tf.TensorSpec([None, trials], tf.float32))
+
+  def model_fn():
+    model = tf.keras.Sequential([tf.keras.layers.InputLayer((trials,)),
+                                 _Estimate()])
+    return tff.learning.models.from_keras_model(
+        model, loss=_HalfSquaredError(), input_spec=spec)
+
+  global_weights = tff.learning.models.ModelWeights(
+      [server.astype(np.float32)], [])
+  data = [client_work.make_client_data(
+      tf.data.Dataset.from_tensors((np.zeros((n_s, trials), np.float32),
+                                    samples[i].astype(np.float32))),
+      np.eye(count, dtype=np.float32)[g]) for i, g in enumerate(groups)]
+  out = []
+  for lambdas in lambda_sets:
+    rate = 1.0 / (1.0 + max(lambdas))
+    slowest = 1.0 - rate * (1.0 + min(lambdas))
+    epochs = 1 if slowest <= 0 else int(np.ceil(np.log(1e-7) /
+                                                np.log(slowest)))
+    step = ditto.build_personalization(model_fn, list(lambdas), rate, epochs)
+    personal = np.stack([np.asarray(p[0]) for p in step(
+        global_weights, [global_weights.trainable] * len(groups), data)])
+    errors = (personal - phi_j)**2
+    out.append(np.stack([errors[groups == j].mean(axis=0)
+                         for j in range(count)]))
+  return out
+
+
+def empirical_optimal_lambdas(setting: theory.LevelsSetting, ratios,
+                              probes, trials: int, seed: int,
+                              batches: int = 10
+                              ) -> tuple[np.ndarray, np.ndarray]:
+  """Each group's lambda of least personal MSE, found by simulation, and
+  its Monte Carlo standard error.
+
+  On fixed draws the personal MSE at lambda is exactly
+  (A + 2 lambda C + lambda^2 B) / (1 + lambda)^2 with the draws' own
+  moments, so the three `probes` lambdas (each run for every group at once
+  through the Ditto step, `personalized_level_errors`) determine A, B, C and
+  the minimiser (A - C) / (B - C); the standard error is the spread of that
+  minimiser over `batches` disjoint batches of the trials.
+  """
+  if len(set(probes)) != 3:
+    raise ValueError(f'three distinct probe lambdas, got {probes}.')
+  count = len(setting.group_sizes)
+  errors = personalized_level_errors(
+      setting, ratios, [[lam] * count for lam in probes], trials, seed)
+  system = np.array([[1.0, 2 * lam, lam**2] for lam in probes])
+
+  def minimiser(mse):  # mse: [probes, groups]
+    scaled = mse * np.array([(1 + lam)**2 for lam in probes])[:, None]
+    a, c, b = np.linalg.solve(system, scaled)
+    return (a - c) / (b - c)
+
+  stacked = np.stack(errors)  # [probes, groups, trials]
+  whole = minimiser(stacked.mean(axis=2))
+  parts = np.stack([minimiser(part.mean(axis=2)) for part in
+                    np.array_split(stacked, batches, axis=2)])
+  return whole, parts.std(axis=0, ddof=1) / np.sqrt(batches)

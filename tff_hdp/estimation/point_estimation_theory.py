@@ -5,11 +5,46 @@ p_j ~ N(0, tau^2), v ~ N(0, beta^2); private clients' group mean carries privacy
 noise of variance gamma^2. These formulas are the exact oracle that the
 aggregator's Monte Carlo runs are checked against; they are never used inside
 the aggregator.
+
+Ditto's lambda per group (l groups, `LevelsSetting`). Group j has N_j
+clients; a client's own estimate phi_hat_i = phi_i + e_i has error e_i of
+variance alpha_j^2 = beta^2 / n_s + l_j^2 (l_j^2: noise the client adds to
+its own estimate, as DP-SGD in a silo does; 0 with client-level DP at the
+server); group j's mean m_j = mean_{i in j} phi_hat_i + noise of variance
+gamma_j^2; the global estimate is theta = sum_j w_j m_j, w_j = r_j N_j /
+sum_k r_k N_k. Ditto's personal estimate, the minimiser of
+1/2 (t - phi_hat_i)^2 + lambda/2 (t - theta)^2, is
+(phi_hat_i + lambda theta) / (1 + lambda), whose error around phi_i is
+(a + lambda b) / (1 + lambda) with a = e_i and b = theta - phi_i. With
+A = E[a^2], B = E[b^2], C = E[a b],
+
+    E(lambda) = (A + 2 lambda C + lambda^2 B) / (1 + lambda)^2,
+
+whose derivative vanishes where (C + lambda B)(1 + lambda) = A + 2 lambda C +
+lambda^2 B, i.e. at lambda* = (A - C) / (B - C). A client of group j is the
+share c_j = w_j / N_j of theta, so with V = Var(theta) =
+sum_k w_k^2 ((tau^2 + alpha_k^2) / N_k + gamma_k^2):
+A = alpha_j^2, C = c_j alpha_j^2, B = V + tau^2 - 2 c_j tau^2, and
+
+    lambda_j* = alpha_j^2 (1 - c_j) / (tau^2 + V - c_j (2 tau^2 + alpha_j^2)).
+
+Two groups at r* (an opted-out group without noise and one private group)
+give FeO2's Lemma 10: lambda_np* = alpha^2 / tau^2 = 1 / Upsilon^2 exactly,
+and lambda_p* within about 1% of its eq. (53) (which averages three
+stationary expressions, eq. 45; the Monte Carlo through the Ditto step finds
+the minimiser above). One group whose clients add their own noise and no
+server noise, as N -> infinity (c_j -> 0, V -> 0), gives MR-MTL's eq. (7):
+lambda* = alpha^2 / tau^2 = (sigma^2 + sigma_DP^2 / n) / (n tau^2) with
+alpha^2 = sigma^2 / n + sigma_DP^2 / n^2. The formula itself is
+`tff_hdp.privacy.ditto_lambdas.optimal_lambdas`, which a run reads in a
+model's units from public quantities.
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+from tff_hdp.privacy import ditto_lambdas
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,12 +160,18 @@ class LevelsSetting:
   tau2: float
   beta2: float
   gamma2s: tuple[float, ...]    # gamma_j^2
+  # l_j^2: noise a group-j client adds to its own estimate (DP-SGD in a
+  # silo); () for none.
+  local_noise2s: tuple[float, ...] = ()
 
   def __post_init__(self):
     if len(self.group_sizes) != len(self.gamma2s) or not self.group_sizes:
       raise ValueError('one size and one noise variance per group.')
-    if min(self.group_sizes) < 1 or min(self.gamma2s) < 0:
-      raise ValueError('N_j >= 1 and gamma_j^2 >= 0 are required.')
+    if self.local_noise2s and len(self.local_noise2s) != len(self.gamma2s):
+      raise ValueError('one local noise variance per group, or none.')
+    if min(self.group_sizes) < 1 or min(self.gamma2s) < 0 or min(
+        self.local_noise2s, default=0) < 0:
+      raise ValueError('N_j >= 1 and gamma_j^2, l_j^2 >= 0 are required.')
     if self.samples_per_client < 1 or self.tau2 < 0 or self.beta2 <= 0:
       raise ValueError('n_s >= 1, tau^2 >= 0 and beta^2 > 0 are required.')
 
@@ -140,7 +181,19 @@ class LevelsSetting:
 
   @property
   def sigma_c2(self) -> float:
+    """Variance of a client's estimate around phi, before its own noise."""
     return self.beta2 / self.samples_per_client + self.tau2
+
+  @property
+  def alpha2s(self) -> tuple[float, ...]:
+    """alpha_j^2: a group-j client's estimate's variance around phi_j."""
+    local = self.local_noise2s or (0.0,) * len(self.gamma2s)
+    return tuple(self.beta2 / self.samples_per_client + l2 for l2 in local)
+
+  @property
+  def sigma_c2s(self) -> tuple[float, ...]:
+    """A group-j client's estimate's variance around phi."""
+    return tuple(self.tau2 + a2 for a2 in self.alpha2s)
 
 
 def level_weights(s: LevelsSetting, ratios) -> list[float]:
@@ -151,21 +204,28 @@ def level_weights(s: LevelsSetting, ratios) -> list[float]:
 
 def level_server_variance(s: LevelsSetting, ratios) -> float:
   """Variance of sum_j w_j m_j: group j's mean m_j has variance
-  sigma_c^2 / N_j + gamma_j^2, independently of the others."""
-  return sum(w**2 * (s.sigma_c2 / n + g2) for w, n, g2 in zip(
-      level_weights(s, ratios), s.group_sizes, s.gamma2s))
+  sigma_c,j^2 / N_j + gamma_j^2, independently of the others."""
+  return sum(w**2 * (c2 / n + g2) for w, c2, n, g2 in zip(
+      level_weights(s, ratios), s.sigma_c2s, s.group_sizes, s.gamma2s))
 
 
 def optimal_level_ratios(s: LevelsSetting) -> list[float]:
-  """r_j* = sigma_c^2 / (sigma_c^2 + N_j gamma_j^2): inverse-variance
-  weights w_j ∝ 1 / Var(m_j) = N_j / (sigma_c^2 + N_j gamma_j^2), as r_j
-  against a noiseless group's r = 1. With one private group this is Lemma 1's
-  r*."""
-  return [s.sigma_c2 / (s.sigma_c2 + n * g2)
-          for n, g2 in zip(s.group_sizes, s.gamma2s)]
+  """r_j* = sigma_c^2 / (sigma_c,j^2 + N_j gamma_j^2): inverse-variance
+  weights w_j ∝ 1 / Var(m_j) = N_j / (sigma_c,j^2 + N_j gamma_j^2), as r_j
+  against a group without noise's r = 1. With one private group this is
+  Lemma 1's r*."""
+  return [s.sigma_c2 / (c2 + n * g2)
+          for c2, n, g2 in zip(s.sigma_c2s, s.group_sizes, s.gamma2s)]
 
 
 def level_server_variance_optimal(s: LevelsSetting) -> float:
   """The variance at `optimal_level_ratios`: 1 / sum_j 1 / Var(m_j)."""
-  return 1.0 / sum(n / (s.sigma_c2 + n * g2)
-                   for n, g2 in zip(s.group_sizes, s.gamma2s))
+  return 1.0 / sum(n / (c2 + n * g2)
+                   for c2, n, g2 in zip(s.sigma_c2s, s.group_sizes, s.gamma2s))
+
+
+def optimal_level_lambdas(s: LevelsSetting, ratios) -> tuple[float, ...]:
+  """lambda_j* of each group at combination ratios `ratios` (module
+  docstring)."""
+  return ditto_lambdas.optimal_lambdas(s.alpha2s, s.tau2, s.group_sizes,
+                                       s.gamma2s, ratios)

@@ -124,6 +124,18 @@ UNPROTECTED_WARNING = (
 # level: exact averages over them, withheld by default.
 PRIVATE_CLIENT_METRICS = ('acc_g_p', 'var_g_p', 'delta_g', 'acc_l_p',
                           'var_l_p', 'delta_l')
+# With Ditto and two or more private levels: each private level's clients'
+# personalized accuracy, acc_l_level_<level>, and the worst of them; what
+# private clients measure of their own data, as acc_l_p.
+LEVEL_PERSONAL_PREFIX = 'acc_l_level_'
+WORST_LEVEL_PERSONAL = 'acc_l_worst_level'
+
+
+def is_private_client_metric(name: str) -> bool:
+  """Whether metric `name` is a statistic of private clients' own data,
+  which the printed epsilon does not cover."""
+  return (name in PRIVATE_CLIENT_METRICS or name == WORST_LEVEL_PERSONAL or
+          name.startswith(LEVEL_PERSONAL_PREFIX))
 # The untrusted setting's evaluation: Acc_g on the server's test set is
 # covered; its clients, all private, are scored on their local test splits
 # (Acc_g,p and its variance) only with --release_unprotected_stats.

@@ -80,9 +80,11 @@ def acc_g(preset: str, algorithm: str, ratio: float | None = None,
 
 def summary_acc_g(preset: str, summary: dict) -> list[float]:
   """`acc_g` for the configuration a run's summary.json describes (Ditto's
-  block only where lambda_p = lambda_np, as in the papers)."""
+  block only where lambda_p = lambda_np, as in the papers; none where the
+  levels have lambdas of their own)."""
   ditto = summary.get('ditto')
-  if ditto and ditto['lambda_p'] != ditto['lambda_np']:
+  if ditto and (ditto.get('group_lambdas') or
+                ditto['lambda_p'] != ditto['lambda_np']):
     return []
   return acc_g(preset, summary['algorithm'], summary.get('ratio'),
                ditto['lambda_p'] if ditto else None)

@@ -16,6 +16,7 @@ import os
 from typing import Callable, Sequence
 
 from tff_hdp import metrics as metrics_lib
+from tff_hdp.privacy import release_policy
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
@@ -358,7 +359,14 @@ def _hyperparameters(summary: dict) -> str:
   ditto = summary.get('ditto')
   if ditto:
     lam_p, lam_np = ditto['lambda_p'], ditto['lambda_np']
-    if summary['algorithm'] == 'nonprivate':
+    if ditto.get('noise_aware'):
+      parts.append('lambda_j (noise-aware)=' + '/'.join(
+          f'{v:.3g}' for v in ditto['group_lambdas'].values()))
+    elif ditto.get('level_lambdas') and summary['algorithm'] != 'nonprivate':
+      parts.append('lambda_j=' + '/'.join(
+          f'{v:g}' for v in ditto['level_lambdas'].values()) +
+                   f', lambda_np={lam_np:g}')
+    elif summary['algorithm'] == 'nonprivate':
       parts.append(f'lambda_np={lam_np:g}')
     elif summary['algorithm'] == 'dp_fedavg':
       parts.append(f'lambda_p={lam_p:g}')
@@ -390,6 +398,7 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
   personalized = any(s['metrics'].get('acc_l_p') is not None or
                      s['metrics'].get('acc_l_np') is not None
                      for s in summaries)
+  levels = _level_metric_keys(summaries)
   name = metric_prefix(summaries[0].get('metric', 'accuracy') if summaries
                        else 'accuracy')
   groups = label_groups(summaries)
@@ -401,6 +410,7 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
   header += [f'{name}_g,p', f'{name}_g,np', 'Delta_g']
   if personalized:
     header += [f'{name}_l,p', f'{name}_l,np', 'Delta_l']
+  header += [f'{name}_l,{_level_label(k)}' for k in levels]
   audited = any(s.get('canaries') for s in summaries)
   header += ['eps spent (target) per group']
   if audited:
@@ -428,6 +438,7 @@ def results_table(summaries: Sequence[dict], paper_layout: bool = False,
       row += [cell(m.get('acc_l_p'), m.get('var_l_p')),
               cell(m.get('acc_l_np'), m.get('var_l_np')),
               cell(m.get('delta_l'))]
+    row += [cell(m.get(k)) for k in levels]
     row += [eps] + ([_empirical(s)] if audited else [])
     row += [_accounting(s), f"{s['seconds']:.0f}"]
     if published:
@@ -466,6 +477,25 @@ def label_groups(summaries: Sequence[dict]) -> list[str]:
   (summary.json's `group_labels`), in order."""
   return list(dict.fromkeys(g for s in summaries
                             for g in s.get('group_labels') or ()))
+def _level_metric_keys(summaries: Sequence[dict]) -> list[str]:
+  """The per-level personalized metrics the summaries hold (released with
+  --release_unprotected_stats only), each level in its run's order, the
+  worst level's last."""
+  keys = dict.fromkeys(
+      k for s in summaries for k in s['metrics']
+      if k.startswith(release_policy.LEVEL_PERSONAL_PREFIX))
+  worst = any(release_policy.WORST_LEVEL_PERSONAL in s['metrics']
+              for s in summaries)
+  return list(keys) + ([release_policy.WORST_LEVEL_PERSONAL] if worst
+                       else [])
+
+
+def _level_label(key: str) -> str:
+  """A per-level column's label: the level's epsilon name, or the worst."""
+  if key == release_policy.WORST_LEVEL_PERSONAL:
+    return 'worst level'
+  level = key[len(release_policy.LEVEL_PERSONAL_PREFIX):]
+  return level.removeprefix('private_')
 
 
 _METRIC_KEYS = ('acc_g', 'acc_g_p', 'var_g_p', 'acc_g_np', 'var_g_np',
@@ -503,8 +533,11 @@ def results_records(summaries: Sequence[dict],
               'lambda_p': ditto.get('lambda_p'),
               'lambda_np': ditto.get('lambda_np'),
               'privacy_guarantee': privacy_guarantee(s)}
-    for key in ('acc_g', *group_keys, *_METRIC_KEYS[1:]):
+    for key in ('acc_g', *group_keys, *_METRIC_KEYS[1:],
+                *_level_metric_keys([s])):
       record[key.replace('acc_', f'{prefix}_')] = s['metrics'].get(key)
+    for group, lam in ditto.get('group_lambdas', {}).items():
+      record[f'lambda_{group}'] = lam
     for g in s['groups']:
       record[f"epsilon_spent_{g['name']}"] = g.get('epsilon_spent')
       record[f"target_epsilon_{g['name']}"] = g.get('target_epsilon')

@@ -89,6 +89,15 @@ class CrossSiloSettings(run_lifecycle.RunSettings):
   # composes its selections.
   accountant: str = 'rdp'
   pld_discretization: float | None = None
+  # (epsilon, lambda) pairs: each silo the lambda of its epsilon instead of
+  # `regularization` (None: `regularization` for every silo).
+  epsilon_lambdas: tuple[tuple[float, float], ...] | None = None
+
+  def silo_lambda(self, epsilon: float) -> float:
+    """The lambda of a silo at `epsilon`."""
+    if self.epsilon_lambdas is None:
+      return self.regularization
+    return dict(self.epsilon_lambdas)[epsilon]
 
   def silo_epsilons(self, num_silos: int) -> tuple[float, ...]:
     """Each silo's target: the one value repeated, or the given list."""
@@ -116,6 +125,12 @@ def _check(task: FederatedTask, algorithm: algorithms.Algorithm,
         'pass --unsafe_allow_large_delta to accept it for an experiment.')
   if settings.regularization < 0:
     raise ValueError(f'lambda must be >= 0, got {settings.regularization}.')
+  if settings.epsilon_lambdas is not None:
+    given = dict(settings.epsilon_lambdas)
+    missing = set(settings.epsilons) - set(given)
+    if missing or min(given.values()) < 0:
+      raise ValueError(f'a lambda >= 0 for every silo epsilon is needed, got '
+                       f'{given} for the silos at {sorted(settings.epsilons)}.')
   if algorithm.clustered:
     if settings.num_clusters < 1:
       raise ValueError('--num_clusters must be >= 1, got '
@@ -187,7 +202,7 @@ def _switch_round(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) 
 def _role(algorithm: algorithms.Algorithm, settings: CrossSiloSettings, round_num: int,
           cluster: int, epsilon: float) -> collections.OrderedDict:
   """What a silo does in round `round_num` (1-based) of `algorithm`."""
-  lam = settings.regularization if algorithm.regularized else 0.0
+  lam = settings.silo_lambda(epsilon) if algorithm.regularized else 0.0
   switch = _switch_round(algorithm, settings)
   select = (settings.selection_share * epsilon
             if round_num <= settings.selection_rounds(algorithm) else 0.0)
@@ -265,16 +280,28 @@ def privacy_warnings(settings: CrossSiloSettings) -> list[str]:
 
 def configuration_name(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) -> str:
   name = f'{algorithm.name}_lr{settings.learning_rate:g}'
-  if algorithm.regularized:
+  if algorithm.regularized and settings.epsilon_lambdas is not None:
+    name += '_lambda' + '_'.join(f'eps{e:g}-{lam:g}'
+                                 for e, lam in settings.epsilon_lambdas)
+  elif algorithm.regularized:
     name += f'_lambda{settings.regularization:g}'
   return name
+
+
+def _settings_record(settings: CrossSiloSettings) -> dict:
+  """The settings as summary.json holds them (without epsilon_lambdas
+  when not given, as before they existed)."""
+  out = dataclasses.asdict(settings)
+  if settings.epsilon_lambdas is None:
+    out.pop('epsilon_lambdas')
+  return out
 
 
 def run_key(task: FederatedTask, algorithm: algorithms.Algorithm,
              settings: CrossSiloSettings) -> dict:
   """What makes two runs the same run (a checkpoint is only reused then):
   everything but how often it is saved."""
-  key = dataclasses.asdict(settings)
+  key = _settings_record(settings)
   key.pop('checkpoint_every')
   for optional in ('cohort_size', 'canaries', 'pld_discretization'):
     if not key[optional]:
@@ -405,7 +432,7 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
         'task': task.name,
         'metric_name': task.metric,
         'metric': result.final_metrics['metric'],
-        'settings': dataclasses.asdict(settings),
+        'settings': _settings_record(settings),
         'privacy_warnings': privacy_warnings(settings),
         'silos': [{
             'silo': str(c),
@@ -475,7 +502,12 @@ def sweep(task: FederatedTask, algorithm_name: str, settings: CrossSiloSettings,
   `sweep_<algorithm>.csv`. Algorithms without lambda sweep the learning rates only.
   """
   algorithm = algorithm_record(algorithm_name)
-  lambdas = list(lambdas) if algorithm.regularized else [0.0]
+  if not algorithm.regularized:
+    lambdas = [0.0]
+  elif settings.epsilon_lambdas is not None:  # each silo its epsilon's
+    lambdas = [settings.regularization]
+  else:
+    lambdas = list(lambdas)
   process = build_process(task, algorithm, settings)
   results, spent, summaries = [], [], []
   grid = [(lam, lr) for lam in lambdas for lr in learning_rates]

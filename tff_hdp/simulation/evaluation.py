@@ -19,6 +19,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_hdp import metrics as metrics_lib
+from tff_hdp.privacy import release_policy
+
 from tff_hdp.federated_task import FederatedTask
 
 
@@ -136,9 +138,14 @@ def _group_means(per_client: Mapping[Hashable, float],
 def personalized_metrics(task: FederatedTask,
                          weights: tff.learning.models.ModelWeights,
                          personal_models,
-                         private_clients: Mapping[Hashable, bool]
+                         private_clients: Mapping[Hashable, bool],
+                         levels: Mapping[Hashable, str] | None = None
                          ) -> collections.OrderedDict:
-  """Acc_l,p, Acc_l,np (variance across clients) and Delta_l.
+  """Acc_l,p, Acc_l,np (variance across clients) and Delta_l; with
+  `levels` (each private client's level name), also each level's mean
+  (`release_policy.LEVEL_PERSONAL_PREFIX` + name) and the worst level's
+  (`release_policy.WORST_LEVEL_PERSONAL`; the task's metric says which is
+  worst).
 
   Each client is scored with its personal model; a client that never took
   part has none yet and is scored with the global model, where Ditto would
@@ -153,7 +160,27 @@ def personalized_metrics(task: FederatedTask,
   per_client.update(own_model_scores(task, model, {
       c: list(personal_models.get(c, weights.trainable)) + non_trainable
       for c in clients if c in personal_models}))
-  return _group_means(per_client, private_clients, 'l')
+  metrics = _group_means(per_client, private_clients, 'l')
+  if levels is not None:
+    metrics.update(_level_means(task, per_client, levels))
+  return metrics
+
+
+def _level_means(task: FederatedTask, per_client: Mapping[Hashable, float],
+                 levels: Mapping[Hashable, str]) -> collections.OrderedDict:
+  """Each level's mean score over its scored clients, and the worst."""
+  metrics = collections.OrderedDict()
+  for name in dict.fromkeys(levels.values()):
+    values = [s for c, s in per_client.items() if levels.get(c) == name]
+    metrics[release_policy.LEVEL_PERSONAL_PREFIX + name] = (
+        float(np.mean(values)) if values else None)
+  scored = [v for v in metrics.values() if v is not None]
+  worst = None
+  for v in scored:
+    if worst is None or task.metric_record.better(worst, v):
+      worst = v
+  metrics[release_policy.WORST_LEVEL_PERSONAL] = worst
+  return metrics
 
 
 def scores_on_labels(scores: np.ndarray, y: np.ndarray,

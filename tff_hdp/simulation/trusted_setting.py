@@ -24,6 +24,7 @@ from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import ditto
 from tff_hdp.learning.execution import Execution
 from tff_hdp.privacy import accounting
+from tff_hdp.privacy import ditto_lambdas
 from tff_hdp.privacy import empirical_epsilon
 from tff_hdp.privacy import min_separation
 from tff_hdp.privacy import planner
@@ -51,11 +52,45 @@ RUN_ERRORS = (ValueError, accounting.InfeasiblePrivacyTargetError,
 
 @dataclasses.dataclass(frozen=True)
 class DittoSettings:
-  """Ditto on the clients: lambda_p for private groups, lambda_np otherwise."""
+  """Ditto on the clients: lambda_p for private groups, lambda_np otherwise;
+  with `level_lambdas` ({level name: lambda}, lambda_p None) each private
+  level its own; with `noise_aware` (lambda_p, lambda_np None) each group the
+  closed form's from public quantities (`ditto_lambdas.plan_lambdas`: the
+  clients' update spread `heterogeneity`, the share `local_share` of it a
+  client's own sampling noise)."""
 
-  lambda_p: float
-  lambda_np: float
+  lambda_p: float | None
+  lambda_np: float | None
   learning_rate: float
+  level_lambdas: Mapping[str, float] | None = None
+  noise_aware: bool = False
+  local_share: float = 0.5
+  heterogeneity: float = 1.0
+
+  def group_lambdas(self, groups: Sequence[PrivacyGroup],
+                    levels: Sequence[PrivacyGroup]) -> list[float]:
+    """The lambda of each training group in `groups`: a group without
+    guarantee lambda_np; a private one lambda_p, or its level's (a group
+    that merges the `levels`, DP-FedAvg's, trains at the strictest level's
+    noise: that level's lambda)."""
+    if self.level_lambdas is None:
+      return [self.lambda_p if g.is_private else self.lambda_np
+              for g in groups]
+    private = [g for g in levels if g.is_private]
+    strictest = min(private, key=lambda g: (g.epsilon, g.delta)).name
+    return [self.level_lambdas.get(g.name, self.level_lambdas[strictest])
+            if g.is_private else self.lambda_np for g in groups]
+
+  def record(self) -> dict:
+    """As summary.json and the run key hold it (without the fields of
+    per-group lambdas when not in use, as before they existed)."""
+    out = dataclasses.asdict(self)
+    if self.level_lambdas is None:
+      out.pop('level_lambdas')
+    if not self.noise_aware:
+      for name in ('noise_aware', 'local_share', 'heterogeneity'):
+        out.pop(name)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +195,7 @@ def run_key(task: FederatedTask, config: Configuration,
   choice_text = repr(sorted((str(c), g) for c, g in
                             choices.client_groups.items()))
   key = dataclasses.asdict(settings)
+  key['ditto'] = settings.ditto.record() if settings.ditto else None
   key.pop('checkpoint_every')  # how often to save does not change the run
   # Swept: in the name; not given: the record's own rule.
   key['options'] = {k: v for k, v in config.options(settings).items()
@@ -185,6 +221,7 @@ class Personalization:
   step: tff.Computation
   models: ditto.PersonalModels = dataclasses.field(
       default_factory=ditto.PersonalModels)
+  lambdas: tuple[float, ...] = ()  # each training group's
 
 
 def _columns(groups, measurements, group_labels=None) -> list[str]:
@@ -246,7 +283,7 @@ class TrustedRounds(round_loop.RoundProgram):
     self.process, self.plan = process, plan  # read by the summary
     self._seed, self._sampling_seed = seed, sampling_seed
     self._execution = execution
-    self._personalization = personalization
+    self.personalization = personalization  # read by the summary too
     self._audit = audit
     self._group_labels = group_labels
     self._population = list(task.client_ids) + (audit.ids() if audit else [])
@@ -259,14 +296,19 @@ class TrustedRounds(round_loop.RoundProgram):
         c: client_choices.groups[client_choices.group_of(c)].is_private
         for c in task.client_ids
     }
+    self._levels = _personal_levels(client_choices, task.client_ids,
+                                    personalization)
     groups = plan.assignment.groups
     self._measurements = tuple(measurements)
     withheld = (() if release_unprotected else
                 release_policy.withheld_columns(
                     groups, plan.adaptive_clipping, self._measurements))
     self.columns = [c for c in _columns(groups, self._measurements,
-                                        group_labels)
-                    if c not in withheld]
+                                        group_labels) +
+                    _level_columns(self._levels)
+                    if c not in withheld and (
+                        release_unprotected or
+                        not release_policy.is_private_client_metric(c))]
     self._released = frozenset(self.columns)
     # The measurements with a released column: the only ones read, so a
     # withheld one is not required of the factory.
@@ -276,7 +318,7 @@ class TrustedRounds(round_loop.RoundProgram):
     self.state = process.initialize()
 
   def restore(self, checkpoint: checkpointing.RunCheckpoint) -> int:
-    ids = self._task.client_ids if self._personalization else None
+    ids = self._task.client_ids if self.personalization else None
     # The state's TFF type: the tree's level buffer (float32[?, ...]) grows
     # with the rounds, so a saved state differs in size from a fresh one.
     restored, done, personal = checkpoint.restore(
@@ -284,15 +326,15 @@ class TrustedRounds(round_loop.RoundProgram):
         state_type=self._process.initialize.type_signature.result)
     if restored is not None:
       self.state = restored
-      if self._personalization is not None:
-        self._personalization.models = personal
+      if self.personalization is not None:
+        self.personalization.models = personal
     return done
 
   def save(self, checkpoint: checkpointing.RunCheckpoint,
            round_num: int) -> None:
     checkpoint.save(self.state, round_num,
-                    self._personalization.models
-                    if self._personalization else None)
+                    self.personalization.models
+                    if self.personalization else None)
 
   def weights(self) -> tff.learning.models.ModelWeights:
     return self._process.get_model_weights(self.state)
@@ -318,9 +360,9 @@ class TrustedRounds(round_loop.RoundProgram):
     data = self._execution.round_data(
         self._task, sampled, seeds, plan.assignment,
         [(self._audit.row(c), plan.assignment.one_hot(c)) for c in canaries])
-    if self._personalization is not None and sampled:
-      self._execution.personalize(self._personalization.step,
-                                  self._personalization.models,
+    if self.personalization is not None and sampled:
+      self._execution.personalize(self.personalization.step,
+                                  self.personalization.models,
                                   self.weights(), sampled, data)
     output = self._process.next(self.state, data)
     self.state = output.state
@@ -352,11 +394,34 @@ class TrustedRounds(round_loop.RoundProgram):
     del round_num
     metrics = evaluation.global_model_metrics(
         self._task, self.weights(), self._private_flags, self._group_labels)
-    if self._personalization is not None:
+    if self.personalization is not None:
       metrics.update(evaluation.personalized_metrics(
-          self._task, self.weights(), self._personalization.models,
-          self._private_flags))
+          self._task, self.weights(), self.personalization.models,
+          self._private_flags, self._levels))
     return metrics
+
+
+def _personal_levels(choices: GroupAssignment, client_ids,
+                     personalization: Personalization | None
+                     ) -> dict | None:
+  """Each private client's level name, where Ditto runs over two or more
+  private levels (the per-level personalized metrics); None otherwise."""
+  private = [j for j, g in enumerate(choices.groups) if g.is_private]
+  if personalization is None or len(private) < 2:
+    return None
+  scored = set(client_ids)
+  # Level by level, so the levels come in --epsilons order.
+  return {c: choices.groups[j].name for j in private
+          for c in choices.members(j) if c in scored}
+
+
+def _level_columns(levels: dict | None) -> list[str]:
+  """rounds.csv's per-level personalized columns (`_personal_levels`)."""
+  if levels is None:
+    return []
+  return [release_policy.LEVEL_PERSONAL_PREFIX + name
+          for name in dict.fromkeys(levels.values())] + [
+              release_policy.WORST_LEVEL_PERSONAL]
 
 
 def _device_schedule(plan: plans.PrivacyPlan, population: Sequence,
@@ -424,11 +489,13 @@ def run_configuration(task: FederatedTask, config: Configuration,
         local_epochs=settings.local_epochs)
     personalization = None
     if settings.ditto is not None:
-      lambdas = [settings.ditto.lambda_p if g.is_private else
-                 settings.ditto.lambda_np for g in assignment.groups]
+      lambdas = _ditto_lambdas(settings, applied, choices,
+                               task.num_trainable_parameters)
+      if settings.ditto.noise_aware and progress:
+        print(_lambdas_line(config.name, applied, lambdas, settings))
       personalization = Personalization(execution.build_personalization(
           task.tff_model_fn(), lambdas, settings.ditto.learning_rate,
-          task.batch_size, settings.local_epochs))
+          task.batch_size, settings.local_epochs), lambdas=tuple(lambdas))
     program = TrustedRounds(
         task, process, applied, choices, seed=settings.seed,
         sampling_seed=secret, execution=execution,
@@ -451,6 +518,29 @@ def run_configuration(task: FederatedTask, config: Configuration,
       progress=progress, save_final_model=True,
       release_managers=release_managers, on_round=on_round)
   return summary, program.weights()
+
+
+def _ditto_lambdas(settings: Settings, plan: plans.PrivacyPlan,
+                   choices: GroupAssignment,
+                   num_parameters: int) -> list[float]:
+  """Ditto's lambda for each of `plan`'s groups: given, or (noise-aware)
+  the closed form's from the plan's public noise, counts and ratios."""
+  ditto_settings = settings.ditto
+  if ditto_settings.noise_aware:
+    return list(ditto_lambdas.plan_lambdas(
+        plan, num_parameters, ditto_settings.heterogeneity,
+        ditto_settings.local_share))
+  return ditto_settings.group_lambdas(plan.assignment.groups, choices.groups)
+
+
+def _lambdas_line(name: str, plan: plans.PrivacyPlan, lambdas,
+                  settings: Settings) -> str:
+  """The noise-aware Ditto lambdas, printed before training."""
+  return (f'{name}: Ditto lambdas from the noise (heterogeneity '
+          f'{settings.ditto.heterogeneity:g}, local share '
+          f'{settings.ditto.local_share:g}): ' + ', '.join(
+              f'{g.name} {lam:.4g}'
+              for g, lam in zip(plan.assignment.groups, lambdas)))
 
 
 def _ratios_line(name: str, plan: plans.PrivacyPlan) -> str:
@@ -520,6 +610,19 @@ def _accountant_fields(plan) -> dict:
   return {'accountant': 'gaussian' if used == {None} else 'rdp'}
 
 
+def _ditto_record(settings: Settings, program: TrustedRounds) -> dict | None:
+  """summary.json's Ditto settings, with each group's lambda where they
+  differ by level."""
+  if settings.ditto is None:
+    return None
+  out = settings.ditto.record()
+  if settings.ditto.level_lambdas is not None or settings.ditto.noise_aware:
+    out['group_lambdas'] = dict(zip(
+        (g.name for g in program.plan.assignment.groups),
+        program.personalization.lambdas))
+  return out
+
+
 def _summary(task, config, settings, plan, assignment, audit, program,
              result) -> dict:
   """A finished configuration's summary.json."""
@@ -528,7 +631,7 @@ def _summary(task, config, settings, plan, assignment, audit, program,
   metrics = result.final_metrics
   if not settings.release_unprotected_stats:
     metrics = {k: v for k, v in metrics.items()
-               if k not in release_policy.PRIVATE_CLIENT_METRICS}
+               if not release_policy.is_private_client_metric(k)}
   fixed = isinstance(settings.sampling, accounting.FixedSizeSampling)
   device = isinstance(settings.sampling, min_separation.DeviceParticipation)
   kind = 'device' if device else 'fixed' if fixed else 'poisson'
@@ -539,7 +642,7 @@ def _summary(task, config, settings, plan, assignment, audit, program,
       'ratio': config.ratio,
       'task': task.name,
       'metric': task.metric,
-      'ditto': dataclasses.asdict(settings.ditto) if settings.ditto else None,
+      'ditto': _ditto_record(settings, program),
       'dropped_clients': task.dropped_clients,
       'rounds': settings.rounds,
       'sampling': kind,
