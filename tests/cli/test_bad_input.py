@@ -35,7 +35,7 @@ CASES = [
     (['--r=-0.5'], '--r', '[0, 1e+29]'),
     (['--r=1,1.0'], '--r', 'twice'),
     (['--algorithms=dp_fedavg,nonprivate', '--r=0.5'], '--r',
-     'read by fedhdp, fedhdp_blt, fedhdp_tree only'),
+     'read by fedhdp, fedhdp_blt, fedhdp_tree, fedhdp_ddp only'),
     (['--epsilons=1,2', '--level_ratios=0.5'], '--level_ratios',
      '1 values for the 2 private levels'),
     (['--epsilons=1,2', '--level_ratios=0.5,-1'], '--level_ratios',
@@ -45,7 +45,7 @@ CASES = [
     (['--epsilons=1,2', '--level_ratios=0.5,1', '--r=0.1'],
      '--level_ratios and --r', 'give one of them'),
     (['--algorithms=dp_fedavg', '--level_ratios=1'], '--level_ratios',
-     'read by fedhdp, fedhdp_blt, fedhdp_tree only'),
+     'read by fedhdp, fedhdp_blt, fedhdp_tree, fedhdp_ddp only'),
     # Every group with clients at ratio 0: the model never moved, exit 0.
     (['--epsilons=1,2,3', '--level_ratios=0,0,0', '--opt_out_fraction=0'],
      '--level_ratios=0,0,0', 'weighs every group that has clients 0'),
@@ -66,6 +66,9 @@ CASES = [
      'run it with --sampling=device'),
     (['--algorithms=fedhdp_tree', '--sampling=fixed'],
      '--algorithms=fedhdp_tree', 'run it with --sampling=device'),
+    (['--algorithms=fedhdp_ddp'], '--algorithms=fedhdp_ddp',
+     'run it with --sampling=device'),
+    (['--algorithms=fedhdp_ddp', '--ddp_bits=23'], '--ddp_bits', '22'),
     (['--heterogeneity=1e308', '--dry_run'], '--heterogeneity',
      '(0, 1e+29]'),
     (['--algorithms=blt_shared', '--sampling=device', '--min_separation=1',
@@ -319,10 +322,11 @@ def test_the_table_has_forty_cases_or_more():
      '--task', 'runs each preset on its own task'),
     (['--presets=digits', '--algorithms=mrmtl', '--r=1'], '--algorithms',
      "trusted-server algorithms (fedhdp, fedhdp_blt, fedhdp_tree, "
-     "blt_shared, individualized_sampling, dp_fedavg, nonprivate), not "
+     "fedhdp_ddp, blt_shared, individualized_sampling, dp_fedavg, "
+     "nonprivate), not "
      "'mrmtl'"),
     (['--presets=digits', '--algorithms=dp_fedavg', '--r=0.5'], '--r',
-     'read by fedhdp, fedhdp_blt, fedhdp_tree only'),
+     'read by fedhdp, fedhdp_blt, fedhdp_tree, fedhdp_ddp only'),
     (['--presets=digits,digits'], '--presets', 'twice'),
     (['--presets=paper,femnist'], '--presets', 'twice'),
     (['--presets=digits', '--ditto_lambdas=0.1,0.10'], '--ditto_lambdas',

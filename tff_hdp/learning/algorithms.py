@@ -447,6 +447,81 @@ def _streams_factory(context: TrustedContext) -> GroupFactory:
                       seeded=True, ratios=ratios)
 
 
+def _independent_noise(model):
+  """Fresh noise every round (for any `model`)."""
+  del model
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy import min_separation
+  return min_separation.IndependentNoise()
+
+
+def _distributed_noise(group_sum, dim: int, device, z: float):
+  """The accounting of `group_sum(z)`, TFF's distributed discrete
+  Gaussian at noise multiplier z, for `device`'s participation."""
+  # pylint: disable=g-import-not-at-top
+  from tff_hdp.aggregators import distributed_group_dp
+  from tff_hdp.privacy import distributed_noise
+  # pylint: enable=g-import-not-at-top
+  sensitivity, local_stddev, padded = distributed_group_dp.built_noise(
+      group_sum(z), dim)
+  return distributed_noise.DistributedDiscreteGaussian(
+      device.population, device.clients_per_round, device.min_separation,
+      device.max_participations, device.noise, noise_multiplier=z,
+      sensitivity=sensitivity, local_stddev=local_stddev, dim=padded)
+
+
+def _distributed_factory(context: TrustedContext) -> GroupFactory:
+  """`DistributedGroupDPFactory`: each private group's sum through TFF's
+  distributed discrete Gaussian at --ddp_bits, its noise multiplier the
+  least (from the plan's Gaussian one up) whose distributed noise, as TFF
+  builds it, meets the group's target; the groups at the noise-aware
+  ratios unless --r or --level_ratios is given."""
+  # pylint: disable=g-import-not-at-top
+  from tff_hdp.aggregators import distributed_group_dp
+  from tff_hdp.privacy.privacy_groups import with_ratios
+  # pylint: enable=g-import-not-at-top
+  plan = context.plan
+  ratios = _noise_aware_ratios(context)
+  if ratios is not None:
+    plan = dataclasses.replace(
+        plan, assignment=with_ratios(plan.assignment, ratios))
+  device = plan.sampling
+  bits = context.options['ddp_bits']
+  clip = context.clip.initial_norm
+
+  def group_sum(z):
+    try:
+      return distributed_group_dp.group_sum_factory(
+          z, device.clients_per_round, bits, clip)
+    except ValueError as e:
+      raise ValueError(f'--ddp_bits={bits}: {e}') from None
+
+  multipliers, accounted = [], []
+  for group, z in zip(plan.assignment.groups, plan.noise_multipliers):
+    noise = None
+    if group.is_private:
+      for _ in range(8):
+        noise = _distributed_noise(group_sum, context.num_parameters,
+                                   device, z)
+        if noise.epsilon_spent(z, None, plan.rounds,
+                               group.delta) <= group.epsilon:
+          break
+        z = noise.calibrate(group.epsilon, group.delta, plan.rounds) * (
+            1 + 1e-6)
+      else:
+        raise ValueError(f'privacy group {group.name!r}: no noise '
+                         'multiplier of the distributed discrete Gaussian '
+                         'met its target.')
+    multipliers.append(z)
+    accounted.append(noise)
+  factory = distributed_group_dp.DistributedGroupDPFactory(
+      multipliers, [g.ratio for g in plan.assignment.groups],
+      plan.expected_group_sizes, clip, bits, device.clients_per_round,
+      context.release_unprotected_counts)
+  return GroupFactory(factory, GroupNoise(tuple(multipliers), None,
+                                          tuple(accounted)), ratios=ratios)
+
+
 def _individualized_plan(*args, **kwargs) -> plans.PrivacyPlan:
   """`plans.plan_individualized_sampling`: one z, each group its rate."""
   # pylint: disable-next=g-import-not-at-top
@@ -633,6 +708,11 @@ LEVEL_PARTICIPATIONS = Option(
     '--max_participations (not given: that cap for every level). Devices '
     'that stop sooner spend less of the one stream\'s privacy.', low=1,
     per_level=True)
+DDP_BITS = Option(
+    'ddp_bits', 'fedhdp_ddp: the bit width of each group\'s secure sum '
+    '(TFF\'s DistributedDpSumFactory bits): the noisy integer sum of a '
+    'round\'s clients must fit in it.', kind=int, default=16, low=1,
+    high=22)
 RPCA_FREEZE = Option(
     'rpca_freeze_after_round', 'Robust-HDP: estimate the weights by RPCA in '
     'rounds 1..k only and reuse round k\'s after, as its authors\' code does '
@@ -653,6 +733,13 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               _STREAM_MEASUREMENTS, cohorts=True, groups=_with_ratio,
               sweep='r', fixed_clip=True,
               privacy_plan=_device_plan(_tree_noise)),
+    Algorithm('fedhdp_ddp', TRUSTED,
+              'FedHDP with per-group distributed discrete Gaussian',
+              _distributed_factory,
+              (RATIO, LEVEL_RATIOS, HETEROGENEITY, DDP_BITS),
+              _STREAM_MEASUREMENTS, groups=_with_ratio, sweep='r',
+              fixed_clip=True,
+              privacy_plan=_device_plan(_independent_noise)),
     Algorithm('blt_shared', TRUSTED,
               'one BLT stream, devices capped per level',
               _capped_stream_factory, (LEVEL_PARTICIPATIONS, HETEROGENEITY),
