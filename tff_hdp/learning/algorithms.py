@@ -156,6 +156,9 @@ class GroupFactory:
   # where it chose them itself (None: the plan's groups' own); the run
   # prints them and its summary records them.
   ratios: tuple[float, ...] | None = None
+  # What the run prints about the factory's noise beside its ratios (what
+  # its epsilon assumes, what it becomes otherwise).
+  notes: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -497,8 +500,16 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
       raise ValueError(f'--ddp_bits={bits}: {e}') from None
 
   multipliers, accounted = [], []
+  notes = [f'distributed discrete Gaussian at {bits} bits: every one of a '
+           f'round\'s {device.clients_per_round} devices sends '
+           f'{plan.assignment.num_groups} slots (its clipped update in its '
+           'group\'s, zeros elsewhere) and a noise share in each private '
+           'slot; the server learns each device\'s group and the noisy '
+           'group sums. Each epsilon assumes every device of a round adds '
+           'its share.']
   for group, z in zip(plan.assignment.groups, plan.noise_multipliers):
     noise = None
+    planned = z
     if group.is_private:
       for _ in range(8):
         noise = _distributed_noise(group_sum, context.num_parameters,
@@ -512,6 +523,12 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
         raise ValueError(f'privacy group {group.name!r}: no noise '
                          'multiplier of the distributed discrete Gaussian '
                          'met its target.')
+      eps = [noise.epsilon_spent(z, None, plan.rounds, group.delta, f)
+             for f in (1.0, 0.9, 0.5)]
+      notes.append(
+          f'{group.name}: noise multiplier {z:.4g} (the central Gaussian\'s '
+          f'{planned:.4g}), eps {eps[0]:.3g}; if only 90% of a round\'s '
+          f'devices finish, {eps[1]:.3g}; if half, {eps[2]:.3g}')
     multipliers.append(z)
     accounted.append(noise)
   factory = distributed_group_dp.DistributedGroupDPFactory(
@@ -519,7 +536,8 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
       plan.expected_group_sizes, clip, bits, device.clients_per_round,
       context.release_unprotected_counts)
   return GroupFactory(factory, GroupNoise(tuple(multipliers), None,
-                                          tuple(accounted)), ratios=ratios)
+                                          tuple(accounted)), ratios=ratios,
+                      notes=tuple(notes))
 
 
 def _individualized_plan(*args, **kwargs) -> plans.PrivacyPlan:
