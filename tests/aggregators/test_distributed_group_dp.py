@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.compiler import building_blocks
+from tensorflow_federated.python.core.impl.compiler import tree_analysis
 
 from tff_hdp.aggregators.distributed_group_dp import DistributedGroupDPFactory
 from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
@@ -26,12 +28,15 @@ def test_small_noise_gives_the_trusted_rules_mean():
   weights = [np.array(w, np.float32) for w in ([1, 0], [1, 0], [0, 1])]
   value_type = tff.TensorType(np.float32, [4])
   distributed = DistributedGroupDPFactory(
-      [1e-4, 0.0], [3.0, 1.0], [2.0, None], 1.0, 16, 3).create(
-          value_type, WEIGHT)
+      [1e-4, 0.0], [3.0, 1.0], [2.0, None], 1.0, 16, 3,
+      release_unprotected_counts=True).create(value_type, WEIGHT)
   trusted = HeterogeneousDPFactory(
       [0.0, 0.0], [3.0, 1.0], [2.0, None], 1.0, clip_learning_rate=0.0,
       expected_clients_per_round=3.0).create(value_type, WEIGHT)
-  got = distributed.next(distributed.initialize(), values, weights).result
+  out = distributed.next(distributed.initialize(), values, weights)
+  got = out.result
+  np.testing.assert_array_equal(out.measurements['group_client_counts'],
+                                [2, 1])
   want = trusted.next(trusted.initialize(), values, weights).result
   w = np.array([6.0, 1.0]) / 7
   by_hand = (w[0] * np.array([1, 0.6, 0.8, 0]) / 2 +
@@ -71,3 +76,21 @@ def test_bits_too_few_for_the_clients_are_tffs_error(bits):
   with pytest.raises(ValueError, match=r'bits should be >= log2'):
     DistributedGroupDPFactory([1.0], [1.0], [1.0], 1.0, bits, 20)
   DistributedGroupDPFactory([1.0], [1.0], [1.0], 1.0, 5, 20)
+
+
+def test_every_aggregation_of_the_clients_is_a_secure_sum():
+  """The server learns sums of secure aggregations only: the updates'
+  slots, the clip counts and the group counts; no plain federated_sum
+  (whose inputs a deployment may show the server) is left."""
+  process = DistributedGroupDPFactory(
+      [1.0, 0.0], [1.0, 1.0], [2.0, None], 1.0, 16, 3).create(
+          tff.TensorType(np.float32, [3]), WEIGHT)
+  uris = []
+  tree_analysis.visit_postorder(
+      process.next.to_building_block(),
+      lambda b: uris.append(b.uri) if isinstance(
+          b, building_blocks.Intrinsic) else None)
+  assert 'federated_secure_sum_bitwidth' in uris
+  assert not [u for u in uris if u in ('federated_sum', 'federated_aggregate',
+                                       'federated_mean',
+                                       'federated_weighted_mean')]

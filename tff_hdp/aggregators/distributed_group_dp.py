@@ -10,15 +10,18 @@ by `SecureSumFactory` without noise. The sums are combined as
 `PerGroupStreamsFactory` combines them (group j's mean over its expected
 count D_j, weights r_j n_j).
 
-In TFF every client of a round takes part in every aggregation of it, so
-every client sends a slot per group (its update in its own group's, zeros
+Every client sends a slot per group (its update in its own group's, zeros
 elsewhere) and adds a noise share to every private group's slot: K shares
-per sum, K the clients per round, l slots of traffic per client. The
-groups' counts (a group without guarantee divides by its realized one) are
-a plain sum, so the server learns each client's group; what it learns of
-the updates is the noisy sums. In simulation TFF's secure sum runs as the
-plain sum of the modular integers; the cryptography is TFF's executor's
-business, not this module's.
+per sum, K the clients per round, l slots of traffic and (private groups)
+noise shares per client. The groups' counts (a group without guarantee
+divides by its realized one) go through a secure sum too, so the server
+learns the noisy group sums and how many clients each group has in the
+round, not which group a client is in. (The variant in which the server
+learns the groups would send one slot and one share per client, its
+group's sum over that group's clients only; TFF runs every aggregation
+over all of a round's clients, so it is not built here.) In simulation
+TFF's secure sums run as the plain sums of the modular integers; the
+cryptography is TFF's executor's business, not this module's.
 
 `noise` reads, from the process TFF builds for a model of `dim`
 parameters, what each private group's accounting needs
@@ -31,6 +34,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 # TFF 0.87 does not export it from tff.aggregators.
 from tensorflow_federated.python.aggregators import distributed_dp
@@ -96,11 +100,30 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
     streams = [
         group_sum_factory(z, clients_per_round, bits, clip) if z > 0 else
         tff.aggregators.clipping_factory(
-            clip, tff.aggregators.SecureSumFactory(clip, -clip))
+            clip, tff.aggregators.SecureSumFactory(clip, -clip),
+            clipped_count_sum_factory=tff.aggregators.SecureSumFactory(1, 0))
         for z in noise_multipliers]
     super().__init__(streams, ratios, expected_group_sizes,
                      [z * clip for z in noise_multipliers], clip,
                      release_unprotected_counts)
+    # Enough bits for a round's count of any group.
+    self._count_bits = int(clients_per_round).bit_length() + 1
+
+  def _sum_counts(self, rows):
+    """The group counts through a secure sum: the server learns how many
+    clients each group has in the round, not which."""
+    rows_type = rows.type_signature.member
+
+    @tff.tensorflow.computation(rows_type)
+    def as_integers(row):
+      return tf.cast(row, tf.int32)
+
+    @tff.tensorflow.computation(tff.TensorType(np.int32, rows_type.shape))
+    def as_floats(count):
+      return tf.cast(count, tf.float32)
+
+    return tff.federated_map(as_floats, tff.federated_secure_sum_bitwidth(
+        tff.federated_map(as_integers, rows), self._count_bits))
 
   def noise(self, dim: int) -> list[tuple[float, float, int] | None]:
     """`built_noise` of each private group's sum for a model of `dim`

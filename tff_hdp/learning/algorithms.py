@@ -504,9 +504,9 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
            f'round\'s {device.clients_per_round} devices sends '
            f'{plan.assignment.num_groups} slots (its clipped update in its '
            'group\'s, zeros elsewhere) and a noise share in each private '
-           'slot; the server learns each device\'s group and the noisy '
-           'group sums. Each epsilon assumes every device of a round adds '
-           'its share.']
+           'slot; the server learns the noisy group sums and the groups\' '
+           'counts, not which device is in which group. Each epsilon '
+           'assumes every device of a round adds its share.']
   for group, z in zip(plan.assignment.groups, plan.noise_multipliers):
     noise = None
     planned = z
