@@ -94,3 +94,16 @@ def test_every_aggregation_of_the_clients_is_a_secure_sum():
   assert not [u for u in uris if u in ('federated_sum', 'federated_aggregate',
                                        'federated_mean',
                                        'federated_weighted_mean')]
+
+
+def test_a_non_finite_update_adds_zeros_and_its_noise_share():
+  """A NaN update is not summed (its slot is zeros, as the trusted rule
+  excludes it); the group's sum stays finite and is the finite member's."""
+  process = DistributedGroupDPFactory(
+      [1e-4], [1.0], [1.0], 1.0, 16, 2).create(
+          tff.TensorType(np.float32, [2]), tff.TensorType(np.float32, [1]))
+  out = process.next(process.initialize(),
+                     [np.array([np.nan, 1], np.float32),
+                      np.array([0.6, -0.8], np.float32)],
+                     [np.ones(1, np.float32)] * 2)
+  np.testing.assert_allclose(out.result, [0.6, -0.8], atol=2e-3)
