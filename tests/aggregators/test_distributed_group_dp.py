@@ -107,3 +107,20 @@ def test_a_non_finite_update_adds_zeros_and_its_noise_share():
                       np.array([0.6, -0.8], np.float32)],
                      [np.ones(1, np.float32)] * 2)
   np.testing.assert_allclose(out.result, [0.6, -0.8], atol=2e-3)
+
+
+def test_aligned_updates_do_not_wrap_around_the_modulus():
+  """20 equal updates at the clip norm: their sum has norm 20 S, the most
+  the modular sum must hold (TFF scales for it); at 16 bits and tiny noise
+  the output is their plain sum, where a wrap would be off by about
+  2^16 / scale."""
+  dim, clip, n = 650, 0.1, 20
+  update = np.random.default_rng(0).normal(size=dim).astype(np.float32)
+  update *= clip / np.linalg.norm(update)
+  process = DistributedGroupDPFactory([1e-3], [1.0], [1.0], clip, 16,
+                                      n).create(
+                                          tff.TensorType(np.float32, [dim]),
+                                          tff.TensorType(np.float32, [1]))
+  out = process.next(process.initialize(), [update] * n,
+                     [np.ones(1, np.float32)] * n)
+  np.testing.assert_allclose(out.result, n * update, atol=2e-3)
