@@ -70,5 +70,6 @@ def test_each_groups_epsilon_is_the_gaussians_at_tffs_numbers(
                              1e-6)
     assert printed == pytest.approx(want, rel=1e-2 if shares < PER_ROUND
                                     else 1e-6)
+  assert summary['accountant'] == 'rdp'  # converted RDP, not the exact curve
   assert group['epsilon_spent'] <= target
   assert group['epsilon_spent'] == pytest.approx(target, rel=1e-3)

@@ -75,6 +75,9 @@ class DistributedDiscreteGaussian(min_separation.DeviceParticipation):
   `clients_per_round` devices. A device's epsilon is its participations'
   RDP added up (fresh noise each round), at `finishing` = 1 unless told."""
 
+  # The ledger's word on this epsilon: RDP converted (not the exact curve).
+  bound = 'rdp'
+
   noise_multiplier: float = 0.0
   sensitivity: float = 0.0
   local_stddev: float = 0.0
