@@ -473,21 +473,31 @@ def _distributed_noise(group_sum, dim: int, device, z: float):
       sensitivity=sensitivity, local_stddev=local_stddev, dim=padded)
 
 
+def _meeting_target(group, z: float, rounds: int, build):
+  """(z', its accounting `build(z')`): the least noise multiplier from `z`
+  up whose build meets `group`'s target over `rounds`. TFF's scale and
+  inflation move a little with the noise, so each candidate is accounted
+  from its own build."""
+  for _ in range(8):
+    noise = build(z)
+    if noise.epsilon_spent(z, None, rounds, group.delta) <= group.epsilon:
+      return z, noise
+    z = noise.calibrate(group.epsilon, group.delta, rounds) * (1 + 1e-6)
+  raise ValueError(f'privacy group {group.name!r}: no noise multiplier of '
+                   'the distributed discrete Gaussian met its target.')
+
+
 def _distributed_factory(context: TrustedContext) -> GroupFactory:
   """`DistributedGroupDPFactory`: each private group's sum through TFF's
   distributed discrete Gaussian at --ddp_bits, its noise multiplier the
   least (from the plan's Gaussian one up) whose distributed noise, as TFF
   builds it, meets the group's target; the groups at the noise-aware
-  ratios unless --r or --level_ratios is given."""
+  ratios of those multipliers unless --r or --level_ratios is given."""
   # pylint: disable=g-import-not-at-top
   from tff_hdp.aggregators import distributed_group_dp
   from tff_hdp.privacy.privacy_groups import with_ratios
   # pylint: enable=g-import-not-at-top
   plan = context.plan
-  ratios = _noise_aware_ratios(context)
-  if ratios is not None:
-    plan = dataclasses.replace(
-        plan, assignment=with_ratios(plan.assignment, ratios))
   device = plan.sampling
   bits = context.options['ddp_bits']
   clip = context.clip.initial_norm
@@ -511,18 +521,8 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
     noise = None
     planned = z
     if group.is_private:
-      for _ in range(8):
-        noise = _distributed_noise(group_sum, context.num_parameters,
-                                   device, z)
-        if noise.epsilon_spent(z, None, plan.rounds,
-                               group.delta) <= group.epsilon:
-          break
-        z = noise.calibrate(group.epsilon, group.delta, plan.rounds) * (
-            1 + 1e-6)
-      else:
-        raise ValueError(f'privacy group {group.name!r}: no noise '
-                         'multiplier of the distributed discrete Gaussian '
-                         'met its target.')
+      z, noise = _meeting_target(group, z, plan.rounds, lambda z: (
+          _distributed_noise(group_sum, context.num_parameters, device, z)))
       eps = [noise.epsilon_spent(z, None, plan.rounds, group.delta, f)
              for f in (1.0, 0.9, 0.5)]
       notes.append(
@@ -531,6 +531,11 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
           f'devices finish, {eps[1]:.3g}; if half, {eps[2]:.3g}')
     multipliers.append(z)
     accounted.append(noise)
+  plan = dataclasses.replace(plan, noise_multipliers=tuple(multipliers))
+  ratios = _noise_aware_ratios(dataclasses.replace(context, plan=plan))
+  if ratios is not None:
+    plan = dataclasses.replace(
+        plan, assignment=with_ratios(plan.assignment, ratios))
   factory = distributed_group_dp.DistributedGroupDPFactory(
       multipliers, [g.ratio for g in plan.assignment.groups],
       plan.expected_group_sizes, clip, bits, device.clients_per_round,
