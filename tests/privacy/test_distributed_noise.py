@@ -97,3 +97,5 @@ def test_another_multiplier_or_a_clip_count_is_refused():
     noise.epsilon_spent(1.0, 0.5, 20, 1e-6)
   with pytest.raises(ValueError, match='finishing'):
     noise.epsilon_spent(1.0, None, 20, 1e-6, finishing=0.0)
+  with pytest.raises(ValueError, match='std >= 1/2'):
+    dn.DistributedDiscreteGaussian(**dict(BUILD, local_stddev=0.4))

@@ -9,8 +9,8 @@ norm, so a group's epsilon is not the continuous Gaussian's:
 * Kairouz, Liu, Steinke (ICML 2021), Theorem 1 and Proposition 14: with
   Delta the inflated L2 sensitivity in the integer domain (TFF's
   `scaled_inflated_l2`), d the padded dimension and
-  tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 sigma^2 k / (k + 1)), the sum of n
-  shares is RDP at every order alpha with
+  tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 sigma^2 k / (k + 1)) (sigma >= 1/2),
+  the sum of n shares is RDP at every order alpha with
   eps(alpha) = min(alpha D^2 / 2 + tau d, alpha (D + sqrt(d) tau)^2 / 2),
   D = Delta / (sqrt(n) sigma).
 * Nothing is amplified by sampling: the server that runs secure
@@ -88,12 +88,14 @@ class DistributedDiscreteGaussian(min_separation.DeviceParticipation):
     if not isinstance(self.noise, min_separation.IndependentNoise):
       raise ValueError('the distributed discrete Gaussian adds fresh noise '
                        'every round (IndependentNoise).')
-    if not (self.sensitivity > 0 and self.local_stddev > 0 and
-            self.noise_multiplier > 0 and self.dim >= 1):
-      raise ValueError('sensitivity, local std and noise multiplier must be '
-                       f'> 0 and dim >= 1, got {self.sensitivity}, '
-                       f'{self.local_stddev}, {self.noise_multiplier}, '
-                       f'{self.dim}.')
+    if not (self.sensitivity > 0 and self.noise_multiplier > 0 and
+            self.dim >= 1):
+      raise ValueError('sensitivity and noise multiplier must be > 0 and '
+                       f'dim >= 1, got {self.sensitivity}, '
+                       f'{self.noise_multiplier}, {self.dim}.')
+    if not self.local_stddev >= 0.5:
+      raise ValueError('Theorem 1 holds for shares of std >= 1/2 (integer '
+                       f'domain), got {self.local_stddev}.')
 
   def at(self, noise_multiplier: float) -> DistributedDiscreteGaussian:
     """The same build at another noise multiplier, its local std scaled
