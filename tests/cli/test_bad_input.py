@@ -423,18 +423,23 @@ def test_a_python_without_the_stack_is_one_line_naming_the_install(script):
       '`make install` and use .venv/bin/python (README, "Two commands").']
 
 
-def test_bits_too_few_for_the_round_are_tffs_check_naming_the_flag(tmp_path):
-  """TFF's own check of the secure sum's bit width, found when the rule is
-  built (after the task loads): one line naming --ddp_bits, nothing
-  trained."""
+@pytest.mark.parametrize('bits,fragment', [
+    (4, '2^4 < 20'),  # TFF's own check of the clients against the modulus
+    (8, 'no noise multiplier meets privacy group')])
+def test_bits_too_few_for_the_round_are_one_line_naming_the_flag(
+    bits, fragment, tmp_path):
+  """Too few bits, found when the rule is built (after the task loads):
+  TFF's check, or rounding that inflates the sensitivity as fast as the
+  noise grows (8 bits for eps 1 here). One line naming --ddp_bits,
+  nothing trained."""
   result = _run('run_experiment.py', '--algorithms=fedhdp_ddp',
                 '--sampling=device', '--min_separation=2',
                 '--max_participations=2', '--rounds=2', '--clip_lr=0',
-                '--clients_per_round=20', '--ddp_bits=4',
+                '--epsilons=1', '--clients_per_round=20', f'--ddp_bits={bits}',
                 f'--output_dir={tmp_path}/out')
   assert result.returncode == 2, result.stderr[-2000:]
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1, result.stderr
-  assert lines[0].startswith('run_experiment.py: error: --ddp_bits=4: ')
-  assert '2^4 < 20' in lines[0]
+  assert lines[0].startswith(f'run_experiment.py: error: --ddp_bits={bits}: ')
+  assert fragment in lines[0], lines[0]
   assert not (tmp_path / 'out' / 'fedhdp_ddp' / 'metrics.csv').exists()

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import warnings
 from typing import Any, Callable, Mapping, Sequence, TYPE_CHECKING
 
 from tff_hdp.privacy import release_policy
@@ -473,18 +474,44 @@ def _distributed_noise(group_sum, dim: int, device, z: float):
       sensitivity=sensitivity, local_stddev=local_stddev, dim=padded)
 
 
-def _meeting_target(group, z: float, rounds: int, build):
-  """(z', its accounting `build(z')`): the least noise multiplier from `z`
-  up whose build meets `group`'s target over `rounds`. TFF's scale and
-  inflation move a little with the noise, so each candidate is accounted
-  from its own build."""
-  for _ in range(8):
-    noise = build(z)
-    if noise.epsilon_spent(z, None, rounds, group.delta) <= group.epsilon:
-      return z, noise
-    z = noise.calibrate(group.epsilon, group.delta, rounds) * (1 + 1e-6)
-  raise ValueError(f'privacy group {group.name!r}: no noise multiplier of '
-                   'the distributed discrete Gaussian met its target.')
+def _meeting_target(group, z: float, rounds: int, build, bits: int):
+  """(z', its accounting `build(z')`): from `z` up, within 0.1% the least
+  noise multiplier whose build meets `group`'s target over `rounds`. TFF's
+  scale shrinks as the noise grows, and its rounding inflates the
+  sensitivity with it, so each candidate is accounted from its own build;
+  at too few bits no noise meets the target."""
+  def meets(z):
+    with warnings.catch_warnings():  # TFF's, of a small scale: a probe's
+      warnings.simplefilter('ignore')
+      noise = build(z)
+    return noise.epsilon_spent(z, None, rounds,
+                               group.delta) <= group.epsilon, noise
+
+  ok, noise = meets(z)
+  if ok:
+    return z, noise
+  def scale(noise):  # what the epsilon grows with (Delta / noise std)
+    return noise.sensitivity / noise.local_stddev
+
+  low, high = z, noise.calibrate(group.epsilon, group.delta, rounds)
+  for _ in range(30):
+    ok, found = meets(high)
+    if ok or scale(found) > scale(noise) * 0.999:  # more noise, no less scale
+      break
+    low, high, noise = high, high * 1.5, found
+  if not ok:
+    raise ValueError(
+        f'--ddp_bits={bits}: rounding to {bits} bits inflates the '
+        'sensitivity as fast as the noise grows, so that no noise multiplier '
+        f'meets privacy group {group.name!r}\'s target; raise --ddp_bits.')
+  while high > low * 1.001:
+    middle = (low + high) / 2
+    ok, noise = meets(middle)
+    if ok:
+      high, found = middle, noise
+    else:
+      low = middle
+  return high, found
 
 
 def _distributed_factory(context: TrustedContext) -> GroupFactory:
@@ -522,7 +549,8 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
     planned = z
     if group.is_private:
       z, noise = _meeting_target(group, z, plan.rounds, lambda z: (
-          _distributed_noise(group_sum, context.num_parameters, device, z)))
+          _distributed_noise(group_sum, context.num_parameters, device, z)),
+                                 bits)
       eps = [noise.epsilon_spent(z, None, plan.rounds, group.delta, f)
              for f in (1.0, 0.9, 0.5)]
       notes.append(
