@@ -475,7 +475,7 @@ def _distributed_noise(group_sum, dim: int, device, z: float):
 
 
 def _meeting_target(group, z: float, rounds: int, build, bits: int):
-  """(z', its accounting `build(z')`): from `z` up, within 0.1% the least
+  """(z', its accounting `build(z')`): from `z` up, within 0.01% the least
   noise multiplier whose build meets `group`'s target over `rounds`. TFF's
   scale shrinks as the noise grows, and its rounding inflates the
   sensitivity with it, so each candidate is accounted from its own build;
@@ -504,7 +504,7 @@ def _meeting_target(group, z: float, rounds: int, build, bits: int):
         f'--ddp_bits={bits}: rounding to {bits} bits inflates the '
         'sensitivity as fast as the noise grows, so that no noise multiplier '
         f'meets privacy group {group.name!r}\'s target; raise --ddp_bits.')
-  while high > low * 1.001:
+  while high > low * 1.0001:
     middle = (low + high) / 2
     ok, noise = meets(middle)
     if ok:
