@@ -35,7 +35,7 @@ CASES = [
     (['--r=-0.5'], '--r', '[0, 1e+29]'),
     (['--r=1,1.0'], '--r', 'twice'),
     (['--algorithms=dp_fedavg,nonprivate', '--r=0.5'], '--r',
-     'read by fedhdp, fedhdp_blt, fedhdp_tree only'),
+     'read by fedhdp, fedhdp_blt, fedhdp_tree, fedhdp_ddp only'),
     (['--epsilons=1,2', '--level_ratios=0.5'], '--level_ratios',
      '1 values for the 2 private levels'),
     (['--epsilons=1,2', '--level_ratios=0.5,-1'], '--level_ratios',
@@ -45,7 +45,7 @@ CASES = [
     (['--epsilons=1,2', '--level_ratios=0.5,1', '--r=0.1'],
      '--level_ratios and --r', 'give one of them'),
     (['--algorithms=dp_fedavg', '--level_ratios=1'], '--level_ratios',
-     'read by fedhdp, fedhdp_blt, fedhdp_tree only'),
+     'read by fedhdp, fedhdp_blt, fedhdp_tree, fedhdp_ddp only'),
     # Every group with clients at ratio 0: the model never moved, exit 0.
     (['--epsilons=1,2,3', '--level_ratios=0,0,0', '--opt_out_fraction=0'],
      '--level_ratios=0,0,0', 'weighs every group that has clients 0'),
@@ -72,6 +72,9 @@ CASES = [
      'run it with --sampling=device'),
     (['--algorithms=fedhdp_tree', '--sampling=fixed'],
      '--algorithms=fedhdp_tree', 'run it with --sampling=device'),
+    (['--algorithms=fedhdp_ddp'], '--algorithms=fedhdp_ddp',
+     'run it with --sampling=device'),
+    (['--algorithms=fedhdp_ddp', '--ddp_bits=23'], '--ddp_bits', '22'),
     (['--heterogeneity=1e308', '--dry_run'], '--heterogeneity',
      '(0, 1e+29]'),
     (['--algorithms=blt_shared', '--sampling=device', '--min_separation=1',
@@ -389,11 +392,12 @@ def test_the_table_has_forty_cases_or_more():
      '--task', 'runs each preset on its own task'),
     (['--presets=digits', '--algorithms=mrmtl', '--r=1'], '--algorithms',
      "trusted-server algorithms (fedhdp, fedhdp_blt, fedhdp_tree, "
-     "blt_shared, individualized_sampling, frontier_sampling, dp_fedavg, "
+     "fedhdp_ddp, blt_shared, individualized_sampling, frontier_sampling, "
+     "dp_fedavg, "
      "nonprivate), not "
      "'mrmtl'"),
     (['--presets=digits', '--algorithms=dp_fedavg', '--r=0.5'], '--r',
-     'read by fedhdp, fedhdp_blt, fedhdp_tree only'),
+     'read by fedhdp, fedhdp_blt, fedhdp_tree, fedhdp_ddp only'),
     (['--presets=digits,digits'], '--presets', 'twice'),
     (['--presets=paper,femnist'], '--presets', 'twice'),
     (['--presets=digits', '--ditto_lambdas=0.1,0.10'], '--ditto_lambdas',
@@ -491,3 +495,25 @@ def test_a_python_without_the_stack_is_one_line_naming_the_install(script):
       f'{sys.executable}: run `make install` and use .venv/bin/python '
       '(README, "Two commands"), or install the pinned stack into this '
       'Python (README, "Your own environment").']
+
+
+@pytest.mark.parametrize('bits,fragment', [
+    (4, '2^4 < 20'),  # TFF's own check of the clients against the modulus
+    (8, 'no noise multiplier meets privacy group')])
+def test_bits_too_few_for_the_round_are_one_line_naming_the_flag(
+    bits, fragment, tmp_path):
+  """Too few bits, found when the rule is built (after the task loads):
+  TFF's check, or rounding that inflates the sensitivity as fast as the
+  noise grows (8 bits for eps 1 here). One line naming --ddp_bits,
+  nothing trained."""
+  result = _run('run_experiment.py', '--algorithms=fedhdp_ddp',
+                '--sampling=device', '--min_separation=2',
+                '--max_participations=2', '--rounds=2', '--clip_lr=0',
+                '--epsilons=1', '--clients_per_round=20', f'--ddp_bits={bits}',
+                f'--output_dir={tmp_path}/out')
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert lines[0].startswith(f'run_experiment.py: error: --ddp_bits={bits}: ')
+  assert fragment in lines[0], lines[0]
+  assert not (tmp_path / 'out' / 'fedhdp_ddp' / 'metrics.csv').exists()

@@ -71,6 +71,7 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('level_participations', _DEVICE + ['--algorithms=blt_shared',
                                         '--clip_lr=0', '--epsilons=1,3'],
      '1,2'),
+    ('ddp_bits', _DEVICE + ['--algorithms=fedhdp_ddp', '--clip_lr=0'], '18'),
     ('local_epochs', [], '2'),
     ('cohort_size', [], '4'),
     ('canaries', [], '3'),

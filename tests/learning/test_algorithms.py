@@ -101,7 +101,7 @@ def test_an_option_declared_otherwise_than_its_namesake_is_refused(registry):
       'mine', algorithms.TRUSTED, 'mine', _build, (algorithms.RATIO,),
       sweep='r'))
   assert registry.readers(algorithms.TRUSTED, 'r') == (
-      'fedhdp', 'fedhdp_blt', 'fedhdp_tree', 'mine')
+      'fedhdp', 'fedhdp_blt', 'fedhdp_tree', 'fedhdp_ddp', 'mine')
 
 
 def test_an_unknown_name_is_refused_naming_the_choices(registry):
@@ -110,8 +110,9 @@ def test_an_unknown_name_is_refused_naming_the_choices(registry):
     registry.record('groupwise', algorithms.TRUSTED)
   assert _one_line(error) == (
       "unknown trusted-server algorithm 'groupwise'; choose one of fedhdp, "
-      'fedhdp_blt, fedhdp_tree, blt_shared, individualized_sampling, '
-      'frontier_sampling, dp_fedavg, nonprivate.')
+      'fedhdp_blt, fedhdp_tree, fedhdp_ddp, blt_shared, '
+      'individualized_sampling, frontier_sampling, dp_fedavg, '
+      'nonprivate.')
 
 
 def test_a_registered_record_is_found_in_its_setting_only(registry):

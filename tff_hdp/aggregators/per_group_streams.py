@@ -130,6 +130,10 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
   def _counts(self, one_hot):
     return heterogeneous_dp.valid_group_rows(one_hot)
 
+  def _sum_counts(self, rows):
+    """The round's group counts from the clients' `rows` (float32[l])."""
+    return tff.federated_sum(rows)
+
   def create(self, value_type: tff.types.Type,
              weight_type: tff.types.Type) -> tff.templates.AggregationProcess:
     """The process for updates of `value_type`, weighted by float32[l]
@@ -196,7 +200,7 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
       outputs = [s.next(state[j], tff.federated_map(members[j],
                                                      (value, weight)))
                  for j, s in enumerate(streams)]
-      counts = tff.federated_sum(tff.federated_map(group_row, weight))
+      counts = self._sum_counts(tff.federated_map(group_row, weight))
       result, measurements = tff.federated_map(
           combine, (tff.federated_zip([o.result for o in outputs]), counts))
       return tff.templates.MeasuredProcessOutput(

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import warnings
 from typing import Any, Callable, Mapping, Sequence, TYPE_CHECKING
 
 from tff_hdp.privacy import release_policy
@@ -157,6 +158,9 @@ class GroupFactory:
   # where it chose them itself (None: the plan's groups' own); the run
   # prints them and its summary records them.
   ratios: tuple[float, ...] | None = None
+  # What the run prints about the factory's noise beside its ratios (what
+  # its epsilon assumes, what it becomes otherwise).
+  notes: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -473,6 +477,128 @@ POISSON_ONLY = ('it samples each privacy group at its own Poisson rate: '
                 'run it with --sampling=poisson.')
 
 
+def _independent_noise(model):
+  """Fresh noise every round (for any `model`)."""
+  del model
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy import min_separation
+  return min_separation.IndependentNoise()
+
+
+def _distributed_noise(group_sum, dim: int, device, z: float):
+  """The accounting of `group_sum(z)`, TFF's distributed discrete
+  Gaussian at noise multiplier z, for `device`'s participation."""
+  # pylint: disable=g-import-not-at-top
+  from tff_hdp.aggregators import distributed_group_dp
+  from tff_hdp.privacy import distributed_noise
+  # pylint: enable=g-import-not-at-top
+  sensitivity, local_stddev, padded = distributed_group_dp.built_noise(
+      group_sum(z), dim)
+  return distributed_noise.DistributedDiscreteGaussian(
+      device.population, device.clients_per_round, device.min_separation,
+      device.max_participations, device.noise, noise_multiplier=z,
+      sensitivity=sensitivity, local_stddev=local_stddev, dim=padded)
+
+
+def _meeting_target(group, z: float, rounds: int, build, bits: int):
+  """(z', its accounting `build(z')`): from `z` up, within 0.01% the least
+  noise multiplier whose build meets `group`'s target over `rounds`. TFF's
+  scale shrinks as the noise grows, and its rounding inflates the
+  sensitivity with it, so each candidate is accounted from its own build;
+  at too few bits no noise meets the target."""
+  def meets(z):
+    with warnings.catch_warnings():  # TFF's, of a small scale: a probe's
+      warnings.simplefilter('ignore')
+      noise = build(z)
+    return noise.epsilon_spent(z, None, rounds,
+                               group.delta) <= group.epsilon, noise
+
+  ok, noise = meets(z)
+  if ok:
+    return z, noise
+  def scale(noise):  # what the epsilon grows with (Delta / noise std)
+    return noise.sensitivity / noise.local_stddev
+
+  low, high = z, noise.calibrate(group.epsilon, group.delta, rounds)
+  for _ in range(30):
+    ok, found = meets(high)
+    if ok or scale(found) > scale(noise) * 0.999:  # more noise, no less scale
+      break
+    low, high, noise = high, high * 1.5, found
+  if not ok:
+    raise ValueError(
+        f'--ddp_bits={bits}: rounding to {bits} bits inflates the '
+        'sensitivity as fast as the noise grows, so that no noise multiplier '
+        f'meets privacy group {group.name!r}\'s target; raise --ddp_bits.')
+  while high > low * 1.0001:
+    middle = (low + high) / 2
+    ok, noise = meets(middle)
+    if ok:
+      high, found = middle, noise
+    else:
+      low = middle
+  return high, found
+
+
+def _distributed_factory(context: TrustedContext) -> GroupFactory:
+  """`DistributedGroupDPFactory`: each private group's sum through TFF's
+  distributed discrete Gaussian at --ddp_bits, its noise multiplier the
+  least (from the plan's Gaussian one up) whose distributed noise, as TFF
+  builds it, meets the group's target; the groups at the noise-aware
+  ratios of those multipliers unless --r or --level_ratios is given."""
+  # pylint: disable=g-import-not-at-top
+  from tff_hdp.aggregators import distributed_group_dp
+  from tff_hdp.privacy.privacy_groups import with_ratios
+  # pylint: enable=g-import-not-at-top
+  plan = context.plan
+  device = plan.sampling
+  bits = context.options['ddp_bits']
+  clip = context.clip.initial_norm
+
+  def group_sum(z):
+    try:
+      return distributed_group_dp.group_sum_factory(
+          z, device.clients_per_round, bits, clip)
+    except ValueError as e:
+      raise ValueError(f'--ddp_bits={bits}: {e}') from None
+
+  multipliers, accounted = [], []
+  notes = [f'distributed discrete Gaussian at {bits} bits: every one of a '
+           f'round\'s {device.clients_per_round} devices sends '
+           f'{plan.assignment.num_groups} slots (its clipped update in its '
+           'group\'s, zeros elsewhere) and a noise share in each private '
+           'slot; the server learns the noisy group sums and the groups\' '
+           'counts, not which device is in which group. Each epsilon '
+           'assumes every device of a round adds its share.']
+  for group, z in zip(plan.assignment.groups, plan.noise_multipliers):
+    noise = None
+    planned = z
+    if group.is_private:
+      z, noise = _meeting_target(group, z, plan.rounds, lambda z: (
+          _distributed_noise(group_sum, context.num_parameters, device, z)),
+                                 bits)
+      eps = [noise.epsilon_spent(z, None, plan.rounds, group.delta, f)
+             for f in (1.0, 0.9, 0.5)]
+      notes.append(
+          f'{group.name}: noise multiplier {z:.4g} (the central Gaussian\'s '
+          f'{planned:.4g}), eps {eps[0]:.3g}; if only 90% of a round\'s '
+          f'devices finish, {eps[1]:.3g}; if half, {eps[2]:.3g}')
+    multipliers.append(z)
+    accounted.append(noise)
+  plan = dataclasses.replace(plan, noise_multipliers=tuple(multipliers))
+  ratios = _noise_aware_ratios(dataclasses.replace(context, plan=plan))
+  if ratios is not None:
+    plan = dataclasses.replace(
+        plan, assignment=with_ratios(plan.assignment, ratios))
+  factory = distributed_group_dp.DistributedGroupDPFactory(
+      multipliers, [g.ratio for g in plan.assignment.groups],
+      plan.expected_group_sizes, clip, bits, device.clients_per_round,
+      context.release_unprotected_counts)
+  return GroupFactory(factory, GroupNoise(tuple(multipliers), None,
+                                          tuple(accounted)), ratios=ratios,
+                      notes=tuple(notes))
+
+
 def _individualized_plan(*args, **kwargs) -> plans.PrivacyPlan:
   """`plans.plan_individualized_sampling`: one z, each group its rate."""
   # pylint: disable-next=g-import-not-at-top
@@ -721,6 +847,11 @@ TILT = Option(
     'bound on the worst group\'s squared error at --heterogeneity, '
     'printed with each point\'s noise on the mean). Public: it costs no '
     'privacy.', low=0.0, high=1.0)
+DDP_BITS = Option(
+    'ddp_bits', 'fedhdp_ddp: the bit width of each group\'s secure sum '
+    '(TFF\'s DistributedDpSumFactory bits): the noisy integer sum of a '
+    'round\'s clients must fit in it.', kind=int, default=16, low=1,
+    high=22)
 RPCA_FREEZE = Option(
     'rpca_freeze_after_round', 'Robust-HDP: estimate the weights by RPCA in '
     'rounds 1..k only and reuse round k\'s after, as its authors\' code does '
@@ -741,6 +872,13 @@ REGISTRY: dict[str, Algorithm] = {a.name: a for a in (
               _STREAM_MEASUREMENTS, cohorts=True, groups=_with_ratio,
               sweep='r', fixed_clip=True,
               privacy_plan=_device_plan(_tree_noise)),
+    Algorithm('fedhdp_ddp', TRUSTED,
+              'FedHDP with per-group distributed discrete Gaussian',
+              _distributed_factory,
+              (RATIO, LEVEL_RATIOS, HETEROGENEITY, DDP_BITS),
+              _STREAM_MEASUREMENTS, groups=_with_ratio, sweep='r',
+              fixed_clip=True,
+              privacy_plan=_device_plan(_independent_noise)),
     Algorithm('blt_shared', TRUSTED,
               'one BLT stream, devices capped per level',
               _capped_stream_factory, (LEVEL_PARTICIPATIONS, HETEROGENEITY),

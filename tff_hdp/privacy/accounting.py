@@ -892,13 +892,14 @@ class PrivacyLedger:
 
   def accountant(self, group_index: int) -> str | None:
     """Which bound group `group_index`'s epsilon is: 'pld', 'rdp', or None
-    (a sampling that accounts itself, or an opt-out group)."""
+    (an opt-out group, or a sampling that accounts itself by the exact
+    Gaussian curve; one that converts RDP says so by its `bound`)."""
     b = self._budgets[group_index]
     if b is None:
       return None
     sampling = b.sampling or self._sampling
     if _self_accounted(sampling, None):
-      return None
+      return getattr(sampling, 'bound', None)
     return 'pld' if _uses_pld(sampling, None) else 'rdp'
 
   def rdp_epsilon(self, group_index: int, rounds: int) -> float | None:

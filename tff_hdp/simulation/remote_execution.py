@@ -51,6 +51,10 @@ from tensorflow_federated.python.common_libs import async_utils
 from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.backends.native import compiler
 from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
+from tensorflow_federated.python.core.backends.test import compiler as test_compiler
+from tensorflow_federated.python.core.impl.compiler import transformations
+from tensorflow_federated.python.core.impl.computation import computation_impl
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.execution_contexts import compiler_pipeline
 from tensorflow_federated.python.core.impl.context_stack import context_base
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
@@ -176,23 +180,38 @@ def await_workers(addresses: Sequence[str], timeout: float) -> None:
       channel.close()
 
 
+def compile_for_simulation(comp):
+  """TFF's native compiler after TFF's test backend has replaced the secure
+  sums (`federated_secure_sum_bitwidth`, ...) by plain sums of the same
+  integers, which is what they compute: a simulation runs the secure sums'
+  arithmetic, not their cryptography."""
+  replaced, changed = test_compiler._replace_secure_intrinsics_with_insecure_bodies(  # pylint: disable=protected-access
+      comp.to_building_block())
+  if changed:
+    # In call-dominant form the tree is shallow enough for its proto.
+    comp = computation_impl.ConcreteComputation(
+        computation_proto=transformations.to_call_dominant(replaced).proto,
+        context_stack=context_stack_impl.context_stack)
+  return compiler.desugar_and_transform_to_native(comp)
+
+
 def context_arguments(address: str,
                       compiler_fn: Callable[[object], object] | None = None
                       ) -> dict:
   """The arguments of TFF's (sync or async) execution context over a
   `RemoteExecutor` talking to `address`, as TFF's local context has them
-  (`compiler_fn`: a `SharedCompiler`; None: TFF's native compiler)."""
+  (`compiler_fn`: a `SharedCompiler`; None: `compile_for_simulation`)."""
   channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
   return dict(executor_fn=_executor_factory(stub),
-              compiler_fn=(compiler_fn or
-                           compiler.desugar_and_transform_to_native),
+              compiler_fn=compiler_fn or compile_for_simulation,
               transform_args=tff.tensorflow.transform_args,
               transform_result=tff.tensorflow.transform_result)
 
 
 class SharedCompiler:
-  """TFF's native compiler with one cache for the contexts of all workers.
+  """`compile_for_simulation` with one cache for the contexts of all
+  workers.
 
   Each worker's context compiles what it runs (`up_to_merge`, `after_merge`
   and, on worker 0, `merge`) with its own cache; these are the same
@@ -203,7 +222,7 @@ class SharedCompiler:
 
   def __init__(self):
     self._pipeline = compiler_pipeline.CompilerPipeline(
-        compiler.desugar_and_transform_to_native)
+        compile_for_simulation)
     self._lock = threading.Lock()
 
   def __call__(self, comp):

@@ -481,6 +481,9 @@ def run_configuration(task: FederatedTask, config: Configuration,
                                built.noise.participations)
     if built.ratios is not None and progress:
       print(_ratios_line(config.name, applied))
+    if progress:
+      for line in built.notes:
+        print(f'{config.name}: {line}')
     process = execution.build_fedhdp(
         task.tff_model_fn(), built.factory, plan.assignment.num_groups,
         task.batch_size,

@@ -1,0 +1,126 @@
+"""DistributedGroupDPFactory: the trusted per-group rule's output at small
+noise, the noise std the accounting assumes (Monte Carlo), and TFF's
+checks of the bit width."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.compiler import building_blocks
+from tensorflow_federated.python.core.impl.compiler import tree_analysis
+
+from tff_hdp.aggregators.distributed_group_dp import DistributedGroupDPFactory
+from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
+
+pytestmark = pytest.mark.tf
+
+WEIGHT = tff.TensorType(np.float32, [2])
+
+
+def test_small_noise_gives_the_trusted_rules_mean():
+  """Group 0 private (expected count 2), group 1 without guarantee
+  (realized count), r = (3, 1), clip 1: the same output as FedHDP's
+  trusted factory up to rounding at 16 bits."""
+  values = [np.array([1, 0, 0, 0], np.float32),
+            np.array([0, 3, 4, 0], np.float32),
+            np.array([0, 0, 0.5, -0.25], np.float32)]
+  weights = [np.array(w, np.float32) for w in ([1, 0], [1, 0], [0, 1])]
+  value_type = tff.TensorType(np.float32, [4])
+  distributed = DistributedGroupDPFactory(
+      [1e-4, 0.0], [3.0, 1.0], [2.0, None], 1.0, 16, 3,
+      release_unprotected_counts=True).create(value_type, WEIGHT)
+  trusted = HeterogeneousDPFactory(
+      [0.0, 0.0], [3.0, 1.0], [2.0, None], 1.0, clip_learning_rate=0.0,
+      expected_clients_per_round=3.0).create(value_type, WEIGHT)
+  out = distributed.next(distributed.initialize(), values, weights)
+  got = out.result
+  np.testing.assert_array_equal(out.measurements['group_client_counts'],
+                                [2, 1])
+  want = trusted.next(trusted.initialize(), values, weights).result
+  w = np.array([6.0, 1.0]) / 7
+  by_hand = (w[0] * np.array([1, 0.6, 0.8, 0]) / 2 +
+             w[1] * np.array([0, 0, 0.5, -0.25]))
+  np.testing.assert_allclose(want, by_hand, atol=1e-6)
+  np.testing.assert_allclose(got, want, atol=2e-3)
+
+
+def test_the_sums_noise_has_the_std_the_accounting_assumes():
+  """5 clients with zero updates, z = 0.8, clip 0.5: the group's sum is
+  its noise alone, std z S over 2048 coordinates and 3 rounds; the
+  accounting's D = Delta / (sqrt(n) sigma) is 1/z inflated by rounding
+  only."""
+  z, clip, n, dim = 0.8, 0.5, 5, 2000
+  factory = DistributedGroupDPFactory([z], [1.0], [1.0], clip, 16, n)
+  process = factory.create(tff.TensorType(np.float32, [dim]),
+                           tff.TensorType(np.float32, [1]))
+  state = process.initialize()
+  draws = []
+  for _ in range(3):
+    out = process.next(state, [np.zeros(dim, np.float32)] * n,
+                       [np.ones(1, np.float32)] * n)
+    state = out.state
+    draws.append(np.asarray(out.result))
+  std = np.std(np.concatenate(draws))
+  # 6000 draws: the sample std is within 3% of the truth with room to spare.
+  assert std == pytest.approx(z * clip, rel=0.05)
+  [(sensitivity, local_stddev, padded)] = factory.noise(dim)
+  scale = sensitivity / (math.sqrt(n) * local_stddev)
+  assert 1 / z < scale < 1.05 / z
+  assert padded == dim  # TFF's DFT pads an odd dimension by one only
+
+
+@pytest.mark.parametrize('bits', [1, 4])
+def test_bits_too_few_for_the_clients_are_tffs_error(bits):
+  """20 clients: 2^4 < 20 wraps the sum of their shares; 5 bits pass."""
+  with pytest.raises(ValueError, match=r'bits should be >= log2'):
+    DistributedGroupDPFactory([1.0], [1.0], [1.0], 1.0, bits, 20)
+  DistributedGroupDPFactory([1.0], [1.0], [1.0], 1.0, 5, 20)
+
+
+def test_every_aggregation_of_the_clients_is_a_secure_sum():
+  """The server learns sums of secure aggregations only: the updates'
+  slots, the clip counts and the group counts; no plain federated_sum
+  (whose inputs a deployment may show the server) is left."""
+  process = DistributedGroupDPFactory(
+      [1.0, 0.0], [1.0, 1.0], [2.0, None], 1.0, 16, 3).create(
+          tff.TensorType(np.float32, [3]), WEIGHT)
+  uris = []
+  tree_analysis.visit_postorder(
+      process.next.to_building_block(),
+      lambda b: uris.append(b.uri) if isinstance(
+          b, building_blocks.Intrinsic) else None)
+  assert 'federated_secure_sum_bitwidth' in uris
+  assert not [u for u in uris if u in ('federated_sum', 'federated_aggregate',
+                                       'federated_mean',
+                                       'federated_weighted_mean')]
+
+
+def test_a_non_finite_update_adds_zeros_and_its_noise_share():
+  """A NaN update is not summed (its slot is zeros, as the trusted rule
+  excludes it); the group's sum stays finite and is the finite member's."""
+  process = DistributedGroupDPFactory(
+      [1e-4], [1.0], [1.0], 1.0, 16, 2).create(
+          tff.TensorType(np.float32, [2]), tff.TensorType(np.float32, [1]))
+  out = process.next(process.initialize(),
+                     [np.array([np.nan, 1], np.float32),
+                      np.array([0.6, -0.8], np.float32)],
+                     [np.ones(1, np.float32)] * 2)
+  np.testing.assert_allclose(out.result, [0.6, -0.8], atol=2e-3)
+
+
+def test_aligned_updates_do_not_wrap_around_the_modulus():
+  """20 equal updates at the clip norm: their sum has norm 20 S, the most
+  the modular sum must hold (TFF scales for it); at 16 bits and tiny noise
+  the output is their plain sum, where a wrap would be off by about
+  2^16 / scale."""
+  dim, clip, n = 650, 0.1, 20
+  update = np.random.default_rng(0).normal(size=dim).astype(np.float32)
+  update *= clip / np.linalg.norm(update)
+  process = DistributedGroupDPFactory([1e-3], [1.0], [1.0], clip, 16,
+                                      n).create(
+                                          tff.TensorType(np.float32, [dim]),
+                                          tff.TensorType(np.float32, [1]))
+  out = process.next(process.initialize(), [update] * n,
+                     [np.ones(1, np.float32)] * n)
+  np.testing.assert_allclose(out.result, n * update, atol=2e-3)

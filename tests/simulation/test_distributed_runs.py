@@ -1,0 +1,75 @@
+"""fedhdp_ddp from the command line: each group's printed epsilon, and
+the one it prints for a round that only half the devices finish, against
+dp_accounting's Gaussian at the sensitivity and local std that TFF's
+factory holds in its state for the run's noise multiplier.
+
+The run is in this process (`repository.run_program`)."""
+
+import json
+import math
+import os
+import re
+
+import dp_accounting
+from dp_accounting import rdp
+import pytest
+
+from tests import repository
+
+pytestmark = [pytest.mark.tf, pytest.mark.xdist_group('test_distributed_runs')]
+
+PER_ROUND, BITS, CLIP, DIM = 20, 16, 0.1, 650  # digits: 64 x 10 + 10
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory):
+  out = str(tmp_path_factory.mktemp('distributed'))
+  result = repository.run_program(
+      'run_experiment.py', '--task=digits', '--epsilons=1,8',
+      '--deltas=1e-6', '--sampling=device', '--min_separation=1',
+      '--max_participations=2', '--rounds=4',
+      f'--clients_per_round={PER_ROUND}', '--clip_lr=0',
+      f'--clip_norm={CLIP}', f'--ddp_bits={BITS}', '--checkpoint_every=0',
+      '--algorithms=fedhdp_ddp', f'--output_dir={out}')
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(os.path.join(out, 'fedhdp_ddp', 'summary.json')) as f:
+    return json.load(f), result.stdout
+
+
+def _tff_state(z):
+  """Scaled inflated L2 bound and scaled local std from the state of
+  TFF's own factory, built here for the model's size."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
+  factory = distributed_dp.DistributedDpSumFactory(
+      z, PER_ROUND, BITS, CLIP, mechanism='distributed_dgauss')
+  state = factory.create(tff.TensorType(np.float32, [DIM])).initialize()
+  query = state[0]['inner_agg']['inner_agg_process'].query_state
+  return float(query.l2_norm_bound), float(query.local_stddev)
+
+
+def _gaussian_epsilon(z, participations, delta):
+  accountant = rdp.RdpAccountant(orders=tuple(range(2, 257)))
+  accountant.compose(dp_accounting.GaussianDpEvent(z), participations)
+  return accountant.get_epsilon(delta)
+
+
+@pytest.mark.parametrize('name,target', [('private_eps1', 1.0),
+                                         ('private_eps8', 8.0)])
+def test_each_groups_epsilon_is_the_gaussians_at_tffs_numbers(
+    run, name, target):
+  summary, stdout = run
+  [group] = [g for g in summary['groups'] if g['name'] == name]
+  sensitivity, local = _tff_state(group['noise_multiplier'])
+  for shares, printed in ((PER_ROUND, group['epsilon_spent']),
+                          (PER_ROUND // 2, float(re.search(
+                              rf'{name}: .*if half, ([0-9.]+)',
+                              stdout).group(1)))):
+    want = _gaussian_epsilon(math.sqrt(shares) * local / sensitivity, 2,
+                             1e-6)
+    assert printed == pytest.approx(want, rel=1e-2 if shares < PER_ROUND
+                                    else 1e-6)
+  assert summary['accountant'] == 'rdp'  # converted RDP, not the exact curve
+  assert group['epsilon_spent'] <= target
+  assert group['epsilon_spent'] == pytest.approx(target, rel=1e-3)

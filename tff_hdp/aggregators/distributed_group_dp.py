@@ -1,0 +1,133 @@
+"""Each privacy group's sum through TFF's distributed discrete Gaussian.
+
+Clients do not trust the server with their updates: group j's sum goes
+through TFF's `DistributedDpSumFactory` (`distributed_dgauss`: every client
+clips, rotates, scales and rounds its update to integers, adds its share of
+discrete Gaussian noise, std z_j S / sqrt(K) before scaling, and the shares
+meet in `SecureSumFactory`'s modular sum of `bits` bits), so the server sees
+only the noisy group sums. A group without guarantee is clipped and summed
+by `SecureSumFactory` without noise. The sums are combined as
+`PerGroupStreamsFactory` combines them (group j's mean over its expected
+count D_j, weights r_j n_j).
+
+Every client sends a slot per group (its update in its own group's, zeros
+elsewhere) and adds a noise share to every private group's slot: K shares
+per sum, K the clients per round, l slots of traffic and (private groups)
+noise shares per client. The groups' counts (a group without guarantee
+divides by its realized one) go through a secure sum too, so the server
+learns the noisy group sums and how many clients each group has in the
+round, not which group a client is in. (The variant in which the server
+learns the groups would send one slot and one share per client, its
+group's sum over that group's clients only; TFF runs every aggregation
+over all of a round's clients, so it is not built here.) In simulation
+TFF's secure sums run as the plain sums of the modular integers; the
+cryptography is TFF's executor's business, not this module's.
+
+`noise` reads, from the process TFF builds for a model of `dim`
+parameters, what each private group's accounting needs
+(`tff_hdp.privacy.distributed_noise`): the inflated sensitivity and local
+std in the integer domain, and the padded dimension, as TFF computed them.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+# TFF 0.87 does not export it from tff.aggregators.
+from tensorflow_federated.python.aggregators import distributed_dp
+
+from tff_hdp.aggregators import per_group_streams
+
+MECHANISM = 'distributed_dgauss'
+
+
+def group_sum_factory(noise_multiplier: float, clients_per_round: int,
+                      bits: int, clip: float
+                      ) -> tff.aggregators.UnweightedAggregationFactory:
+  """TFF's distributed discrete Gaussian sum for one private group.
+
+  Raises:
+    ValueError: TFF's own checks, e.g. `bits` too few for the clients.
+  """
+  return distributed_dp.DistributedDpSumFactory(
+      noise_multiplier=noise_multiplier,
+      expected_clients_per_round=int(clients_per_round), bits=int(bits),
+      l2_clip=clip, mechanism=MECHANISM)
+
+
+def built_noise(factory: distributed_dp.DistributedDpSumFactory,
+                dim: int) -> tuple[float, float, int]:
+  """(sensitivity, local std, padded dim) of `factory` for `dim`
+  parameters: its process's initial state, as TFF's DP query reads it
+  (`scaled_inflated_l2`, `scaled_local_stddev`), and TFF's padding."""
+  process = factory.create(tff.TensorType(np.float32, [int(dim)]))
+  # TFF's own unpacking of its nested state.
+  _, _, dp_state = factory._unpack_state(process.initialize())  # pylint: disable=protected-access
+  query = dp_state.query_state
+  return (float(query.l2_norm_bound), float(query.local_stddev),
+          int(factory._padded_dim))  # pylint: disable=protected-access
+
+
+class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
+  """Per-group distributed DP sums combined with weights r_j (see the
+  module docstring); the client weight is the float32[l] one-hot group
+  vector."""
+
+  def __init__(self, noise_multipliers: Sequence[float],
+               ratios: Sequence[float],
+               expected_group_sizes: Sequence[float | None],
+               clip: float, bits: int, clients_per_round: int,
+               release_unprotected_counts: bool = False) -> None:
+    """Args:
+      noise_multipliers: z_j per group (0: a group without guarantee, summed
+        securely without noise).
+      ratios: r_j per group.
+      expected_group_sizes: D_j per group, or None for the realized count.
+      clip: the clip norm S (fixed).
+      bits: the secure sum's bit width (TFF's `bits`).
+      clients_per_round: K, the clients adding noise shares to each sum.
+      release_unprotected_counts: as `PerGroupStreamsFactory`'s.
+
+    Raises:
+      ValueError: inconsistent settings, or TFF's checks of bits, clients
+        and noise.
+    """
+    if not clip > 0:
+      raise ValueError(f'clip must be > 0, got {clip}.')
+    streams = [
+        group_sum_factory(z, clients_per_round, bits, clip) if z > 0 else
+        tff.aggregators.clipping_factory(
+            clip, tff.aggregators.SecureSumFactory(clip, -clip),
+            clipped_count_sum_factory=tff.aggregators.SecureSumFactory(1, 0))
+        for z in noise_multipliers]
+    super().__init__(streams, ratios, expected_group_sizes,
+                     [z * clip for z in noise_multipliers], clip,
+                     release_unprotected_counts)
+    # Enough bits for a round's count of any group.
+    self._count_bits = int(clients_per_round).bit_length() + 1
+
+  def _sum_counts(self, rows):
+    """The group counts through a secure sum: the server learns how many
+    clients each group has in the round, not which."""
+    rows_type = rows.type_signature.member
+
+    @tff.tensorflow.computation(rows_type)
+    def as_integers(row):
+      return tf.cast(row, tf.int32)
+
+    @tff.tensorflow.computation(tff.TensorType(np.int32, rows_type.shape))
+    def as_floats(count):
+      return tf.cast(count, tf.float32)
+
+    return tff.federated_map(as_floats, tff.federated_secure_sum_bitwidth(
+        tff.federated_map(as_integers, rows), self._count_bits))
+
+  def noise(self, dim: int) -> list[tuple[float, float, int] | None]:
+    """`built_noise` of each private group's sum for a model of `dim`
+    parameters (None for a group without guarantee)."""
+    return [built_noise(s, dim)
+            if isinstance(s, distributed_dp.DistributedDpSumFactory) else None
+            for s in self._factories]

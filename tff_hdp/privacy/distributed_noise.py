@@ -1,0 +1,154 @@
+"""What the distributed discrete Gaussian costs a privacy group.
+
+Under secure aggregation each of the round's n clients adds its own share
+of discrete Gaussian noise (std sigma in the integer domain, after TFF's
+rotation, scaling and randomized rounding), and the server sees only the
+sum. That sum is not a discrete Gaussian, and rounding inflates the clip
+norm, so a group's epsilon is not the continuous Gaussian's:
+
+* Kairouz, Liu, Steinke (ICML 2021), Theorem 1 and Proposition 14: with
+  Delta the inflated L2 sensitivity in the integer domain (TFF's
+  `scaled_inflated_l2`), d the padded dimension and
+  tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 sigma^2 k / (k + 1)) (sigma >= 1/2),
+  the sum of n shares is RDP at every order alpha with
+  eps(alpha) = min(alpha D^2 / 2 + tau d, alpha (D + sqrt(d) tau)^2 / 2),
+  D = Delta / (sqrt(n) sigma).
+* Nothing is amplified by sampling: the server that runs secure
+  aggregation sees who takes part, and the bounds that amplify a mechanism
+  known only by its RDP curve (Wang, Balle, Kasiviswanathan's Theorem 9;
+  Zhu and Wang's Poisson bound) keep a floor as the noise grows (Theorem
+  9 at q = 0.1 over 100 rounds: epsilon 2.6 at delta 1e-5 however large
+  the noise), above the smaller targets here. So
+  devices enforce their own participation (`--sampling=device`, zero-out
+  adjacency) and a device's participations compose by adding their RDP;
+  dp_accounting converts it to (epsilon, delta).
+
+TFF computes Delta, sigma and d for the factory it builds (`tff_hdp.
+aggregators.distributed_group_dp`); this module takes them as numbers.
+The bound assumes every one of a round's n clients adds its share: a round
+in which only a fraction f of them finish carries f n shares, and its
+epsilon is `epsilon_spent(..., finishing=f)`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from dp_accounting import rdp
+import numpy as np
+from scipy import optimize
+
+from tff_hdp.privacy import min_separation
+
+# The orders the RDP is converted at.
+ORDERS = tuple(range(2, 257))
+
+
+def sum_tau(local_stddev: float, shares: int) -> float:
+  """tau of Kairouz et al.'s Theorem 1 for `shares` discrete Gaussians of
+  std `local_stddev` (integer domain): how far their sum is from one."""
+  k = np.arange(1, shares, dtype=np.float64)
+  return float(10.0 * np.sum(
+      np.exp(-2.0 * math.pi**2 * local_stddev**2 * k / (k + 1.0))))
+
+
+def sum_rdp(orders, scale: float, tau: float, dim: int) -> np.ndarray:
+  """eps(alpha) of the sum (Proposition 14, its L2 terms), `scale` = D =
+  sensitivity / (sqrt(n) sigma)."""
+  a = np.asarray(orders, np.float64)
+  return np.minimum(a * scale**2 / 2.0 + tau * dim,
+                    a * (scale + math.sqrt(dim) * tau)**2 / 2.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedDiscreteGaussian(min_separation.DeviceParticipation):
+  """One private group's devices, and the distributed noise on its sums.
+
+  The participation is `DeviceParticipation`'s (each device at most
+  `max_participations` rounds, `min_separation` apart, every round exactly
+  `clients_per_round` devices; zero-out adjacency: nothing is amplified,
+  so the server may see who takes part). The noise is TFF's build at
+  `noise_multiplier`: `sensitivity` and `local_stddev` its
+  `scaled_inflated_l2` and `scaled_local_stddev` (integer domain), `dim`
+  its padded dimension, one share from each of the round's
+  `clients_per_round` devices. A device's epsilon is its participations'
+  RDP added up (fresh noise each round), at `finishing` = 1 unless told."""
+
+  # The ledger's word on this epsilon: RDP converted (not the exact curve).
+  bound = 'rdp'
+
+  noise_multiplier: float = 0.0
+  sensitivity: float = 0.0
+  local_stddev: float = 0.0
+  dim: int = 0
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not isinstance(self.noise, min_separation.IndependentNoise):
+      raise ValueError('the distributed discrete Gaussian adds fresh noise '
+                       'every round (IndependentNoise).')
+    if not (self.sensitivity > 0 and self.noise_multiplier > 0 and
+            self.dim >= 1):
+      raise ValueError('sensitivity and noise multiplier must be > 0 and '
+                       f'dim >= 1, got {self.sensitivity}, '
+                       f'{self.noise_multiplier}, {self.dim}.')
+    if not self.local_stddev >= 0.5:
+      raise ValueError('Theorem 1 holds for shares of std >= 1/2 (integer '
+                       f'domain), got {self.local_stddev}.')
+
+  def at(self, noise_multiplier: float) -> DistributedDiscreteGaussian:
+    """The same build at another noise multiplier, its local std scaled
+    with it (planning only: TFF's scale and inflation move a little with
+    the noise, so a factory is accounted from its own build)."""
+    return dataclasses.replace(
+        self, noise_multiplier=noise_multiplier,
+        local_stddev=self.local_stddev * noise_multiplier /
+        self.noise_multiplier)
+
+  def round_rdp(self, finishing: float = 1.0) -> np.ndarray:
+    """One participation's RDP at `ORDERS` when a `finishing` share of the
+    round's devices add their noise share."""
+    if not 0 < finishing <= 1:
+      raise ValueError(f'finishing share must be in (0, 1], got {finishing}.')
+    shares = max(1, math.floor(finishing * self.clients_per_round + 1e-9))
+    scale = self.sensitivity / (math.sqrt(shares) * self.local_stddev)
+    return sum_rdp(ORDERS, scale, sum_tau(self.local_stddev, shares),
+                   self.dim)
+
+  def epsilon_spent(self, noise_multiplier: float,
+                    clip_count_stddev: float | None, rounds: int,
+                    delta: float, finishing: float = 1.0) -> float:
+    """A device's epsilon at `delta` for the first `rounds` rounds (the
+    ledger's call: `noise_multiplier` must be the build's; the clip is
+    fixed, so no clip count is released)."""
+    if clip_count_stddev is not None:
+      raise ValueError('the distributed discrete Gaussian runs at a fixed '
+                       'clip norm: no clip count is accounted.')
+    if not math.isclose(noise_multiplier, self.noise_multiplier,
+                        rel_tol=1e-9):
+      raise ValueError(f'noise multiplier {noise_multiplier} is not the '
+                       f"build's {self.noise_multiplier}.")
+    if rounds < 1:
+      return 0.0
+    participations = self.model(rounds).reachable_participations
+    return rdp.rdp_privacy_accountant.compute_epsilon(
+        ORDERS, participations * self.round_rdp(finishing), delta)[0]
+
+  def calibrate(self, target_epsilon: float, delta: float, rounds: int,
+                clip_count_stddev: float | None = None) -> float:
+    """The least noise multiplier (local std scaled with it, `at`) whose
+    epsilon after `rounds` is at most `target_epsilon`."""
+    def over(z):
+      return self.at(z).epsilon_spent(z, clip_count_stddev, rounds,
+                                      delta) - target_epsilon
+    high = self.noise_multiplier
+    while over(high) > 0:
+      high *= 2.0
+    low = high / 2.0
+    while over(low) <= 0:
+      low /= 2.0
+    z = optimize.brentq(over, low, high, xtol=1e-12, rtol=1e-12)
+    while over(z) > 0:
+      z *= 1 + 1e-9
+    return z
