@@ -9,7 +9,7 @@ values instead (`accounting.is_calibrated`). Both must give the same noise
 multipliers, and (unless --reference=false) the same as dp_accounting's own
 search over all its orders (`calibrate_dp_mechanism` at tolerance 1e-10),
 timed too. With --accountant=pld (the command line's default) the first
-pass is `accounting.calibrate_dp_sgd_pld` and the second
+pass is `accounting.calibrate_pld` and the second
 `accounting.dp_sgd_pld_holds`; the reference is dp_accounting's
 `PLDAccountant` at each silo's z and discretization (at most the target),
 and RDP's z for the same silo (to compare the noise).

@@ -90,7 +90,7 @@ def test_calibration_meets_its_target_from_below_on_random_settings():
     steps = int(10**rng.uniform(1, 2.5))
     eps = float(10**rng.uniform(-0.5, 0.8))
     delta = float(10**rng.uniform(-7, -3))
-    z, used = accounting.calibrate_dp_sgd_pld(eps, delta, q, steps,
+    z, used = accounting.calibrate_pld(eps, delta, q, steps,
                                               coarsest, True)
     refined += used.discretization < coarsest.discretization
     d = used.discretization
@@ -119,7 +119,7 @@ def test_a_stated_discretization_too_loose_is_refused_and_none_refines():
 
 
 def test_a_stored_noise_multiplier_is_confirmed_only_if_calibrated():
-  z, used = accounting.calibrate_dp_sgd_pld(6.0, 1e-3, 0.2, 500,
+  z, used = accounting.calibrate_pld(6.0, 1e-3, 0.2, 500,
                                             accounting.PLD)
   holds = accounting.dp_sgd_pld_holds
   assert holds(z, 6.0, 1e-3, 0.2, 500, accounting.PLD) == used

@@ -366,8 +366,8 @@ def _least_root(f, low: float, high: float) -> float:
 
 def _least_root_from(f, start: float, floor: float) -> float:
   """`_least_root` of f over [floor, inf), bracketed from `start`, RDP's
-  answer, which the PLD's tighter bound nearly always meets (it saves 5-9%
-  at FeO2's settings; otherwise the bracket grows)."""
+  answer, which the PLD's tighter bound nearly always meets (otherwise the
+  bracket grows): `calibrate_sampling_rate`'s search for 1/q."""
   high = start
   while f(high) > 0:
     high *= 1.25
@@ -379,20 +379,11 @@ def _least_root_from(f, start: float, floor: float) -> float:
   return _least_root(f, low, high)
 
 
-def _calibrate_pld(target_epsilon: float, delta: float, q: float, rounds: int,
-                   discretization: float, rdp_effective: float) -> float:
-  """The least effective z (to `_PLD_PRECISION`) whose PLD epsilon meets
-  the target, searched from RDP's z."""
-  def gap(z):
-    return pld_epsilon(z, q, rounds, delta, discretization) - target_epsilon
-
-  return _least_root_from(gap, rdp_effective, _Z_RANGE[0])
-
-
 # A DP-SGD plan's PLD calibration ends with its epsilon in
 # [target (1 - _PLD_WINDOW), target]: its z within about as much of the least
-# (epsilon falls at least as fast as 1/z). Tenfold finer discretizations are
-# tried down to _FINEST_PLD_DISCRETIZATION where none is stated.
+# (epsilon falls at least as fast as 1/z); a trusted run's within
+# `_PLD_PRECISION`. Tenfold finer discretizations are tried down to
+# _FINEST_PLD_DISCRETIZATION where none is stated.
 _PLD_WINDOW = 3e-5
 _FINEST_PLD_DISCRETIZATION = 1e-6
 
@@ -441,15 +432,16 @@ def _gdp_slope(z: float, target_epsilon: float, delta: float, q: float,
 
 @functools.lru_cache(maxsize=None)
 def _pld_noise_at(target_epsilon: float, delta: float, q: float, steps: int,
-                  discretization: float) -> float:
-  """The least z (to `_PLD_WINDOW`) whose PLD epsilon over `steps` steps
-  meets the target at `discretization`: the secant method on log epsilon
-  against log z from `gdp_noise_multiplier`'s z, aiming inside the window,
-  kept inside the bracket it has found (bisection when a step leaves it).
-  Three or four PLDs where a bracket from RDP's z and Brent's method take
-  ten or more, and no RDP calibration first; a function of its arguments
-  only, so every process finds the same z."""
-  aim = math.log1p(-_PLD_WINDOW / 2)
+                  discretization: float, window: float) -> float:
+  """The least z (to `window`, relative) whose PLD epsilon over `steps`
+  steps meets the target at `discretization`: the secant method on log
+  epsilon against log z from `gdp_noise_multiplier`'s z, aiming inside
+  [target (1 - window), target], kept inside the bracket it has found
+  (bisection when a step leaves it). Three or four PLDs where a bracket
+  from RDP's z and Brent's method take ten or more, and no RDP calibration
+  first; a function of its arguments only, so every process finds the
+  same z."""
+  aim = math.log1p(-window / 2)
   low, high = (math.log(z) for z in _Z_RANGE)
 
   def gap(u):
@@ -464,7 +456,7 @@ def _pld_noise_at(target_epsilon: float, delta: float, q: float, steps: int,
   for _ in range(200):
     if g <= 0:
       meets = u if meets is None else min(meets, u)
-      if g >= aim - _PLD_WINDOW / 2 or u <= low:
+      if g >= aim - window / 2 or u <= low:
         return math.exp(u)
     else:
       fails = u if fails is None else max(fails, u)
@@ -474,7 +466,7 @@ def _pld_noise_at(target_epsilon: float, delta: float, q: float, steps: int,
             f'{target_epsilon}, delta={delta}) over {steps} steps at '
             f'sampling rate {q:.4g}.')
     if meets is not None and fails is not None and (
-        meets - fails <= _PLD_WINDOW):
+        meets - fails <= window):
       return math.exp(meets)
     if first and math.isfinite(g):
       # The approximation's epsilon is the target at the start: off by
@@ -508,17 +500,9 @@ def _pld_rungs(accountant: Accountant, finer_if_loose: bool):
     yield d
 
 
-def calibrate_dp_sgd_pld(target_epsilon: float, delta: float, q: float,
-                         steps: int, accountant: Accountant,
-                         finer_if_loose: bool = False
-                         ) -> tuple[float, Accountant]:
-  """(z, the accountant it holds at) for `steps` DP-SGD steps at Poisson
-  rate q: the least z whose pessimistic PLD meets (target_epsilon, delta)
-  at `accountant`'s discretization (`_pld_noise_at`). A bound looser there
-  than `PLD_TOLERANCE` is refused (`LoosePldError`) or, with
-  `finer_if_loose` (no discretization stated), calibrated again at a
-  tenth of it, and so on: DP-SGD composes thousands of steps, and the
-  discretization's error grows with them."""
+def _check_target(target_epsilon: float, delta: float, steps: int,
+                  unit: str) -> None:
+  """Refuses a target no calibration can aim at, or no `unit` at all."""
   if not (math.isfinite(target_epsilon) and target_epsilon > 0):
     raise InfeasiblePrivacyTargetError(
         f'target epsilon must be a finite number > 0, got {target_epsilon}.')
@@ -526,14 +510,28 @@ def calibrate_dp_sgd_pld(target_epsilon: float, delta: float, q: float,
     raise InfeasiblePrivacyTargetError(
         f'target delta must be in (0, 1), got {delta}.')
   if steps < 1:
-    raise ValueError(f'steps must be >= 1, got {steps}.')
+    raise ValueError(f'{unit} must be >= 1, got {steps}.')
+
+
+def calibrate_pld(target_epsilon: float, delta: float, q: float, steps: int,
+                  accountant: Accountant, finer_if_loose: bool = False,
+                  unit: str = 'DP-SGD steps', window: float = _PLD_WINDOW
+                  ) -> tuple[float, Accountant]:
+  """(z, the accountant it holds at) for `steps` Poisson(q)-sampled
+  Gaussian `unit` (DP-SGD steps, or a trusted run's rounds): the least z
+  (to `window`) whose pessimistic PLD meets (target_epsilon, delta) at
+  `accountant`'s discretization (`_pld_noise_at`). A bound looser there
+  than `PLD_TOLERANCE` is refused (`LoosePldError`) or, with
+  `finer_if_loose` (no discretization stated), calibrated again at a
+  tenth of it, and so on: DP-SGD composes thousands of steps, and the
+  discretization's error grows with them."""
+  _check_target(target_epsilon, delta, steps, unit)
   rungs = list(_pld_rungs(accountant, finer_if_loose))
   for d in rungs:
     used = Accountant('pld', d)
-    z = _pld_noise_at(target_epsilon, delta, q, steps, d)
+    z = _pld_noise_at(target_epsilon, delta, q, steps, d, window)
     try:
-      check_pld_looseness(z, PoissonSampling(q, used), steps, delta,
-                          'DP-SGD steps')
+      check_pld_looseness(z, PoissonSampling(q, used), steps, delta, unit)
       return z, used
     except LoosePldError:
       if d == rungs[-1]:
@@ -543,7 +541,7 @@ def calibrate_dp_sgd_pld(target_epsilon: float, delta: float, q: float,
 def dp_sgd_pld_holds(z: float, target_epsilon: float, delta: float, q: float,
                      steps: int, accountant: Accountant,
                      finer_if_loose: bool = False) -> Accountant | None:
-  """The accountant at which `z` is what `calibrate_dp_sgd_pld` finds (its
+  """The accountant at which `z` is what `calibrate_pld` finds (its
   epsilon within the window below the target at the first discretization
   it meets the target at, within the tolerance there), else None: one or
   two PLDs where calibrating takes three or more."""
@@ -741,14 +739,7 @@ def calibrate_noise_multiplier(target_epsilon: float, target_delta: float,
 
   With `other`, the run and that event together spend at most the target.
   """
-  if not (math.isfinite(target_epsilon) and target_epsilon > 0):
-    raise InfeasiblePrivacyTargetError(
-        f'target epsilon must be a finite number > 0, got {target_epsilon}.')
-  if not 0 < target_delta < 1:
-    raise InfeasiblePrivacyTargetError(
-        f'target delta must be in (0, 1), got {target_delta}.')
-  if rounds < 1:
-    raise ValueError(f'rounds must be >= 1, got {rounds}.')
+  _check_target(target_epsilon, target_delta, rounds, 'rounds')
   if _self_accounted(sampling, other):
     return sampling.calibrate(target_epsilon, target_delta, rounds,
                               clip_count_stddev)
@@ -786,15 +777,15 @@ def calibrate_noise_multiplier(target_epsilon: float, target_delta: float,
           f'(epsilon={target_epsilon}, delta={target_delta}) cannot be met: '
           f'the other mechanism alone spends epsilon={other_eps:.4g}, leaving '
           'nothing for training; give it a smaller share of the budget.')
-  effective, _ = calibrate_on_orders(
-      lambda z: dp_event(z, sampling, rounds, other),
-      _new_accountant(sampling).neighboring_relation, target_epsilon,
-      target_delta)
   if _uses_pld(sampling, other):
-    effective = _calibrate_pld(target_epsilon, target_delta, sampling.q,
-                               rounds, sampling.accountant.discretization,
-                               effective)
-    check_pld_looseness(effective, sampling, rounds, target_delta)
+    effective, _ = calibrate_pld(target_epsilon, target_delta, sampling.q,
+                                 rounds, sampling.accountant, unit='rounds',
+                                 window=_PLD_PRECISION)
+  else:
+    effective, _ = calibrate_on_orders(
+        lambda z: dp_event(z, sampling, rounds, other),
+        _new_accountant(sampling).neighboring_relation, target_epsilon,
+        target_delta)
   if clip_count_stddev is not None and effective >= 2.0 * clip_count_stddev:
     effective = 2.0 * clip_count_stddev * (1 - 1e-9)
   return value_noise_multiplier(effective, clip_count_stddev)

@@ -371,7 +371,7 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
 
   With the PLD `accountant` (and no selections, which RDP composes as
   zCDP), z is the least its pessimistic PLD meets
-  (`accounting.calibrate_dp_sgd_pld`: no RDP calibration first, three
+  (`accounting.calibrate_pld`: no RDP calibration first, three
   PLDs at School's silos), at the accountant's discretization or, with
   `finer_if_loose`, at the coarsest tenth of it whose bound is within the
   tolerance; a known z is checked as `accounting.dp_sgd_pld_holds` does.
@@ -406,7 +406,7 @@ def plan_client_privacy(epsilon: float, delta: float, num_examples: int,
           accountant, finer_if_loose)
       if used is not None:
         return plan(float(known_noise_multiplier), used)
-    return plan(*accounting.calibrate_dp_sgd_pld(
+    return plan(*accounting.calibrate_pld(
         epsilon, delta, q, rounds * steps, accountant, finer_if_loose))
   if (known_noise_multiplier is not None and known_noise_multiplier > 1e-4
       and accounting.is_calibrated(
