@@ -229,14 +229,8 @@ def _build_silo_round(model_fn, per_example_loss, per_example_error,
   return silo_round
 
 
-def _build_client_step(model_fn, per_example_loss, per_example_error,
-                       clip_norm, num_clusters, personal_epoch,
-                       regularizer_placement, canaries):
-  """One silo's round as one tf.function (see `_build_silo_round`)."""
-  silo_round = _build_silo_round(model_fn, per_example_loss,
-                                 per_example_error, clip_norm, num_clusters,
-                                 personal_epoch, regularizer_placement,
-                                 canaries)
+def _build_client_step(silo_round):
+  """One silo's round (`_build_silo_round`'s body) as one tf.function."""
 
   @tf.function
   def step(models, personal, client_data):
@@ -248,17 +242,11 @@ def _build_client_step(model_fn, per_example_loss, per_example_error,
   return step
 
 
-def _build_packed_step(model_fn, per_example_loss, per_example_error,
-                       clip_norm, num_clusters, personal_epoch,
-                       regularizer_placement, canaries):
+def _build_packed_step(silo_round, num_clusters, canaries):
   """The round of a TFF client holding K silos (`pack_silos`): each silo's
-  round in turn, on its own examples only, in one in-graph loop; the
-  results stacked along a leading axis (non-finite counts and canary slots
-  summed)."""
-  silo_round = _build_silo_round(model_fn, per_example_loss,
-                                 per_example_error, clip_norm, num_clusters,
-                                 personal_epoch, regularizer_placement,
-                                 canaries)
+  round (`_build_silo_round`'s body) in turn, on its own examples only, in
+  one in-graph loop; the results stacked along a leading axis (non-finite
+  counts and canary slots summed)."""
 
   @tf.function
   def step(models, personal, packed):
@@ -379,7 +367,6 @@ def build_cross_silo_process(
     weight_type = stacking.stacked_type(weight_type)
     data_type = packed_data_type(model.input_spec, num_clusters,
                                  indexed=bool(canaries))
-    build_step = _build_packed_step
   else:
     data_type = tff.types.to_type(
         collections.OrderedDict([
@@ -389,7 +376,6 @@ def build_cross_silo_process(
                 model.input_spec, indexed=bool(canaries))[PRIVACY_KEY]),
             (ROLE_KEY, tff.SequenceType(role_type(num_clusters))),
         ]))
-    build_step = _build_client_step
   aggregation = aggregator.create(personal_type, weight_type)
 
   @tff.tensorflow.computation
@@ -426,9 +412,12 @@ def build_cross_silo_process(
 
   @tff.tensorflow.computation(models_type, personal_type, data_type)
   def client_step(models, personal, client_data):
-    step = build_step(model_fn, per_example_loss, per_example_error,
-                      clip_norm, num_clusters, personal_epoch,
-                      regularizer_placement, canaries)
+    silo_round = _build_silo_round(model_fn, per_example_loss,
+                                   per_example_error, clip_norm, num_clusters,
+                                   personal_epoch, regularizer_placement,
+                                   canaries)
+    step = (_build_packed_step(silo_round, num_clusters, canaries) if packed
+            else _build_client_step(silo_round))
     return step(models, personal, client_data)
 
   @tff.tensorflow.computation(models_type, models_type.clusters)
