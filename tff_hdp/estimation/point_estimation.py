@@ -163,6 +163,31 @@ class _HalfSquaredError(tf.keras.losses.Loss):
     return 0.5 * tf.reduce_sum(tf.square(y_pred - y_true), axis=-1)
 
 
+def _ditto_inputs(server: np.ndarray, samples: np.ndarray, groups,
+                  num_groups: int):
+  """(model_fn, global weights, client data) for Ditto's step: one estimate
+  per trial, at the server's; each client's samples as its one batch and
+  its group (of `num_groups`) as its privacy role."""
+  trials = samples.shape[2]
+  spec = (tf.TensorSpec([None, trials], tf.float32),
+          tf.TensorSpec([None, trials], tf.float32))
+
+  def model_fn():
+    model = tf.keras.Sequential([tf.keras.layers.InputLayer((trials,)),
+                                 _Estimate()])
+    return tff.learning.models.from_keras_model(
+        model, loss=_HalfSquaredError(), input_spec=spec)
+
+  global_weights = tff.learning.models.ModelWeights(
+      [server.astype(np.float32)], [])
+  roles = np.eye(num_groups, dtype=np.float32)
+  data = [client_work.make_client_data(
+      tf.data.Dataset.from_tensors((np.zeros(own.shape, np.float32),
+                                    own.astype(np.float32))), roles[g])
+          for own, g in zip(samples, groups)]
+  return model_fn, global_weights, data
+
+
 def personalized_mse(setting: theory.PointEstimationSetting, ratio: float,
                      lambdas, trials: int, seed: int, phi: float = 1.0
                      ) -> dict[float, tuple[float, float]]:
@@ -176,27 +201,9 @@ def personalized_mse(setting: theory.PointEstimationSetting, ratio: float,
   samples, phi_j = client_samples(setting, trials,
                                   np.random.default_rng(seed), phi)
   server = aggregate_once(setting, ratio, samples.mean(axis=1), seed)
-  n_s = setting.samples_per_client
-  spec = (tf.TensorSpec([None, trials], tf.float32),
-          tf.TensorSpec([None, trials], tf.float32))
-
-  def model_fn():
-    model = tf.keras.Sequential([tf.keras.layers.InputLayer((trials,)),
-                                 _Estimate()])
-    return tff.learning.models.from_keras_model(
-        model, loss=_HalfSquaredError(), input_spec=spec)
-
-  global_weights = tff.learning.models.ModelWeights(
-      [server.astype(np.float32)], [])
   n_np = setting.num_non_private
-  data = [
-      client_work.make_client_data(
-          tf.data.Dataset.from_tensors(
-              (np.zeros((n_s, trials), np.float32),
-               samples[j].astype(np.float32))),
-          np.eye(2, dtype=np.float32)[int(j >= n_np)])
-      for j in range(setting.num_clients)
-  ]
+  private = (np.arange(setting.num_clients) >= n_np).astype(int)
+  model_fn, global_weights, data = _ditto_inputs(server, samples, private, 2)
   results = {}
   for lam in lambdas:
     step = ditto.build_personalization(model_fn, [lam, lam], 1.0 / (1 + lam))
@@ -242,22 +249,9 @@ def personalized_level_errors(setting: theory.LevelsSetting, ratios,
   samples, phi_j, groups = _level_samples(setting, trials,
                                           np.random.default_rng(seed), phi)
   server = aggregate_levels_once(setting, ratios, samples.mean(axis=1), seed)
-  n_s, count = setting.samples_per_client, len(setting.group_sizes)
-  spec = (tf.TensorSpec([None, trials], tf.float32),
-          tf.TensorSpec([None, trials], tf.float32))
-
-  def model_fn():
-    model = tf.keras.Sequential([tf.keras.layers.InputLayer((trials,)),
-                                 _Estimate()])
-    return tff.learning.models.from_keras_model(
-        model, loss=_HalfSquaredError(), input_spec=spec)
-
-  global_weights = tff.learning.models.ModelWeights(
-      [server.astype(np.float32)], [])
-  data = [client_work.make_client_data(
-      tf.data.Dataset.from_tensors((np.zeros((n_s, trials), np.float32),
-                                    samples[i].astype(np.float32))),
-      np.eye(count, dtype=np.float32)[g]) for i, g in enumerate(groups)]
+  count = len(setting.group_sizes)
+  model_fn, global_weights, data = _ditto_inputs(server, samples, groups,
+                                                 count)
   out = []
   for lambdas in lambda_sets:
     rate = 1.0 / (1.0 + max(lambdas))
