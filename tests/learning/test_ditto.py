@@ -28,18 +28,24 @@ def test_store_round_trips_bit_for_bit(tmp_path):
     ditto.PersonalModels.load(path, ['a'])
 
 
-def test_lambda_pulls_personal_models_to_the_global_model():
+def two_clients_step_inputs(num_groups):
+  """(model_fn, data, global weights, personal weights) for a Ditto step
+  of two digits clients, the first in group 0 and the second in group 1 of
+  `num_groups`, from a random global model and zero personal ones."""
   task = digits.load(clients_per_digit=1, seed=0)
-  model_fn = task.tff_model_fn()
-  ids = task.client_ids[:2]
   data = [client_work.make_client_data(task.train_dataset(c, 0),
-                                       np.eye(2, dtype=np.float32)[i])
-          for i, c in enumerate(ids)]
+                                       np.eye(num_groups, dtype=np.float32)[i])
+          for i, c in enumerate(task.client_ids[:2])]
   rng = np.random.default_rng(1)
   global_weights = tff.learning.models.ModelWeights(
       [rng.normal(size=(64, 10)).astype(np.float32),
        np.zeros(10, np.float32)], [])
   start = [[np.zeros((64, 10), np.float32), np.zeros(10, np.float32)]] * 2
+  return task.tff_model_fn(), data, global_weights, start
+
+
+def test_lambda_pulls_personal_models_to_the_global_model():
+  model_fn, data, global_weights, start = two_clients_step_inputs(2)
 
   def distance(lambdas):
     step = ditto.build_personalization(model_fn, lambdas, 0.05, epochs=3)

@@ -6,11 +6,10 @@ worst-group bound are the module docstring's closed forms."""
 
 import math
 
-import dp_accounting
-from dp_accounting import rdp
 import numpy as np
 import pytest
 
+from tests.privacy.test_individualized_sampling import dp_accounting_epsilon
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy import frontier
 from tff_hdp.privacy import planner
@@ -23,17 +22,6 @@ LEVELS = [pg.PrivacyGroup('eps1', 1.0, 1e-4),
 ROUNDS, Q, Z_B, D, H = 200, 0.05, 5.0, 7850, 1.0
 SAMPLING = accounting.PoissonSampling(Q)
 CLIP = plans.ClipSettings(count_stddev=Z_B)
-
-
-def _dp_accounting_epsilon(z, q, delta):
-  """`ROUNDS` Poisson(q) rounds of the sum (noise z) and the centred clip
-  count (noise Z_B, sensitivity 1/2) by dp_accounting's RDP accountant."""
-  z_eff = (z**-2 + (2 * Z_B)**-2)**-0.5
-  accountant = rdp.RdpAccountant()
-  accountant.compose(dp_accounting.SelfComposedDpEvent(
-      dp_accounting.PoissonSampledDpEvent(
-          q, dp_accounting.GaussianDpEvent(z_eff)), ROUNDS))
-  return accountant.get_epsilon(delta)
 
 
 @pytest.fixture(scope='module')
@@ -92,13 +80,14 @@ def test_every_group_within_its_target_by_dp_accounting(curves, tilt):
       assert plan.noise_multipliers[j] == 0
       assert plan.group_rates[j] == Q
       continue
-    want = _dp_accounting_epsilon(plan.noise_multipliers[j],
-                                  plan.group_rates[j], group.delta)
+    want = dp_accounting_epsilon(plan.noise_multipliers[j], Z_B,
+                                 plan.group_rates[j], ROUNDS, group.delta)
     assert plan.ledger.epsilon(j, ROUNDS) == pytest.approx(want, rel=1e-9)
     assert want <= group.epsilon * (1 + 1e-9)
   # The group that sets z spends (nearly) all of its target.
-  tight = [_dp_accounting_epsilon(plan.noise_multipliers[j],
-                                  plan.group_rates[j], g.delta) / g.epsilon
+  tight = [dp_accounting_epsilon(plan.noise_multipliers[j], Z_B,
+                                 plan.group_rates[j], ROUNDS, g.delta)
+           / g.epsilon
            for j, g in enumerate(plan.assignment.groups) if g.is_private]
   assert max(tight) == pytest.approx(1.0, rel=1e-3)
 

@@ -21,7 +21,7 @@ LEVELS = [pg.PrivacyGroup('eps1', 1.0, 1e-4),
 ROUNDS, Q, Z_B = 500, 0.05, 5.0
 
 
-def _dp_accounting_epsilon(z, z_b, q, rounds, delta):
+def dp_accounting_epsilon(z, z_b, q, rounds, delta):
   """Epsilon of `rounds` Poisson(q)-sampled rounds of the sum (noise z) and
   the centred clip count (noise z_b, sensitivity 1/2), composed by
   dp_accounting's RDP accountant from scratch."""
@@ -47,13 +47,13 @@ def test_each_group_spends_its_target_at_its_rate_by_dp_accounting(plan):
   assert plan.noise_multipliers == (z, z, z, 0.0)
   rates = plan.group_rates
   for j, g in enumerate(groups[:3]):
-    want = _dp_accounting_epsilon(z, Z_B, rates[j], ROUNDS, g.delta)
+    want = dp_accounting_epsilon(z, Z_B, rates[j], ROUNDS, g.delta)
     # What the ledger prints (rounds.csv, summary) is dp_accounting's.
     assert plan.ledger.epsilon(j, ROUNDS) == pytest.approx(want, rel=1e-9)
     assert want <= g.epsilon * (1 + 1e-9)
     # The largest such rate: a little more spends more than the target.
     assert want == pytest.approx(g.epsilon, rel=1e-6)
-    assert _dp_accounting_epsilon(z, Z_B, rates[j] * (1 + 1e-5), ROUNDS,
+    assert dp_accounting_epsilon(z, Z_B, rates[j] * (1 + 1e-5), ROUNDS,
                                   g.delta) > g.epsilon
   assert plan.ledger.first_exceeded(ROUNDS) is None
   assert rates[0] < Q < rates[2] and rates[3] == Q  # opt-out at the run's q

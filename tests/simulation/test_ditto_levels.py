@@ -2,10 +2,8 @@
 
 import numpy as np
 import pytest
-import tensorflow_federated as tff
 
-from tasks import digits
-from tff_hdp.learning import client_work
+from tests.learning.test_ditto import two_clients_step_inputs
 from tff_hdp.learning import ditto
 from tff_hdp.privacy.privacy_groups import PrivacyGroup
 from tff_hdp.privacy.privacy_groups import everyone_at_strictest
@@ -34,17 +32,7 @@ def test_clients_at_eps1_and_eps10_get_different_pulls_in_one_round():
   """One call of the step for a client at eps 1 and one at eps 10: each
   lands where a step with its own level's lambda for everyone lands, and
   the stricter level's larger lambda pulls its client closer to theta^t."""
-  task = digits.load(clients_per_digit=1, seed=0)
-  model_fn = task.tff_model_fn()
-  ids = task.client_ids[:2]
-  data = [client_work.make_client_data(task.train_dataset(c, 0),
-                                       np.eye(3, dtype=np.float32)[j])
-          for j, c in enumerate(ids)]
-  rng = np.random.default_rng(1)
-  global_weights = tff.learning.models.ModelWeights(
-      [rng.normal(size=(64, 10)).astype(np.float32),
-       np.zeros(10, np.float32)], [])
-  start = [[np.zeros((64, 10), np.float32), np.zeros(10, np.float32)]] * 2
+  model_fn, data, global_weights, start = two_clients_step_inputs(3)
 
   def personal(lambdas):
     step = ditto.build_personalization(model_fn, lambdas, 0.05, epochs=3)
