@@ -38,7 +38,8 @@ def test_help_shows_the_defaults():
   assert ('Default: the task\'s own, digits 100, fashion_mnist_iid 20, '
           'linear_regression 100, mnist_iid 20, mnist_noniid 2,000, '
           'mnist_noniid_skewed 2,000, population 1,000, rotated_masked_mnist '
-          '40; every client of the data for the others.') in text
+          '40; every client of the data for the others (refused by gleam, '
+          'school, vehicle, whose silos are fixed).') in text
 
 
 @pytest.mark.parametrize('flags,message', [
