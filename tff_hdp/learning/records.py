@@ -152,8 +152,8 @@ def own_groups(choices: GroupAssignment,
 
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
-  """One algorithm of one setting (the module docstring says what each
-  setting's fields mean)."""
+  """One algorithm of one setting (`tff_hdp.learning.algorithms`' docstring
+  says what each setting's fields mean)."""
 
   name: str
   setting: str
