@@ -1,13 +1,14 @@
 """A trusted rule with correlated noise, written in user code from the
 public seams (`tff_hdp.learning.correlated_noise`), is checked at build as
 the built-in ones are: a factory whose streams apply another strategy than
-the one its plan accounts is refused in one line naming the record, before
-any round trains; one whose streams apply the plan's strategy runs, and its
+the one its plan accounts, or name none, is refused in one line naming the
+record, before any round trains; one whose streams apply the plan's strategy runs, and its
 ledger spends what the plan calibrated."""
 
 import glob
 
 import pytest
+import tensorflow_federated as tff
 
 from tasks import digits
 from tff_hdp.aggregators import tree_noise
@@ -77,17 +78,28 @@ def registry(monkeypatch):
   return algorithms
 
 
+def _independent_stream(plan, z, clip, seed, cohorts):
+  """TFF's own DP sum: fresh noise every round, a stream that names no
+  strategy."""
+  del plan, seed, cohorts
+  return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      z, 1, clip)
+
+
+@pytest.mark.parametrize('stream,applied', [
+    (_tree_stream, 'TreeNoise'),
+    (_independent_stream, 'no noise it names (no noise_strategy)')])
 def test_a_user_factory_applying_other_noise_than_its_plan_is_refused(
-    task, tmp_path, registry):
-  registry.register(_rule('mine_tree', _tree_stream))
+    task, tmp_path, registry, stream, applied):
+  registry.register(_rule('mine', stream))
   with pytest.raises(ValueError) as error:
-    _run(task, str(tmp_path), 'mine_tree')
+    _run(task, str(tmp_path), 'mine')
   message = str(error.value)
   assert '\n' not in message, message
   assert message == (
-      "algorithm 'mine_tree': its factory applies TreeNoise to privacy "
-      "group 'p', but its plan accounts ToeplitzNoise: the printed epsilon "
-      'would not bound the release.')
+      f"algorithm 'mine': its factory applies {applied} to privacy group "
+      "'p', but its plan accounts ToeplitzNoise: the printed epsilon would "
+      'not bound the release.')
   assert not glob.glob(str(tmp_path / '*' / 'rounds.csv'))
 
 
