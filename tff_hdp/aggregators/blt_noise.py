@@ -78,6 +78,14 @@ class BltSumFactory(tff.aggregators.UnweightedAggregationFactory):
     self._clip_updates = bool(clip_updates)
     self._seed = dp_randomness.fresh_secret() if seed is None else int(seed)
     self._inner = inner
+    self._parameters = parameters
+
+  def noise_strategy(self, rounds: int) -> min_separation.ToeplitzNoise:
+    """The strategy its noise follows over `rounds` rounds (BLT's Toeplitz
+    coefficients): what a run's ledger must account for this stream
+    (`tff_hdp.learning.correlated_noise.check_applied_noise`)."""
+    return min_separation.ToeplitzNoise(
+        tuple(self._parameters.coefficients(rounds)))
 
   @classmethod
   def for_target(cls, epsilon: float, delta: float,

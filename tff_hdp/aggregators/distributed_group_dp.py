@@ -40,6 +40,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.aggregators import distributed_dp
 
 from tff_hdp.aggregators import per_group_streams
+from tff_hdp.privacy import min_separation
 
 MECHANISM = 'distributed_dgauss'
 
@@ -108,6 +109,14 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
                      release_unprotected_counts)
     # Enough bits for a round's count of any group.
     self._count_bits = int(clients_per_round).bit_length() + 1
+    self._noised = tuple(z > 0 for z in noise_multipliers)
+
+  def noise_strategies(self, rounds: int) -> tuple:
+    """Fresh noise every round for each group with noise (TFF's secure
+    sums hold no noise state), None for a group without guarantee."""
+    del rounds
+    return tuple(min_separation.IndependentNoise() if noised else None
+                 for noised in self._noised)
 
   def _sum_counts(self, rows):
     """The group counts through a secure sum: the server learns how many

@@ -86,6 +86,16 @@ class MergedGroupsFactory(tff.aggregators.WeightedAggregationFactory):
   def num_groups(self) -> int:
     return len(self._merged_group_of)
 
+  def noise_strategies(self, rounds: int) -> tuple | None:
+    """Each group's noise strategy: its merged group's in `inner`'s
+    `noise_strategies` (None if `inner` names none), which the run checks
+    against what its plan accounts
+    (`tff_hdp.learning.correlated_noise.check_applied_noise`)."""
+    if not hasattr(self._inner, 'noise_strategies'):
+      return None
+    merged = self._inner.noise_strategies(rounds)
+    return tuple(merged[m] for m in self._merged_group_of)
+
   def create(self, value_type: tff.types.Type,
              weight_type: tff.types.Type) -> tff.templates.AggregationProcess:
     """The inner process for the merged groups' vectors.

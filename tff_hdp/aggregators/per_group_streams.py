@@ -118,6 +118,14 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
   def num_groups(self) -> int:
     return len(self._factories)
 
+  def noise_strategies(self, rounds: int) -> tuple:
+    """Each group's stream's noise strategy over `rounds` rounds (its
+    `noise_strategy`; None for a stream that names none, e.g. a plain sum),
+    which the run checks against what its plan accounts
+    (`tff_hdp.learning.correlated_noise.check_applied_noise`)."""
+    return tuple(f.noise_strategy(rounds) if hasattr(f, 'noise_strategy')
+                 else None for f in self._factories)
+
   def _member(self, value, one_hot, j):
     """What client `value` sends to group `j`'s stream: its update if it is
     a member and finite, zeros otherwise (TFF's tree would clip a NaN to

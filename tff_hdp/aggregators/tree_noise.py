@@ -22,6 +22,8 @@ from __future__ import annotations
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
+from tff_hdp.privacy import min_separation
+
 
 def _unclipped(record, clip):
   """TF Privacy's clip function that keeps the record: its rows were
@@ -46,6 +48,13 @@ class TreeSumFactory(tff.aggregators.UnweightedAggregationFactory):
     self._seed = int(seed)
     self._use_efficient = bool(use_efficient)
     self._clip_updates = bool(clip_updates)
+
+  def noise_strategy(self, rounds: int) -> min_separation.TreeNoise:
+    """The tree's strategy (for any `rounds`; either estimator is
+    post-processing of its nodes): what a run's ledger must account for
+    this stream (`tff_hdp.learning.correlated_noise.check_applied_noise`)."""
+    del rounds
+    return min_separation.TreeNoise()
 
   def create(self, value_type: tff.types.Type
              ) -> tff.templates.AggregationProcess:

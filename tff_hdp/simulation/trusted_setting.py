@@ -20,6 +20,7 @@ from tff_hdp import metrics as metrics_lib
 from tff_hdp.privacy import plans
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.learning import algorithms as registry
+from tff_hdp.learning import correlated_noise
 from tff_hdp.learning import canaries as canaries_lib
 from tff_hdp.learning import ditto
 from tff_hdp.learning.execution import Execution
@@ -475,6 +476,9 @@ def run_configuration(task: FederatedTask, config: Configuration,
         plan, clip, secret, execution.cohorts, options,
         task.num_trainable_parameters,
         release_unprotected_counts=settings.release_unprotected_stats))
+    if record.device_only:  # its plan accounts a strategy: the factory's?
+      correlated_noise.check_applied_noise(config.algorithm, plan,
+                                           built.factory)
     # The ledger accounts the noise the factory says it applies.
     applied = plans.with_noise(plan, built.noise.noise_multipliers,
                                built.noise.clip_count_stddev, built.ratios,
