@@ -61,9 +61,12 @@ def test_the_groups_are_the_files_or_the_label_bands(tmp_path, rule):
   assert summary['group_labels'] == {'private_eps1': [0, 1, 2, 3],
                                      'private_eps8': [4, 5, 6, 7, 8],
                                      'opt_out': [9]}
+  # rounds.csv and results.csv hold 4 decimals (the run's noise is secret,
+  # so the values are any run's).
   values = [float(row[c]) for c in group_columns]
-  assert values == [pytest.approx(float(record[c])) for c in group_columns]
-  assert values == [pytest.approx(summary['metrics'][c])
+  assert values == [pytest.approx(float(record[c]), abs=1e-4)
+                    for c in group_columns]
+  assert values == [pytest.approx(summary['metrics'][c], abs=1e-4)
                     for c in group_columns]
   assert values[0] == min(values[1:])
   assert '| Acc_g | Acc_g,worst | Acc_g[private_eps1] |' in ' '.join(
