@@ -154,6 +154,7 @@ def _few_at_eps8(tmp_path):
   return f'--privacy_levels_file={path}'
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize('levels,message', [
     (_few_at_eps8, "privacy level 'private_eps8' holds 9 of the 100 clients, "
      '0.9 expected a round'),

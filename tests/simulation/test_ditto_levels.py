@@ -10,6 +10,8 @@ from tff_hdp.privacy.privacy_groups import everyone_at_strictest
 from tff_hdp.privacy.privacy_groups import GroupAssignment
 from tff_hdp.simulation.trusted_setting import DittoSettings
 
+pytestmark = pytest.mark.tf
+
 LEVELS = (PrivacyGroup('private_eps1', 1.0, 1e-4),
           PrivacyGroup('private_eps10', 10.0, 1e-4), PrivacyGroup('opt_out'))
 SETTINGS = DittoSettings(None, 0.3, 0.05,
