@@ -292,10 +292,9 @@ def _kept_fingerprint(cache_folder: str, key: str,
   fingerprint = compute()
   try:
     os.makedirs(os.path.dirname(kept), exist_ok=True)
-    tmp = f'{kept}.{os.getpid()}.tmp'
-    with open(tmp, 'w', encoding='ascii') as f:
+    with _private_file_in_place_of(kept) as tmp, open(
+        tmp, 'w', encoding='ascii') as f:
       f.write(fingerprint)
-    os.replace(tmp, kept)
   except OSError:
     pass
   return fingerprint
