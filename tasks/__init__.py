@@ -90,6 +90,8 @@ REGISTRY: dict[str, Task] = {
     'digits': Task('tasks.digits', 'load_task', num_clients=100),
     'fashion_mnist_iid': Task('tasks.mnist', 'load_fashion_iid_task',
                               'fashion_mnist', num_clients=20),
+    'fashion_mnist_noniid': Task('tasks.mnist', 'load_fashion_task',
+                                 'fashion_mnist', num_clients=2000),
     'femnist': Task('tasks.emnist', 'load_full_task', 'emnist'),
     'femnist_leaf': Task('tasks.femnist_leaf', 'load_task', 'femnist_leaf'),
     'fmnist': Task('tasks.emnist', 'load_digits_task', 'emnist'),

@@ -104,6 +104,32 @@ def test_fashion_mnist_iid_is_fashion_mnist_in_twenty_shards_of_2400():
     mnist.load_iid(str(fashion_dir) + '/nothing', dataset='fashion_mnist')
 
 
+def test_fashion_mnist_noniid_gives_each_client_one_class():
+  fashion_dir = repository.task_data('fashion_mnist_noniid')
+  task = tasks.load('fashion_mnist_noniid',
+                    TaskOptions(data_dir=fashion_dir, num_clients=100))
+  assert task.name == 'fashion_mnist_noniid' and len(task.client_ids) == 100
+  x_train, y_train, _, _ = data_files.read_mnist(fashion_dir)
+  for c in task.client_ids:
+    labels = np.concatenate([task.client_train[c][1], task.client_test[c][1]])
+    # One class each, the one its id names, as --levels_by_label reads it.
+    assert set(labels) == {int(c[len('digit'):c.index('_')])}, c
+  # 6,000 images a class over 10 clients a class: 600 each, all distinct
+  # Fashion-MNIST training images.
+  sizes = {len(task.client_train[c][1]) + len(task.client_test[c][1])
+           for c in task.client_ids}
+  assert sizes == {600}
+  rows = np.concatenate([task.client_train[c][0] for c in task.client_ids])
+  assert len(np.unique(rows, axis=0)) == len(rows)
+  first = task.client_ids[0]
+  label = int(task.client_train[first][1][0])
+  of_label = {r.tobytes() for r in mnist.flat_images(x_train[y_train == label])}
+  assert all(r.tobytes() in of_label for r in task.client_train[first][0])
+  with pytest.raises(ValueError, match='non-IID Fashion-MNIST needs a '
+                     'positive multiple of 10'):
+    mnist.load(fashion_dir, num_clients=15, dataset='fashion_mnist')
+
+
 def test_full_size_default_and_skewed_opt_out_pool():
   task = tasks.load('mnist_noniid_skewed',
                     TaskOptions(data_dir=_mnist_dir()))

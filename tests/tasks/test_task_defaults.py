@@ -23,6 +23,7 @@ def test_the_registry_states_each_loader_default():
               'mnist_noniid_skewed': mnist.NUM_CLIENTS,
               'mnist_iid': mnist.IID_CLIENTS,
               'fashion_mnist_iid': mnist.IID_CLIENTS,
+              'fashion_mnist_noniid': mnist.NUM_CLIENTS,
               'rotated_masked_mnist': cross_silo.NUM_MNIST_SILOS,
               'population': population.DEFAULT_CLIENTS,
               'digits': 100, 'linear_regression': 100}
@@ -36,6 +37,7 @@ def test_help_shows_the_defaults():
   assert result.returncode == 0
   text = ' '.join(result.stdout.split())
   assert ('Default: the task\'s own, digits 100, fashion_mnist_iid 20, '
+          'fashion_mnist_noniid 2,000, '
           'linear_regression 100, mnist_iid 20, mnist_noniid 2,000, '
           'mnist_noniid_skewed 2,000, population 1,000, rotated_masked_mnist '
           '40; every client of the data for the others (refused by gleam, '
