@@ -96,7 +96,8 @@ def rejects(inverse_blow_up: InverseBlowUp, canaries: int, guesses: int,
   From i = correct - 1 down: h_i must reach f-bar^{-1}(r_{i+1}); the
   outcomes C = i that supply it bring i correct guesses per k - i wrong
   ones, so r_i = r_{i+1} + i / (k - i) (h_i - h_{i+1}) (capped at 1).
-  Once h stops moving nothing below moves.
+  Once h stops moving nothing below moves. A sum past k / m by rounding
+  alone does not reject.
   """
   if not 0 <= correct <= guesses <= canaries or guesses == 0:
     raise ValueError('need 0 <= correct <= guesses <= canaries and '
@@ -109,7 +110,7 @@ def rejects(inverse_blow_up: InverseBlowUp, canaries: int, guesses: int,
       break
     r = min(1.0, r + i / (guesses - i) * (h_new - h))
     h = h_new
-  return r + h > guesses / canaries
+  return r + h > guesses / canaries * (1 + 1e-12)
 
 
 def guess_counts(scores, coins, guesses: Sequence[int]
