@@ -187,6 +187,12 @@ COHORT_SIZE = absl_flags.DEFINE_integer(
     'trusted setting lowers it to fit 2 GiB and says so.')
 CLIENT_LR = absl_flags.DEFINE_float('client_lr', 0.1, 'Client SGD learning rate.')
 SERVER_LR = absl_flags.DEFINE_float('server_lr', 1.0, 'Server SGD learning rate.')
+SERVER_MOMENTUM = absl_flags.DEFINE_float(
+    'server_momentum', 0.0, 'Trusted server: momentum beta of the server\'s '
+    'SGD, in [0, 1) (0: none). It reads only the released aggregates, so it '
+    'costs no privacy. With --server_lr=1-beta (the step of plain SGD at '
+    '1) its running average keeps (1 - beta) / (1 + beta) of the DP noise\'s '
+    'variance per step.')
 BATCH_SIZE = absl_flags.DEFINE_integer('batch_size', 10, 'Client batch size.')
 CLIP_NORM = absl_flags.DEFINE_float('clip_norm', 0.5, 'Initial clip norm S.')
 TARGET_QUANTILE = absl_flags.DEFINE_float(
@@ -349,7 +355,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'levels_by_label',
         'clients_per_round',
         'sampling', 'min_separation', 'max_participations',
-        'local_epochs', 'server_lr', 'clip_norm',
+        'local_epochs', 'server_lr', 'server_momentum', 'clip_norm',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
         'ditto_lambda_p', 'ditto_lambda_np', 'ditto_level_lambdas',
         'ditto_noise_aware_lambdas', 'ditto_local_share', 'ditto_lr',
@@ -867,6 +873,7 @@ def _check_values(current: str) -> None:
           'fraction below 1.')
     _in(LOCAL_EPOCHS, 1)
     _in(SERVER_LR, 0, MAX_FLOAT32, low_open=True)
+    _in(SERVER_MOMENTUM, 0, 1, high_open=True)
     # The noise, z_j S a coordinate, reaches the model's deltas, whose norms
     # square it (the canary audit's scores).
     _in(CLIP_NORM, 0, MAX_SQUARED, low_open=True)

@@ -35,6 +35,7 @@ def learning_setup(task):
       local_epochs=flags.LOCAL_EPOCHS.value,
       client_lr=flags.CLIENT_LR.value,
       server_lr=flags.SERVER_LR.value,
+      server_momentum=flags.SERVER_MOMENTUM.value,
       clip=ClipSettings(
           initial_norm=flags.CLIP_NORM.value,
           target_quantile=flags.TARGET_QUANTILE.value,

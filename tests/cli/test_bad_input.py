@@ -91,6 +91,7 @@ CASES = [
     (['--client_lr=nan'], '--client_lr', '(0, 1e+38]'),
     (['--client_lr=0'], '--client_lr', '(0, 1e+38]'),
     (['--server_lr=0'], '--server_lr', '(0, 1e+38]'),
+    (['--server_momentum=1'], '--server_momentum', '[0, 1)'),
     (['--clip_norm=0'], '--clip_norm', '(0, 1e+19]'),
     (['--target_quantile=1.5'], '--target_quantile', '[0, 1]'),
     (['--clip_lr=-0.1'], '--clip_lr', '[0, 88]'),

@@ -76,6 +76,7 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('cohort_size', [], '4'),
     ('canaries', [], '3'),
     ('server_lr', [], '0.5'),
+    ('server_momentum', [], '0.9'),
     ('clip_norm', [], '0.3'),
     ('target_quantile', [], '0.7'),
     ('clip_lr', [], '0.1'),

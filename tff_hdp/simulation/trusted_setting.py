@@ -103,6 +103,7 @@ class Settings(run_lifecycle.RunSettings):
   local_epochs: int = 1
   client_lr: float = 0.1
   server_lr: float = 1.0
+  server_momentum: float = 0.0  # heavy-ball beta of the server's SGD
   clip: plans.ClipSettings = plans.ClipSettings()
   denominator: str = 'expected'
   ditto: DittoSettings | None = None  # None: no personalization
@@ -492,7 +493,8 @@ def run_configuration(task: FederatedTask, config: Configuration,
         task.tff_model_fn(), built.factory, plan.assignment.num_groups,
         task.batch_size,
         client_optimizer=tff.learning.optimizers.build_sgdm(settings.client_lr),
-        server_optimizer=tff.learning.optimizers.build_sgdm(settings.server_lr),
+        server_optimizer=tff.learning.optimizers.build_sgdm(
+            settings.server_lr, momentum=settings.server_momentum or None),
         local_epochs=settings.local_epochs)
     personalization = None
     if settings.ditto is not None:
