@@ -394,7 +394,10 @@ def define_algorithm_options() -> None:
                          'another name.')
       if name not in absl_flags.FLAGS:
         _OPTION_FLAGS.add(name)
-        if option.sweep or option.per_level:
+        if option.choices:
+          absl_flags.DEFINE_enum(name, option.default, list(option.choices),
+                                 option.help)
+        elif option.sweep or option.per_level:
           absl_flags.DEFINE_list(name, None if option.default is None else [
               f'{option.default:g}'], option.help)
         else:
@@ -414,7 +417,10 @@ def option_values(setting: str) -> dict[str, object]:
   for name, option in algorithms.setting_options(setting).items():
     flag = absl_flags.FLAGS[name]
     if option.per_level:
-      values[name] = tuple(floats(flag)) if flag.value else None
+      given = [option.kind(v) for v in floats(flag)] if flag.value else None
+      if given and option.one_for_all and len(given) == 1:
+        given *= len(_level_targets())
+      values[name] = None if given is None else tuple(given)
     elif not option.sweep:
       values[name] = flag.value
   return values
@@ -443,10 +449,16 @@ def _check_options(setting: str) -> None:
                      flag.value)
     elif option.per_level and (flag.value or flag.present):
       levels = len(_level_targets())
-      check(len(floats(flag, low, high, option.low_open)) == levels,
+      values = floats(flag, low, high, option.low_open)
+      check(len(values) == levels or (option.one_for_all and
+                                      len(values) == 1),
             f'--{name} has {len(flag.value)} values for the {levels} private '
-            'levels of --epsilons; give one per level.')
-    elif not (option.sweep or option.per_level):
+            'levels of --epsilons; give one per level' + (
+                ', or one for all.' if option.one_for_all else '.'))
+      for v in values:
+        check(option.kind is not int or v == int(v),
+              f'--{name}: {v:g} is not a whole number.')
+    elif not (option.sweep or option.per_level or option.choices):
       _in(flag, low, high, low_open=option.low_open)
     if not (name == 'heterogeneity' and DITTO_NOISE_AWARE.value):
       # The noise-aware Ditto lambdas read it with any algorithm.
@@ -813,12 +825,17 @@ def _check_device_algorithms() -> None:
           SAMPLING.value == 'poisson',
           f'--algorithms={name}: {algorithms.POISSON_ONLY}')
   caps = absl_flags.FLAGS['level_participations']
-  if caps.value and MAX_PARTICIPATIONS.value is not None:
-    try:
+  bits = absl_flags.FLAGS['ddp_bits']
+  try:
+    if caps.value and MAX_PARTICIPATIONS.value is not None:
       algorithms.check_level_participations(floats(caps),
                                             MAX_PARTICIPATIONS.value)
-    except ValueError as e:
-      raise InputError(str(e)) from None
+    if any('ddp_bits' in (o.name for o in algorithms.REGISTRY[name].options)
+           for name in ALGORITHMS.value):
+      algorithms.check_ddp_bits(floats(bits), CLIENTS_PER_ROUND.value,
+                                [g.name for g in private_levels()])
+  except ValueError as e:
+    raise InputError(str(e)) from None
 
 
 def _check_values(current: str) -> None:

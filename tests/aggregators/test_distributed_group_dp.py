@@ -1,6 +1,7 @@
 """DistributedGroupDPFactory: the trusted per-group rule's output at small
-noise, the noise std the accounting assumes (Monte Carlo), and TFF's
-checks of the bit width."""
+noise, the noise std the accounting assumes (Monte Carlo, discrete
+Gaussian and Skellam), each group at its own bits, and TFF's checks of
+the bit width."""
 
 import math
 
@@ -45,13 +46,15 @@ def test_small_noise_gives_the_trusted_rules_mean():
   np.testing.assert_allclose(got, want, atol=2e-3)
 
 
-def test_the_sums_noise_has_the_std_the_accounting_assumes():
+@pytest.mark.parametrize('mechanism', ['dgauss', 'skellam'])
+def test_the_sums_noise_has_the_std_the_accounting_assumes(mechanism):
   """5 clients with zero updates, z = 0.8, clip 0.5: the group's sum is
-  its noise alone, std z S over 2048 coordinates and 3 rounds; the
+  its noise alone, std z S over 2000 coordinates and 3 rounds; the
   accounting's D = Delta / (sqrt(n) sigma) is 1/z inflated by rounding
   only."""
   z, clip, n, dim = 0.8, 0.5, 5, 2000
-  factory = DistributedGroupDPFactory([z], [1.0], [1.0], clip, 16, n)
+  factory = DistributedGroupDPFactory([z], [1.0], [1.0], clip, 16, n,
+                                      mechanism)
   process = factory.create(tff.TensorType(np.float32, [dim]),
                            tff.TensorType(np.float32, [1]))
   state = process.initialize()
@@ -64,10 +67,10 @@ def test_the_sums_noise_has_the_std_the_accounting_assumes():
   std = np.std(np.concatenate(draws))
   # 6000 draws: the sample std is within 3% of the truth with room to spare.
   assert std == pytest.approx(z * clip, rel=0.05)
-  [(sensitivity, local_stddev, padded)] = factory.noise(dim)
-  scale = sensitivity / (math.sqrt(n) * local_stddev)
+  [built] = factory.noise(dim)
+  scale = built.l2_sensitivity / (math.sqrt(n) * built.local_stddev)
   assert 1 / z < scale < 1.05 / z
-  assert padded == dim  # TFF's DFT pads an odd dimension by one only
+  assert built.dim == dim  # TFF's DFT pads an odd dimension by one only
 
 
 @pytest.mark.parametrize('bits', [1, 4])
@@ -76,6 +79,30 @@ def test_bits_too_few_for_the_clients_are_tffs_error(bits):
   with pytest.raises(ValueError, match=r'bits should be >= log2'):
     DistributedGroupDPFactory([1.0], [1.0], [1.0], 1.0, bits, 20)
   DistributedGroupDPFactory([1.0], [1.0], [1.0], 1.0, 5, 20)
+
+
+def test_each_group_sums_at_its_own_bits():
+  """Two private groups at 12 and 18 bits, two clients each, aligned
+  updates at the clip norm: both sums are the plain sums (no wrap at
+  either width), and the 18-bit group's integers are 2^6 times the finer
+  (TFF scales them to fit the bits)."""
+  dim, clip, n = 64, 0.1, 4
+  update = np.random.default_rng(1).normal(size=dim).astype(np.float32)
+  update *= clip / np.linalg.norm(update)
+  factory = DistributedGroupDPFactory([1e-3, 1e-3], [1.0, 1.0], [2.0, 2.0],
+                                      clip, [12, 18], n)
+  process = factory.create(tff.TensorType(np.float32, [dim]), WEIGHT)
+  weights = [np.array([1, 0] if i < 2 else [0, 1], np.float32)
+             for i in range(n)]
+  out = process.next(process.initialize(), [update] * n, weights)
+  # Each group's mean over its 2 expected clients is `update`; the output
+  # weighs the two means equally.
+  np.testing.assert_allclose(out.result, update, atol=2e-3)
+  coarse, fine = factory.noise(dim)
+  # The sensitivity in integers grows with the scale 2^b allows (plus
+  # the same rounding inflation, sqrt(64), in both).
+  assert fine.l2_sensitivity / coarse.l2_sensitivity == pytest.approx(
+      2**6, rel=0.02)
 
 
 def test_every_aggregation_of_the_clients_is_a_secure_sum():

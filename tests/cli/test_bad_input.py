@@ -16,6 +16,9 @@ from tests import repository
 
 ROOT = repository.ROOT
 
+# fedhdp_ddp's devices: 20 a round.
+_DDP = ['--algorithms=fedhdp_ddp', '--sampling=device', '--min_separation=1',
+        '--max_participations=2', '--clients_per_round=20']
 # (command line, the flag as the line must name it, a fragment of the line).
 CASES = [
     # Numbers that are not numbers, or not finite.
@@ -75,6 +78,19 @@ CASES = [
     (['--algorithms=fedhdp_ddp'], '--algorithms=fedhdp_ddp',
      'run it with --sampling=device'),
     (['--algorithms=fedhdp_ddp', '--ddp_bits=23'], '--ddp_bits', '22'),
+    # TFF's check of the modulus against a round's clients, made before
+    # TensorFlow loads (tests/aggregators/test_tff_distributed_dp.py holds
+    # it to TFF's own).
+    (_DDP + ['--ddp_bits=4'], "--ddp_bits=4:",
+     "20 noise shares needs 5 bits"),
+    (_DDP + ['--epsilons=1,3', '--ddp_bits=16,4'],
+     "--ddp_bits=4 for privacy level 'private_eps3'", 'needs 5 bits'),
+    (_DDP + ['--epsilons=1,3', '--ddp_bits=16,16,16'], '--ddp_bits',
+     'give one per level, or one for all'),
+    (_DDP + ['--ddp_bits=16.5'], '--ddp_bits', 'not a whole number'),
+    (_DDP + ['--ddp_mechanism=laplace'], '--ddp_mechanism', 'skellam'),
+    (['--algorithms=fedhdp', '--ddp_mechanism=skellam'], '--ddp_mechanism',
+     'read by fedhdp_ddp only'),
     (['--heterogeneity=1e308', '--dry_run'], '--heterogeneity',
      '(0, 1e+29]'),
     (['--algorithms=blt_shared', '--sampling=device', '--min_separation=1',
@@ -505,23 +521,18 @@ def test_a_python_without_the_stack_is_one_line_naming_the_install(script):
 
 
 @pytest.mark.tf
-@pytest.mark.parametrize('bits,fragment', [
-    (4, '2^4 < 20'),  # TFF's own check of the clients against the modulus
-    (8, 'no noise multiplier meets privacy group')])
-def test_bits_too_few_for_the_round_are_one_line_naming_the_flag(
-    bits, fragment, tmp_path):
-  """Too few bits, found when the rule is built (after the task loads):
-  TFF's check, or rounding that inflates the sensitivity as fast as the
-  noise grows (8 bits for eps 1 here). One line naming --ddp_bits,
-  nothing trained."""
-  result = _run('run_experiment.py', '--algorithms=fedhdp_ddp',
-                '--sampling=device', '--min_separation=2',
-                '--max_participations=2', '--rounds=2', '--clip_lr=0',
-                '--epsilons=1', '--clients_per_round=20', f'--ddp_bits={bits}',
+def test_bits_no_noise_makes_enough_are_refused_before_the_folder_is_claimed(
+    tmp_path):
+  """8 bits for eps 1: rounding inflates the sensitivity as fast as the
+  noise grows, found when the run is planned (after the task loads, before
+  its folder is claimed). One line naming --ddp_bits and the level,
+  nothing trained, and no folder left (no run key, no seed file)."""
+  result = _run('run_experiment.py', *_DDP, '--rounds=2', '--clip_lr=0', '--epsilons=1', '--ddp_bits=8',
                 f'--output_dir={tmp_path}/out')
   assert result.returncode == 2, result.stderr[-2000:]
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1, result.stderr
-  assert lines[0].startswith(f'run_experiment.py: error: --ddp_bits={bits}: ')
-  assert fragment in lines[0], lines[0]
-  assert not (tmp_path / 'out' / 'fedhdp_ddp' / 'metrics.csv').exists()
+  assert lines[0].startswith("run_experiment.py: error: --ddp_bits=8 for "
+                             "privacy level 'private_eps1': ")
+  assert 'no noise multiplier meets its target' in lines[0], lines[0]
+  assert not os.path.exists(tmp_path / 'out')

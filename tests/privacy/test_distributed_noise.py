@@ -1,8 +1,10 @@
-"""The distributed discrete Gaussian's epsilon against independent
+"""The distributed discrete noise's epsilon against independent
 computations: dp_accounting's RDP accountant for the Gaussian whose zCDP
 bound the sum's dominates (tau ~ 0), the exact continuous Gaussian at the
 inflated sensitivity (a lower reference the bound must not undercut),
-Kairouz et al.'s tau written out, and the dropout case."""
+Kairouz et al.'s tau written out, and the dropout case; Skellam's against
+Agarwal, Kairouz, Liu's bound as their accounting code writes it, the
+exact Renyi divergence of one coordinate, and the Gaussian it tends to."""
 
 import math
 
@@ -99,3 +101,83 @@ def test_another_multiplier_or_a_clip_count_is_refused():
     noise.epsilon_spent(1.0, None, 20, 1e-6, finishing=0.0)
   with pytest.raises(ValueError, match='std >= 1/2'):
     dn.DistributedDiscreteGaussian(**dict(BUILD, local_stddev=0.4))
+
+
+# A Skellam build of the size of TFF's above (1000 parameters): the scaled
+# inflated L2 bound, TFF's L1 bound from it, ceil(Delta sqrt(d)), the local
+# std.
+SKELLAM = dict(BUILD, sensitivity=7174.0, l1_sensitivity=226862.0,
+               local_stddev=1597.0, dim=1000)
+
+
+def _skellam_rdp_as_agarwal_et_al_write_it(order, l1, l2, central_var, s):
+  """Their accounting code's form: sensitivities and variance before the
+  scale s (each divided by s, the variance by s^2)."""
+  a, mu = order, central_var
+  return a / (2 * mu) * l2**2 + min(
+      ((2 * a - 1) * s * l2**2 + 6 * l1) / (4 * s**3 * mu**2),
+      3 * l1 / (2 * s * mu))
+
+
+@pytest.mark.parametrize('finishing', [1.0, 0.5])
+def test_skellams_epsilon_is_agarwal_kairouz_lius_bound(finishing):
+  """The epsilon is their Theorem 3.5 written in the unscaled domain (any
+  scale s gives the same bound), n f shares composed over the device's
+  4 participations and converted by dp_accounting."""
+  noise = dn.DistributedSkellam(**SKELLAM)
+  s = 1234.5
+  shares = int(20 * finishing)
+  rdp_curve = [4 * _skellam_rdp_as_agarwal_et_al_write_it(
+      a, SKELLAM['l1_sensitivity'] / s, SKELLAM['sensitivity'] / s,
+      shares * (SKELLAM['local_stddev'] / s)**2, s) for a in dn.ORDERS]
+  want = rdp.compute_epsilon(dn.ORDERS, rdp_curve, 1e-6)[0]
+  got = noise.epsilon_spent(1.0, None, 20, 1e-6, finishing=finishing)
+  assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_skellams_bound_is_above_its_exact_renyi_divergence():
+  """One coordinate (L1 = L2 = Delta): the exact Renyi divergence between
+  Skellam(V) shifted by Delta and Skellam(V), summed over its support,
+  never exceeds the bound, which is within 30% of it up to order 16."""
+  from scipy import special  # pylint: disable=g-import-not-at-top
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  variance, delta_ = 40.0, 3
+  x = np.arange(-150, 151)  # the tails beyond add below 1e-40
+  log_q = stats.skellam.logpmf(x, variance / 2, variance / 2)
+  log_p = stats.skellam.logpmf(x - delta_, variance / 2, variance / 2)
+  orders = np.array([2, 4, 8, 16])
+  exact = np.array([special.logsumexp(a * log_p + (1 - a) * log_q) / (a - 1)
+                    for a in orders])
+  bound = dn.skellam_rdp(orders, delta_, delta_, variance)
+  assert np.all(exact <= bound)
+  assert np.all(bound < 1.3 * exact)
+
+
+def test_skellam_at_large_shares_is_the_gaussian_at_the_inflated_sensitivity():
+  """sigma ~ 1600: the correction terms vanish, and the epsilon is within
+  0.1% of dp_accounting's Gaussian at multiplier sqrt(n) sigma / Delta,
+  never below it."""
+  noise = dn.DistributedSkellam(**SKELLAM)
+  z = math.sqrt(20) * SKELLAM['local_stddev'] / SKELLAM['sensitivity']
+  got = noise.epsilon_spent(1.0, None, 20, 1e-6)
+  gaussian = _gaussian_rdp_epsilon(z, 4, 1e-6)
+  assert gaussian <= got < 1.001 * gaussian
+
+
+def test_skellam_needs_its_l1_sensitivity():
+  with pytest.raises(ValueError, match='L1 sensitivity'):
+    dn.DistributedSkellam(**dict(SKELLAM, l1_sensitivity=0.0))
+
+
+def test_min_bits_at_tffs_wrap_probability():
+  """n = 20: 2^5 >= 20 and 4^5 >= 20 k^2 (k = 3.89): 5 bits; n = 2^20:
+  2^20 >= n, 4^20 >= n k^2: 20 bits; k is the normal quantile of
+  1 - 1e-4 / 2 (scipy's, not the module's)."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  k = stats.norm.ppf(1 - 1e-4 / 2)
+  assert k == pytest.approx(3.8906, abs=1e-4)
+  for n in (1, 20, 1000, 2**20):
+    bits = dn.min_bits(n)
+    assert 2**bits >= n and 4**bits >= n * k**2
+    assert 2**(bits - 1) < n or 4**(bits - 1) < n * k**2 or bits == 1
+  assert (dn.min_bits(20), dn.min_bits(2**20)) == (5, 20)

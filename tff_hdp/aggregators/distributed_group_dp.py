@@ -1,10 +1,11 @@
-"""Each privacy group's sum through TFF's distributed discrete Gaussian.
+"""Each privacy group's sum through TFF's distributed discrete noise.
 
 Clients do not trust the server with their updates: group j's sum goes
-through TFF's `DistributedDpSumFactory` (`distributed_dgauss`: every client
-clips, rotates, scales and rounds its update to integers, adds its share of
-discrete Gaussian noise, std z_j S / sqrt(K) before scaling, and the shares
-meet in `SecureSumFactory`'s modular sum of `bits` bits), so the server sees
+through TFF's `DistributedDpSumFactory` (`distributed_dgauss` or
+`distributed_skellam`: every client clips, rotates, scales and rounds its
+update to integers, adds its share of discrete Gaussian or Skellam noise,
+std z_j S / sqrt(K) before scaling, and the shares meet in
+`SecureSumFactory`'s modular sum of the group's b_j bits), so the server sees
 only the noisy group sums. A group without guarantee is clipped and summed
 by `SecureSumFactory` without noise. The sums are combined as
 `PerGroupStreamsFactory` combines them (group j's mean over its expected
@@ -25,8 +26,10 @@ cryptography is TFF's executor's business, not this module's.
 
 `noise` reads, from the process TFF builds for a model of `dim`
 parameters, what each private group's accounting needs
-(`tff_hdp.privacy.distributed_noise`): the inflated sensitivity and local
-std in the integer domain, and the padded dimension, as TFF computed them.
+(`tff_hdp.privacy.distributed_noise`): the inflated sensitivities and
+local std in the integer domain, and the padded dimension, as TFF computed
+them (`tff_hdp.aggregators.tff_distributed_dp`, the one module that reads
+TFF's internal names).
 """
 
 from __future__ import annotations
@@ -36,40 +39,10 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-# TFF 0.87 does not export it from tff.aggregators.
-from tensorflow_federated.python.aggregators import distributed_dp
 
 from tff_hdp.aggregators import per_group_streams
+from tff_hdp.aggregators import tff_distributed_dp
 from tff_hdp.privacy import min_separation
-
-MECHANISM = 'distributed_dgauss'
-
-
-def group_sum_factory(noise_multiplier: float, clients_per_round: int,
-                      bits: int, clip: float
-                      ) -> tff.aggregators.UnweightedAggregationFactory:
-  """TFF's distributed discrete Gaussian sum for one private group.
-
-  Raises:
-    ValueError: TFF's own checks, e.g. `bits` too few for the clients.
-  """
-  return distributed_dp.DistributedDpSumFactory(
-      noise_multiplier=noise_multiplier,
-      expected_clients_per_round=int(clients_per_round), bits=int(bits),
-      l2_clip=clip, mechanism=MECHANISM)
-
-
-def built_noise(factory: distributed_dp.DistributedDpSumFactory,
-                dim: int) -> tuple[float, float, int]:
-  """(sensitivity, local std, padded dim) of `factory` for `dim`
-  parameters: its process's initial state, as TFF's DP query reads it
-  (`scaled_inflated_l2`, `scaled_local_stddev`), and TFF's padding."""
-  process = factory.create(tff.TensorType(np.float32, [int(dim)]))
-  # TFF's own unpacking of its nested state.
-  _, _, dp_state = factory._unpack_state(process.initialize())  # pylint: disable=protected-access
-  query = dp_state.query_state
-  return (float(query.l2_norm_bound), float(query.local_stddev),
-          int(factory._padded_dim))  # pylint: disable=protected-access
 
 
 class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
@@ -80,7 +53,8 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
   def __init__(self, noise_multipliers: Sequence[float],
                ratios: Sequence[float],
                expected_group_sizes: Sequence[float | None],
-               clip: float, bits: int, clients_per_round: int,
+               clip: float, bits: int | Sequence[int],
+               clients_per_round: int, mechanism: str = 'dgauss',
                release_unprotected_counts: bool = False) -> None:
     """Args:
       noise_multipliers: z_j per group (0: a group without guarantee, summed
@@ -88,8 +62,10 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
       ratios: r_j per group.
       expected_group_sizes: D_j per group, or None for the realized count.
       clip: the clip norm S (fixed).
-      bits: the secure sum's bit width (TFF's `bits`).
+      bits: each group's secure sum's bit width (TFF's `bits`), or one for
+        every group (a group without guarantee's is not read).
       clients_per_round: K, the clients adding noise shares to each sum.
+      mechanism: the noise, 'dgauss' (discrete Gaussian) or 'skellam'.
       release_unprotected_counts: as `PerGroupStreamsFactory`'s.
 
     Raises:
@@ -98,12 +74,18 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
     """
     if not clip > 0:
       raise ValueError(f'clip must be > 0, got {clip}.')
+    if isinstance(bits, int):
+      bits = [bits] * len(noise_multipliers)
+    if len(bits) != len(noise_multipliers):
+      raise ValueError(f'{len(bits)} bit widths for {len(noise_multipliers)} '
+                       'groups.')
     streams = [
-        group_sum_factory(z, clients_per_round, bits, clip) if z > 0 else
+        tff_distributed_dp.sum_factory(mechanism, z, clients_per_round, b,
+                                       clip) if z > 0 else
         tff.aggregators.clipping_factory(
             clip, tff.aggregators.SecureSumFactory(clip, -clip),
             clipped_count_sum_factory=tff.aggregators.SecureSumFactory(1, 0))
-        for z in noise_multipliers]
+        for z, b in zip(noise_multipliers, bits)]
     super().__init__(streams, ratios, expected_group_sizes,
                      [z * clip for z in noise_multipliers], clip,
                      release_unprotected_counts)
@@ -134,9 +116,9 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
     return tff.federated_map(as_floats, tff.federated_secure_sum_bitwidth(
         tff.federated_map(as_integers, rows), self._count_bits))
 
-  def noise(self, dim: int) -> list[tuple[float, float, int] | None]:
-    """`built_noise` of each private group's sum for a model of `dim`
-    parameters (None for a group without guarantee)."""
-    return [built_noise(s, dim)
-            if isinstance(s, distributed_dp.DistributedDpSumFactory) else None
+  def noise(self, dim: int) -> list[tff_distributed_dp.BuiltNoise | None]:
+    """`tff_distributed_dp.built_noise` of each private group's sum for a
+    model of `dim` parameters (None for a group without guarantee)."""
+    return [tff_distributed_dp.built_noise(s, dim)
+            if tff_distributed_dp.is_distributed(s) else None
             for s in self._factories]

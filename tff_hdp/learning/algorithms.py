@@ -67,8 +67,10 @@ from tff_hdp.learning.records import SETTINGS
 from tff_hdp.learning.records import TRUSTED
 from tff_hdp.learning.records import TrustedContext
 from tff_hdp.learning.records import UNTRUSTED
+from tff_hdp.learning.trusted_rules import check_ddp_bits
 from tff_hdp.learning.trusted_rules import check_level_participations
 from tff_hdp.learning.trusted_rules import DDP_BITS
+from tff_hdp.learning.trusted_rules import DDP_MECHANISM
 from tff_hdp.learning.trusted_rules import HETEROGENEITY
 from tff_hdp.learning.trusted_rules import LEVEL_PARTICIPATIONS
 from tff_hdp.learning.trusted_rules import LEVEL_RATIOS

@@ -58,12 +58,15 @@ class Option:
   """A setting an algorithm reads, as a flag `--<name>`.
 
   `kind` is float or int; a value must lie in [`low`, `high`] (open at
-  `low` with `low_open`); None is the default's "not given". With `sweep`
+  `low` with `low_open`); None is the default's "not given". Or `kind` is
+  str, a value one of `choices`. With `sweep`
   (trusted setting) the flag is a list, one configuration per value, named
   `<algorithm>_<label><value>` (not given: one configuration, named
   `<algorithm>`, the record's own rule). With `per_level` (trusted setting)
   the flag is a list of one value per private level, in --epsilons order,
-  read as a tuple. It is refused beside the options it `excludes`. An
+  read as a tuple (an int option's of whole numbers); with `one_for_all`
+  too, one value is every level's, and it may have a default. It is
+  refused beside the options it `excludes`. An
   untrusted rule's factory gets it as the keyword `argument` (default:
   `name`). Algorithms of one setting that read the same option share its
   flag and must declare it alike.
@@ -80,14 +83,29 @@ class Option:
   label: str = ''
   argument: str = ''  # the factory's keyword for it (default: `name`)
   per_level: bool = False
+  one_for_all: bool = False  # per level: one value is every level's
   excludes: tuple[str, ...] = ()  # options it cannot be given with
+  choices: tuple[str, ...] = ()  # a str option's values
 
   def __post_init__(self):
-    if self.kind not in (float, int):
-      raise ValueError(f'option {self.name!r}: kind must be float or int.')
-    if self.per_level and (self.sweep or self.default is not None):
+    if self.kind not in (float, int, str):
+      raise ValueError(f'option {self.name!r}: kind must be float, int or '
+                       'str.')
+    if (self.kind is str) != bool(self.choices):
+      raise ValueError(f'option {self.name!r}: a str option, and only it, '
+                       'lists its choices.')
+    if self.kind is str and (self.sweep or self.per_level or
+                             self.default not in self.choices):
+      raise ValueError(f'option {self.name!r}: a str option is not swept or '
+                       'per level, and its default is one of its choices.')
+    if self.one_for_all and not self.per_level:
+      raise ValueError(f'option {self.name!r}: one_for_all is a per-level '
+                       'option\'s.')
+    if self.per_level and (self.sweep or (self.default is not None and
+                                          not self.one_for_all)):
       raise ValueError(f'option {self.name!r}: a per-level option is not '
-                       'swept and has no default (not given: None).')
+                       'swept and has no default (not given: None) unless '
+                       'one value may be every level\'s (one_for_all).')
     if self.sweep and not self.label:
       raise ValueError(f'option {self.name!r}: a swept option needs the '
                        'label that names its configurations.')

@@ -126,37 +126,55 @@ POISSON_ONLY = ('it samples each privacy group at its own Poisson rate: '
                 'run it with --sampling=poisson.')
 
 
-def _distributed_noise(group_sum, dim: int, device, z: float):
-  """The accounting of `group_sum(z)`, TFF's distributed discrete
-  Gaussian at noise multiplier z, for `device`'s participation."""
+def _distributed_accounting(options: Mapping[str, Any], bits: int,
+                            clip: float, device, dim: int,
+                            from_build: bool = False):
+  """z -> the accounting of TFF's distributed-DP sum (--ddp_mechanism) at
+  `bits` bits and noise multiplier z for a model of `dim` parameters, at
+  `device`'s participation: from TFF's build (`from_build`, seconds) or its
+  arithmetic (`tff_distributed_dp.noise_at`, the same numbers in
+  milliseconds, for a search)."""
   # pylint: disable=g-import-not-at-top
-  from tff_hdp.aggregators import distributed_group_dp
+  from tff_hdp.aggregators import tff_distributed_dp
   from tff_hdp.privacy import distributed_noise
   # pylint: enable=g-import-not-at-top
-  sensitivity, local_stddev, padded = distributed_group_dp.built_noise(
-      group_sum(z), dim)
-  return distributed_noise.DistributedDiscreteGaussian(
-      device.population, device.clients_per_round, device.min_separation,
-      device.max_participations, device.noise, noise_multiplier=z,
-      sensitivity=sensitivity, local_stddev=local_stddev, dim=padded)
+  mechanism = options['ddp_mechanism']
+
+  def accounting(z: float) -> distributed_noise.DistributedShares:
+    if from_build:
+      built = tff_distributed_dp.built_noise(tff_distributed_dp.sum_factory(
+          mechanism, z, device.clients_per_round, bits, clip), dim)
+    else:
+      built = tff_distributed_dp.noise_at(
+          mechanism, z, device.clients_per_round, bits, clip, dim)
+    common = dict(noise_multiplier=z, sensitivity=built.l2_sensitivity,
+                  local_stddev=built.local_stddev, dim=built.dim)
+    participation = (device.population, device.clients_per_round,
+                     device.min_separation, device.max_participations,
+                     device.noise)
+    if mechanism == 'skellam':
+      return distributed_noise.DistributedSkellam(
+          *participation, l1_sensitivity=built.l1_sensitivity, **common)
+    return distributed_noise.DistributedDiscreteGaussian(*participation,
+                                                         **common)
+
+  return accounting
 
 
-def _meeting_target(group, z: float, rounds: int, build, bits: int):
-  """(z', its accounting `build(z')`): from `z` up, within 0.01% the least
-  noise multiplier whose build meets `group`'s target over `rounds`. TFF's
-  scale shrinks as the noise grows, and its rounding inflates the
-  sensitivity with it, so each candidate is accounted from its own build;
-  at too few bits no noise meets the target."""
+def _meeting_target(group, z: float, rounds: int, build, bits: int) -> float:
+  """From `z` up, within 0.01% the least noise multiplier whose build
+  `build(z')` meets `group`'s target over `rounds`. TFF's scale shrinks as
+  the noise grows, and its rounding inflates the sensitivity with it, so
+  each candidate is accounted from its own build; at too few bits no noise
+  meets the target."""
   def meets(z):
-    with warnings.catch_warnings():  # TFF's, of a small scale: a probe's
-      warnings.simplefilter('ignore')
-      noise = build(z)
+    noise = build(z)
     return noise.epsilon_spent(z, None, rounds,
                                group.delta) <= group.epsilon, noise
 
   ok, noise = meets(z)
   if ok:
-    return z, noise
+    return z
   def scale(noise):  # what the epsilon grows with (Delta / noise std)
     return noise.sensitivity / noise.local_stddev
 
@@ -168,74 +186,119 @@ def _meeting_target(group, z: float, rounds: int, build, bits: int):
     low, high, noise = high, high * 1.5, found
   if not ok:
     raise ValueError(
-        f'--ddp_bits={bits}: rounding to {bits} bits inflates the '
-        'sensitivity as fast as the noise grows, so that no noise multiplier '
-        f'meets privacy group {group.name!r}\'s target; raise --ddp_bits.')
+        f'--ddp_bits={bits} for privacy level {group.name!r}: rounding to '
+        f'{bits} bits inflates the sensitivity as fast as the noise grows, '
+        'so that no noise multiplier meets its target; raise its --ddp_bits.')
   while high > low * 1.0001:
     middle = (low + high) / 2
-    ok, noise = meets(middle)
-    if ok:
-      high, found = middle, noise
+    if meets(middle)[0]:
+      high = middle
     else:
       low = middle
-  return high, found
+  return high
+
+
+_INDEPENDENT_DEVICE_PLAN = correlated_noise.device_plan(
+    correlated_noise.independent_strategy)
+
+
+def _distributed_plan(assignment, sampling, rounds, clip,
+                      denominator='expected', allow_large_delta=False, *,
+                      options, num_parameters) -> plans.PrivacyPlan:
+  """The Gaussian plan for devices (fresh noise every round), each private
+  group's noise multiplier then raised to the least whose distributed
+  noise, as TFF builds it at the level's --ddp_bits (`_meeting_target`),
+  meets its target. Planned before the run's folder is claimed, so bits
+  that no noise makes enough are refused before anything is written."""
+  plan = _INDEPENDENT_DEVICE_PLAN(assignment, sampling, rounds, clip,
+                                  denominator, allow_large_delta)
+  bits = iter(options['ddp_bits'])
+  multipliers = []
+  for group, z in zip(plan.assignment.groups, plan.noise_multipliers):
+    if group.is_private:
+      b = next(bits)
+      z = _meeting_target(group, z, rounds, _distributed_accounting(
+          options, b, clip.initial_norm, plan.sampling, num_parameters), b)
+    multipliers.append(z)
+  return dataclasses.replace(plan, noise_multipliers=tuple(multipliers))
+
+
+_distributed_plan.device_only = True
+_distributed_plan.reads_options = True
+
+
+def check_ddp_bits(bits: Sequence[float], clients_per_round: int,
+                   levels: Sequence[str]) -> None:
+  """ValueError naming --ddp_bits (and the level, bits given per level)
+  unless each private level's bits hold the modular sum of a round's
+  shares as TFF requires (`distributed_noise.min_bits`); the command line
+  checks the flags with it before TensorFlow loads."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.privacy import distributed_noise
+  least = distributed_noise.min_bits(clients_per_round)
+  for b, level in zip(bits, levels):
+    if b < least:
+      raise ValueError(
+          f'--ddp_bits={b:g}' + (f' for privacy level {level!r}'
+                                 if len(bits) > 1 else '') +
+          f': the modular sum of a round\'s {clients_per_round} noise shares '
+          f'needs {least} bits or more (TFF\'s check of its modulus against '
+          'the clients); raise it or lower --clients_per_round.')
 
 
 def _distributed_factory(context: TrustedContext) -> GroupFactory:
   """`DistributedGroupDPFactory`: each private group's sum through TFF's
-  distributed discrete Gaussian at --ddp_bits, its noise multiplier the
-  least (from the plan's Gaussian one up) whose distributed noise, as TFF
-  builds it, meets the group's target; the groups at the noise-aware
-  ratios of those multipliers unless --r or --level_ratios is given."""
+  distributed noise (--ddp_mechanism) at its level's --ddp_bits, at the
+  plan's noise multipliers (`_distributed_plan`: each the least whose
+  distributed noise meets the group's target); the groups at the
+  noise-aware ratios of those multipliers unless --r or --level_ratios is
+  given."""
   # pylint: disable=g-import-not-at-top
   from tff_hdp.aggregators import distributed_group_dp
   from tff_hdp.privacy.privacy_groups import with_ratios
   # pylint: enable=g-import-not-at-top
   plan = context.plan
   device = plan.sampling
-  bits = context.options['ddp_bits']
+  mechanism = context.options['ddp_mechanism']
   clip = context.clip.initial_norm
-
-  def group_sum(z):
-    try:
-      return distributed_group_dp.group_sum_factory(
-          z, device.clients_per_round, bits, clip)
-    except ValueError as e:
-      raise ValueError(f'--ddp_bits={bits}: {e}') from None
-
-  multipliers, accounted = [], []
-  notes = [f'distributed discrete Gaussian at {bits} bits: every one of a '
-           f'round\'s {device.clients_per_round} devices sends '
+  private = iter(context.options['ddp_bits'])
+  bits = [next(private) if g.is_private else None
+          for g in plan.assignment.groups]
+  named = {'dgauss': 'discrete Gaussian', 'skellam': 'Skellam'}[mechanism]
+  notes = [f'distributed {named} noise: every one of a round\'s '
+           f'{device.clients_per_round} devices sends '
            f'{plan.assignment.num_groups} slots (its clipped update in its '
            'group\'s, zeros elsewhere) and a noise share in each private '
            'slot; the server learns the noisy group sums and the groups\' '
            'counts, not which device is in which group. Each epsilon '
            'assumes every device of a round adds its share.']
-  for group, z in zip(plan.assignment.groups, plan.noise_multipliers):
+  accounted = []
+  for group, z, b in zip(plan.assignment.groups, plan.noise_multipliers,
+                         bits):
     noise = None
-    planned = z
     if group.is_private:
-      z, noise = _meeting_target(group, z, plan.rounds, lambda z: (
-          _distributed_noise(group_sum, context.num_parameters, device, z)),
-                                 bits)
+      with warnings.catch_warnings():  # TFF's, of a small scale
+        warnings.simplefilter('ignore')
+        noise = _distributed_accounting(context.options, b, clip, device,
+                                        context.num_parameters,
+                                        from_build=True)(z)
       eps = [noise.epsilon_spent(z, None, plan.rounds, group.delta, f)
              for f in (1.0, 0.9, 0.5)]
       notes.append(
-          f'{group.name}: noise multiplier {z:.4g} (the central Gaussian\'s '
-          f'{planned:.4g}), eps {eps[0]:.3g}; if only 90% of a round\'s '
-          f'devices finish, {eps[1]:.3g}; if half, {eps[2]:.3g}')
-    multipliers.append(z)
+          f'{group.name}: {b} bits, noise multiplier {z:.4g}, eps '
+          f'{eps[0]:.3g}; if only 90% of a round\'s devices finish, '
+          f'{eps[1]:.3g}; if half, {eps[2]:.3g}')
     accounted.append(noise)
-  plan = dataclasses.replace(plan, noise_multipliers=tuple(multipliers))
-  ratios = _noise_aware_ratios(dataclasses.replace(context, plan=plan))
+  ratios = _noise_aware_ratios(context)
   if ratios is not None:
     plan = dataclasses.replace(
         plan, assignment=with_ratios(plan.assignment, ratios))
   factory = distributed_group_dp.DistributedGroupDPFactory(
-      multipliers, [g.ratio for g in plan.assignment.groups],
-      plan.expected_group_sizes, clip, bits, device.clients_per_round,
+      plan.noise_multipliers, [g.ratio for g in plan.assignment.groups],
+      plan.expected_group_sizes, clip, bits,
+      device.clients_per_round, mechanism,
       context.release_unprotected_counts)
-  return GroupFactory(factory, GroupNoise(tuple(multipliers), None,
+  return GroupFactory(factory, GroupNoise(plan.noise_multipliers, None,
                                           tuple(accounted)), ratios=ratios,
                       notes=tuple(notes))
 
@@ -487,10 +550,17 @@ TILT = Option(
     'printed with each point\'s noise on the mean). Public: it costs no '
     'privacy.', low=0.0, high=1.0)
 DDP_BITS = Option(
-    'ddp_bits', 'fedhdp_ddp: the bit width of each group\'s secure sum '
-    '(TFF\'s DistributedDpSumFactory bits): the noisy integer sum of a '
-    'round\'s clients must fit in it.', kind=int, default=16, low=1,
-    high=22)
+    'ddp_bits', 'fedhdp_ddp: the bit width of each private level\'s secure '
+    'sum (TFF\'s DistributedDpSumFactory bits), one for all or one per '
+    'level in --epsilons order: the noisy integer sum of a round\'s '
+    'clients must fit in it.', kind=int, default=16, low=1, high=22,
+    per_level=True, one_for_all=True)
+DDP_MECHANISM = Option(
+    'ddp_mechanism', 'fedhdp_ddp: the clients\' discrete noise, dgauss '
+    '(distributed discrete Gaussian, Kairouz, Liu, Steinke 2021) or skellam '
+    '(distributed Skellam, Agarwal, Kairouz, Liu 2021), each accounted by '
+    'its own RDP bound.', kind=str, default='dgauss',
+    choices=('dgauss', 'skellam'))
 
 # The built-in trusted-server rules, in the order --help lists them.
 RECORDS: tuple[Algorithm, ...] = (
@@ -510,13 +580,11 @@ RECORDS: tuple[Algorithm, ...] = (
               privacy_plan=correlated_noise.device_plan(
                   correlated_noise.tree_strategy)),
     Algorithm('fedhdp_ddp', TRUSTED,
-              'FedHDP with per-group distributed discrete Gaussian',
+              'FedHDP with per-group distributed discrete noise',
               _distributed_factory,
-              (RATIO, LEVEL_RATIOS, HETEROGENEITY, DDP_BITS),
+              (RATIO, LEVEL_RATIOS, HETEROGENEITY, DDP_BITS, DDP_MECHANISM),
               _STREAM_MEASUREMENTS, groups=_with_ratio, sweep='r',
-              fixed_clip=True,
-              privacy_plan=correlated_noise.device_plan(
-                  correlated_noise.independent_strategy)),
+              fixed_clip=True, privacy_plan=_distributed_plan),
     Algorithm('blt_shared', TRUSTED,
               'one BLT stream, devices capped per level',
               _capped_stream_factory, (LEVEL_PARTICIPATIONS, HETEROGENEITY),

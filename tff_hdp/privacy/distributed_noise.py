@@ -1,18 +1,28 @@
-"""What the distributed discrete Gaussian costs a privacy group.
+"""What the distributed discrete noise costs a privacy group.
 
 Under secure aggregation each of the round's n clients adds its own share
-of discrete Gaussian noise (std sigma in the integer domain, after TFF's
-rotation, scaling and randomized rounding), and the server sees only the
-sum. That sum is not a discrete Gaussian, and rounding inflates the clip
-norm, so a group's epsilon is not the continuous Gaussian's:
+of discrete noise (std sigma in the integer domain, after TFF's rotation,
+scaling and randomized rounding), and the server sees only the sum.
+Rounding inflates the clip norm, so a group's epsilon is not the
+continuous Gaussian's:
 
-* Kairouz, Liu, Steinke (ICML 2021), Theorem 1 and Proposition 14: with
-  Delta the inflated L2 sensitivity in the integer domain (TFF's
+* Discrete Gaussian shares (Kairouz, Liu, Steinke, ICML 2021, Theorem 1
+  and Proposition 14): the sum is not a discrete Gaussian. With Delta the
+  inflated L2 sensitivity in the integer domain (TFF's
   `scaled_inflated_l2`), d the padded dimension and
   tau = 10 sum_{k=1}^{n-1} exp(-2 pi^2 sigma^2 k / (k + 1)) (sigma >= 1/2),
   the sum of n shares is RDP at every order alpha with
   eps(alpha) = min(alpha D^2 / 2 + tau d, alpha (D + sqrt(d) tau)^2 / 2),
   D = Delta / (sqrt(n) sigma).
+* Skellam shares (Agarwal, Kairouz, Liu, NeurIPS 2021, Theorem 3.5, as
+  their accounting code writes it): a sum of Skellams is a Skellam, of
+  variance V = n sigma^2, and with Delta_1 the L1 bound (TFF's
+  `ceil(Delta min(sqrt(d), Delta))`) it is RDP with
+  eps(alpha) = alpha Delta^2 / (2 V)
+               + min(((2 alpha - 1) Delta^2 + 6 Delta_1) / (4 V^2),
+                     3 Delta_1 / (2 V)).
+  Neither TF Privacy nor dp_accounting ships it (TF Privacy's Skellam
+  query reports an unsupported DP event).
 * Nothing is amplified by sampling: the server that runs secure
   aggregation sees who takes part, and the bounds that amplify a mechanism
   known only by its RDP curve (Wang, Balle, Kasiviswanathan's Theorem 9;
@@ -23,17 +33,23 @@ norm, so a group's epsilon is not the continuous Gaussian's:
   adjacency) and a device's participations compose by adding their RDP;
   dp_accounting converts it to (epsilon, delta).
 
-TFF computes Delta, sigma and d for the factory it builds (`tff_hdp.
-aggregators.distributed_group_dp`); this module takes them as numbers.
-The bound assumes every one of a round's n clients adds its share: a round
-in which only a fraction f of them finish carries f n shares, and its
-epsilon is `epsilon_spent(..., finishing=f)`'s.
+TFF computes Delta, Delta_1, sigma and d for the factory it builds
+(`tff_hdp.aggregators.tff_distributed_dp`); this module takes them as
+numbers. The bound assumes every one of a round's n clients adds its
+share: a round in which only a fraction f of them finish carries f n
+shares, and its epsilon is `epsilon_spent(..., finishing=f)`'s.
+
+The bits of the modular sum: TFF refuses a bit width b unless 2^b >= n
+and 2^(2b) >= n k^2, k the standard deviations of the sum its modulus
+holds (k = 3.89 for a wrap probability of `MODCLIP_PROB`); `min_bits`
+is that least b, which the command line checks before TensorFlow loads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 
 from dp_accounting import rdp
 import numpy as np
@@ -43,6 +59,22 @@ from tff_hdp.privacy import min_separation
 
 # The orders the RDP is converted at.
 ORDERS = tuple(range(2, 257))
+# The chance that a coordinate of a round's sum wraps around the modulus
+# (TFF's default `modclip_prob`).
+MODCLIP_PROB = 1e-4
+
+
+def min_bits(clients_per_round: int,
+             modclip_prob: float = MODCLIP_PROB) -> int:
+  """The fewest bits TFF's distributed-DP sum accepts for
+  `clients_per_round` clients: 2^b >= n, and 2^(2b) >= n k^2 with k the
+  standard normal quantile of 1 - modclip_prob / 2."""
+  k = statistics.NormalDist().inv_cdf(1 - modclip_prob / 2)
+  n = int(clients_per_round)
+  bits = max(1, math.ceil(math.log2(n)))
+  while 2.0**(2 * bits) < n * k**2:
+    bits += 1
+  return bits
 
 
 def sum_tau(local_stddev: float, shares: int) -> float:
@@ -54,15 +86,25 @@ def sum_tau(local_stddev: float, shares: int) -> float:
 
 
 def sum_rdp(orders, scale: float, tau: float, dim: int) -> np.ndarray:
-  """eps(alpha) of the sum (Proposition 14, its L2 terms), `scale` = D =
-  sensitivity / (sqrt(n) sigma)."""
+  """eps(alpha) of the discrete Gaussians' sum (Proposition 14, its L2
+  terms), `scale` = D = sensitivity / (sqrt(n) sigma)."""
   a = np.asarray(orders, np.float64)
   return np.minimum(a * scale**2 / 2.0 + tau * dim,
                     a * (scale + math.sqrt(dim) * tau)**2 / 2.0)
 
 
+def skellam_rdp(orders, l2_sensitivity: float, l1_sensitivity: float,
+                variance: float) -> np.ndarray:
+  """eps(alpha) of the Skellam mechanism of `variance` (integer domain)
+  at those sensitivities (Agarwal et al.'s Theorem 3.5)."""
+  a = np.asarray(orders, np.float64)
+  return a * l2_sensitivity**2 / (2.0 * variance) + np.minimum(
+      ((2.0 * a - 1.0) * l2_sensitivity**2 + 6.0 * l1_sensitivity) /
+      (4.0 * variance**2), 3.0 * l1_sensitivity / (2.0 * variance))
+
+
 @dataclasses.dataclass(frozen=True)
-class DistributedDiscreteGaussian(min_separation.DeviceParticipation):
+class DistributedShares(min_separation.DeviceParticipation):
   """One private group's devices, and the distributed noise on its sums.
 
   The participation is `DeviceParticipation`'s (each device at most
@@ -73,7 +115,9 @@ class DistributedDiscreteGaussian(min_separation.DeviceParticipation):
   `scaled_inflated_l2` and `scaled_local_stddev` (integer domain), `dim`
   its padded dimension, one share from each of the round's
   `clients_per_round` devices. A device's epsilon is its participations'
-  RDP added up (fresh noise each round), at `finishing` = 1 unless told."""
+  RDP added up (fresh noise each round), at `finishing` = 1 unless told;
+  each mechanism's subclass says one participation's RDP (`_shares_rdp`).
+  """
 
   # The ledger's word on this epsilon: RDP converted (not the exact curve).
   bound = 'rdp'
@@ -86,18 +130,21 @@ class DistributedDiscreteGaussian(min_separation.DeviceParticipation):
   def __post_init__(self):
     super().__post_init__()
     if not isinstance(self.noise, min_separation.IndependentNoise):
-      raise ValueError('the distributed discrete Gaussian adds fresh noise '
-                       'every round (IndependentNoise).')
+      raise ValueError('distributed noise is fresh every round '
+                       '(IndependentNoise).')
     if not (self.sensitivity > 0 and self.noise_multiplier > 0 and
-            self.dim >= 1):
-      raise ValueError('sensitivity and noise multiplier must be > 0 and '
-                       f'dim >= 1, got {self.sensitivity}, '
-                       f'{self.noise_multiplier}, {self.dim}.')
-    if not self.local_stddev >= 0.5:
-      raise ValueError('Theorem 1 holds for shares of std >= 1/2 (integer '
-                       f'domain), got {self.local_stddev}.')
+            self.local_stddev > 0 and self.dim >= 1):
+      raise ValueError('sensitivity, noise multiplier and local std must be '
+                       f'> 0 and dim >= 1, got {self.sensitivity}, '
+                       f'{self.noise_multiplier}, {self.local_stddev}, '
+                       f'{self.dim}.')
 
-  def at(self, noise_multiplier: float) -> DistributedDiscreteGaussian:
+  def _shares_rdp(self, shares: int) -> np.ndarray:
+    """One participation's RDP at `ORDERS` when `shares` devices add
+    theirs."""
+    raise NotImplementedError
+
+  def at(self, noise_multiplier: float) -> DistributedShares:
     """The same build at another noise multiplier, its local std scaled
     with it (planning only: TFF's scale and inflation move a little with
     the noise, so a factory is accounted from its own build)."""
@@ -111,10 +158,8 @@ class DistributedDiscreteGaussian(min_separation.DeviceParticipation):
     round's devices add their noise share."""
     if not 0 < finishing <= 1:
       raise ValueError(f'finishing share must be in (0, 1], got {finishing}.')
-    shares = max(1, math.floor(finishing * self.clients_per_round + 1e-9))
-    scale = self.sensitivity / (math.sqrt(shares) * self.local_stddev)
-    return sum_rdp(ORDERS, scale, sum_tau(self.local_stddev, shares),
-                   self.dim)
+    return self._shares_rdp(
+        max(1, math.floor(finishing * self.clients_per_round + 1e-9)))
 
   def epsilon_spent(self, noise_multiplier: float,
                     clip_count_stddev: float | None, rounds: int,
@@ -123,8 +168,8 @@ class DistributedDiscreteGaussian(min_separation.DeviceParticipation):
     ledger's call: `noise_multiplier` must be the build's; the clip is
     fixed, so no clip count is released)."""
     if clip_count_stddev is not None:
-      raise ValueError('the distributed discrete Gaussian runs at a fixed '
-                       'clip norm: no clip count is accounted.')
+      raise ValueError('distributed noise runs at a fixed clip norm: no clip '
+                       'count is accounted.')
     if not math.isclose(noise_multiplier, self.noise_multiplier,
                         rel_tol=1e-9):
       raise ValueError(f'noise multiplier {noise_multiplier} is not the '
@@ -152,3 +197,37 @@ class DistributedDiscreteGaussian(min_separation.DeviceParticipation):
     while over(z) > 0:
       z *= 1 + 1e-9
     return z
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedDiscreteGaussian(DistributedShares):
+  """Discrete Gaussian shares (Kairouz et al.'s bound, the L2 terms)."""
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not self.local_stddev >= 0.5:
+      raise ValueError('Theorem 1 holds for shares of std >= 1/2 (integer '
+                       f'domain), got {self.local_stddev}.')
+
+  def _shares_rdp(self, shares: int) -> np.ndarray:
+    scale = self.sensitivity / (math.sqrt(shares) * self.local_stddev)
+    return sum_rdp(ORDERS, scale, sum_tau(self.local_stddev, shares),
+                   self.dim)
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedSkellam(DistributedShares):
+  """Skellam shares (Agarwal et al.'s bound), `l1_sensitivity` TFF's L1
+  bound in the integer domain."""
+
+  l1_sensitivity: float = 0.0
+
+  def __post_init__(self):
+    super().__post_init__()
+    if not self.l1_sensitivity > 0:
+      raise ValueError('Skellam\'s bound needs the L1 sensitivity (> 0), got '
+                       f'{self.l1_sensitivity}.')
+
+  def _shares_rdp(self, shares: int) -> np.ndarray:
+    return skellam_rdp(ORDERS, self.sensitivity, self.l1_sensitivity,
+                       shares * self.local_stddev**2)

@@ -1,0 +1,103 @@
+"""fedhdp_ddp's plan and factory, built as a run builds them (no training):
+each level at its own bits, Skellam's epsilon against Agarwal, Kairouz,
+Liu's bound computed here from TFF's own build and converted by
+dp_accounting, and bits that no noise makes enough refused at planning,
+before a run claims its folder."""
+
+import math
+
+from dp_accounting import rdp
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+# The test reads TFF's build itself, apart from the adapter the rule uses.
+from tensorflow_federated.python.aggregators import distributed_dp
+
+from tff_hdp.learning import algorithms
+from tff_hdp.privacy import min_separation
+from tff_hdp.privacy import plans
+from tff_hdp.privacy import privacy_groups as pg
+
+pytestmark = pytest.mark.tf
+
+PER_ROUND, CLIP, DIM, ROUNDS = 20, 0.1, 100, 4
+LEVELS = (pg.PrivacyGroup('eps1', 1.0, 1e-6), pg.PrivacyGroup('eps8', 8.0,
+                                                              1e-6))
+RECORD = algorithms.REGISTRY['fedhdp_ddp']
+CLIP_SETTINGS = plans.ClipSettings(initial_norm=CLIP, learning_rate=0.0)
+
+
+def _options(bits, mechanism):
+  return {'ddp_bits': bits, 'ddp_mechanism': mechanism, 'r': None,
+          'level_ratios': None, 'heterogeneity': None}
+
+
+def _plan(bits, mechanism):
+  """fedhdp_ddp's plan for 200 devices, 20 a round, each at most 2 rounds:
+  100 in each level, none opted out."""
+  assignment = pg.GroupAssignment(
+      LEVELS + (pg.PrivacyGroup('nonprivate'),),
+      {i: i % 2 for i in range(200)})
+  device = min_separation.DeviceParticipation(200, PER_ROUND, 1, 2)
+  return RECORD.plan_privacy(assignment, device, ROUNDS, CLIP_SETTINGS,
+                             'expected', allow_large_delta=False,
+                             options=_options(bits, mechanism),
+                             num_parameters=DIM)
+
+
+def _build(bits, mechanism):
+  """(plan, GroupFactory) of fedhdp_ddp, as a run builds them."""
+  plan = _plan(bits, mechanism)
+  return plan, RECORD.build_factory(algorithms.TrustedContext(
+      plan, CLIP_SETTINGS, 0, False, _options(bits, mechanism), DIM))
+
+
+def _skellam_epsilon(z, bits, delta):
+  """Agarwal et al.'s Theorem 3.5 at TFF's own build for z: 20 shares of
+  its local std, its L1 and L2 bounds, 2 participations composed."""
+  factory = distributed_dp.DistributedDpSumFactory(
+      z, PER_ROUND, bits, CLIP, mechanism='distributed_skellam')
+  state = factory.create(tff.TensorType(np.float32, [DIM])).initialize()
+  query = state[0]['inner_agg']['inner_agg_process'].query_state
+  l1, l2 = float(query.l1_norm_bound), float(query.l2_norm_bound)
+  var = PER_ROUND * float(query.local_stddev)**2
+  curve = [2 * (a * l2**2 / (2 * var) + min(
+      ((2 * a - 1) * l2**2 + 6 * l1) / (4 * var**2), 3 * l1 / (2 * var)))
+           for a in range(2, 257)]
+  return rdp.compute_epsilon(range(2, 257), curve, delta)[0]
+
+
+def test_skellam_levels_at_their_own_bits_meet_their_targets():
+  plan, built = _build((12, 16), 'skellam')
+  for group, z, bits, noise in zip(LEVELS, plan.noise_multipliers, (12, 16),
+                                   built.noise.participations):
+    spent = noise.epsilon_spent(z, None, ROUNDS, group.delta)
+    assert spent == pytest.approx(_skellam_epsilon(z, bits, group.delta),
+                                  rel=1e-6)
+    # The least multiplier (to 0.01%): at the target, not below it.
+    assert spent <= group.epsilon
+    assert spent == pytest.approx(group.epsilon, rel=2e-3)
+    assert any(line.startswith(f'{group.name}: {bits} bits, noise '
+                               f'multiplier {z:.4g}')
+               for line in built.notes)
+  assert built.noise.participations[2] is None  # the group without noise
+  assert 'Skellam' in built.notes[0]
+
+
+def test_fewer_bits_need_more_noise_for_the_same_target():
+  """Rounding to 12 bits inflates the sensitivity more than at 16: eps 1
+  needs a larger multiplier, with either mechanism."""
+  for mechanism in ('dgauss', 'skellam'):
+    coarse = _plan((12, 12), mechanism)
+    fine = _plan((16, 16), mechanism)
+    assert coarse.noise_multipliers[0] > fine.noise_multipliers[0]
+    assert math.isclose(fine.noise_multipliers[2], 0.0)
+
+
+def test_bits_no_noise_makes_enough_are_refused_when_planned():
+  """8 bits for eps 1 at 20 devices a round: refused by the plan (which a
+  run makes before it claims its folder), naming --ddp_bits and the
+  level."""
+  with pytest.raises(ValueError, match=r"^--ddp_bits=8 for privacy level "
+                     r"'eps1': .*no noise multiplier meets its target"):
+    _plan((8, 16), 'dgauss')
