@@ -122,28 +122,17 @@ def _task(name, train, test, x_test, y_test, batch_size,
       opt_out_pool=opt_out_pool)
 
 
-def load_task(options: TaskOptions) -> FederatedTask:
-  return load(options.data_dir, options.num_clients or NUM_CLIENTS,
-              batch_size=options.batch_size, seed=options.seed)
+def _loader(build, default_clients: int, **fixed):
+  """A registry loader (`tasks.REGISTRY`): `build` at the options' data,
+  clients (`default_clients` when not given), batch size and seed."""
+  def load_from(options: TaskOptions) -> FederatedTask:
+    return build(options.data_dir, options.num_clients or default_clients,
+                 batch_size=options.batch_size, seed=options.seed, **fixed)
+  return load_from
 
 
-def load_fashion_task(options: TaskOptions) -> FederatedTask:
-  return load(options.data_dir, options.num_clients or NUM_CLIENTS,
-              batch_size=options.batch_size, seed=options.seed,
-              dataset='fashion_mnist')
-
-
-def load_skewed_task(options: TaskOptions) -> FederatedTask:
-  return load(options.data_dir, options.num_clients or NUM_CLIENTS,
-              skewed=True, batch_size=options.batch_size, seed=options.seed)
-
-
-def load_iid_task(options: TaskOptions) -> FederatedTask:
-  return load_iid(options.data_dir, options.num_clients or IID_CLIENTS,
-                  batch_size=options.batch_size, seed=options.seed)
-
-
-def load_fashion_iid_task(options: TaskOptions) -> FederatedTask:
-  return load_iid(options.data_dir, options.num_clients or IID_CLIENTS,
-                  batch_size=options.batch_size, seed=options.seed,
-                  dataset='fashion_mnist')
+load_task = _loader(load, NUM_CLIENTS)
+load_skewed_task = _loader(load, NUM_CLIENTS, skewed=True)
+load_fashion_task = _loader(load, NUM_CLIENTS, dataset='fashion_mnist')
+load_iid_task = _loader(load_iid, IID_CLIENTS)
+load_fashion_iid_task = _loader(load_iid, IID_CLIENTS, dataset='fashion_mnist')
