@@ -61,6 +61,12 @@ def _loosest(split: str, seed: int) -> float | None:
   return float(row['acc_g']) if row else None
 
 
+def _level_order(column: str) -> tuple[float, str]:
+  """acc_g_group_private_eps<e> by e (the strictest first), others after."""
+  m = re.search(r'eps([0-9.]+)$', column)
+  return (float(m.group(1)) if m else float('inf'), column)
+
+
 def _span(values: list[float], digits: int = 2) -> str:
   if not values:
     return '-'
@@ -79,7 +85,8 @@ def _report(split: str) -> None:
   rules = sorted({a for rows in by_seed.values() for a in rows})
   group_columns = sorted({c for rows in by_seed.values()
                           for r in rows.values() for c in r
-                          if c.startswith('acc_g_group_') and r[c]})
+                          if c.startswith('acc_g_group_') and r[c]},
+                         key=_level_order)
   columns = ['acc_g', 'acc_g_worst'] + group_columns
   print(f'## {split} (seeds {sorted(by_seed)})\n')
   print('| rule | ' + ' | '.join(columns) + ' | R |')
