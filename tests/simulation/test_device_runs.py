@@ -22,8 +22,10 @@ from tests.privacy import strategy_oracles as oracles
 from tff_hdp.privacy import blt
 from tff_hdp.privacy import min_separation as ms
 
-# The tests share the module's `run`: one xdist worker trains it.
-pytestmark = [pytest.mark.tf, pytest.mark.xdist_group('test_device_runs')]
+pytestmark = pytest.mark.tf
+# The tests that share the module's `run`: one xdist worker trains it (the
+# others, each with runs of its own, go wherever a worker is free).
+_RUN = pytest.mark.xdist_group('test_device_runs')
 
 ROUNDS, B, K, PER_ROUND = 6, 2, 3, 20
 FLAGS = ['--task=digits', '--epsilons=1,8', '--deltas=1e-6',
@@ -55,6 +57,7 @@ def run(tmp_path_factory):
   return out, result
 
 
+@_RUN
 @pytest.mark.parametrize('configuration', ['fedhdp_blt', 'fedhdp_tree'])
 def test_each_groups_epsilon_is_the_oracles(run, configuration):
   out, _ = run
@@ -82,6 +85,7 @@ def test_each_groups_epsilon_is_the_oracles(run, configuration):
                                                    abs=1e-6)
 
 
+@_RUN
 def test_every_round_takes_its_clients_and_the_table_says_device(run):
   out, result = run
   for configuration in ('fedhdp_blt', 'fedhdp_tree', 'blt_shared'):
@@ -90,6 +94,7 @@ def test_every_round_takes_its_clients_and_the_table_says_device(run):
   assert f'{PER_ROUND} clients per round (device)' in result.stdout
 
 
+@_RUN
 def test_canaries_take_part_as_devices_and_leave_the_accounting(run,
                                                                tmp_path):
   """An audit run (in cohorts): its canaries are devices of their groups,
@@ -144,6 +149,7 @@ def test_correlated_noise_with_sampling_is_refused(tmp_path):
   assert '--sampling=device' in last, last
 
 
+@_RUN
 def test_the_blt_streams_add_the_strategys_noise_to_every_round(run):
   """rounds.csv's noise std per group is z_j clip / D_j, with D_j the
   group's share of the round (public)."""
@@ -160,6 +166,7 @@ def test_the_blt_streams_add_the_strategys_noise_to_every_round(run):
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+@_RUN
 def test_one_stream_accounts_each_level_at_its_own_cap(run):
   """blt_shared, eps 1 devices capped at 1 participation and eps 8 ones at
   3: one noise multiplier, the least that meets both targets, and each
@@ -197,11 +204,11 @@ def test_a_levels_cap_is_what_the_schedule_keeps(tmp_path):
 def test_a_killed_stream_run_resumes_to_the_uninterrupted_one(
     tmp_path, configuration):
   """The streams' state (BLT's buffers, the tree's nodes, whose level buffer
-  grows with the rounds) survives a SIGKILL: killed after its fourth round
-  (in a process of its own) and resumed here, the run writes what an
-  uninterrupted one does; re-run once finished, it reports the same run
-  again. Seeded noise, so the two runs draw the same."""
-  flags = [*FLAGS, '--rounds=8', '--checkpoint_every=1', '--eval_every=8',
+  grows with the rounds, also after the resume) survives a SIGKILL: killed
+  after its second round (in a process of its own) and resumed here, the
+  run writes what an uninterrupted one does; re-run once finished, it
+  reports the same run again. Seeded noise, so the two runs draw the same."""
+  flags = [*FLAGS, '--rounds=4', '--checkpoint_every=1', '--eval_every=4',
            '--unsafe_seeded_dp_randomness', f'--algorithms={configuration}']
   whole, cut = str(tmp_path / 'whole'), str(tmp_path / 'cut')
   assert repository.run_program('run_experiment.py', *flags,
@@ -209,7 +216,7 @@ def test_a_killed_stream_run_resumes_to_the_uninterrupted_one(
   command = [sys.executable, os.path.join(repository.ROOT,
                                           'run_experiment.py'),
              *flags, f'--output_dir={cut}']
-  assert repository.kill_after_rows(command, cut, configuration, 4) == 4
+  assert repository.kill_after_rows(command, cut, configuration, 2) == 2
   want = {k: v for k, v in pinned_runs.collect(whole).items() if k != 'files'}
   for _ in range(2):  # the resume, then a re-run of the finished run
     result = repository.run_program('run_experiment.py', *flags,
