@@ -27,7 +27,7 @@ def run(tmp_path_factory):
   result = repository.run_program(
       'run_experiment.py', '--task=digits', '--epsilons=1,8',
       '--deltas=1e-6', '--sampling=device', '--min_separation=1',
-      '--max_participations=2', '--rounds=4',
+      '--max_participations=2', '--rounds=2',
       f'--clients_per_round={PER_ROUND}', '--clip_lr=0',
       f'--clip_norm={CLIP}', f'--ddp_bits={BITS}', '--checkpoint_every=0',
       '--algorithms=fedhdp_ddp', f'--output_dir={out}')
