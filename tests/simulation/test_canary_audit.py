@@ -187,7 +187,7 @@ def test_canaries_need_poisson_sampling_and_a_private_group(task):
         None, progress=False)
 
 
-FLAGS = ['--task=digits', '--algorithms=fedhdp', '--r=0.5', '--rounds=8',
+FLAGS = ['--task=digits', '--algorithms=fedhdp', '--r=0.5', '--rounds=4',
          '--clients_per_round=20', '--clip_count_stddev=3', '--eval_every=4',
          '--checkpoint_every=1', '--seed=3', '--canaries=40',
          '--cohort_size=16']
@@ -222,7 +222,7 @@ def test_a_killed_canary_run_resumes_its_scores(tmp_path):
   repository.plant_secret(whole, resumed, 'fedhdp_r0.5')
   killed_at = repository.kill_after_rows(_command(resumed), resumed,
                                          'fedhdp_r0.5', 2)
-  assert 2 <= killed_at < 8, 'the kill must land mid-run'
+  assert 2 <= killed_at < 4, 'the kill must land mid-run'
   result = _finish(resumed)
   assert result.returncode == 0, result.stderr[-2000:]
   audits = [[g.get('empirical_epsilon') for g in _summary(out)['groups']]

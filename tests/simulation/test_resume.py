@@ -25,9 +25,9 @@ pytestmark = pytest.mark.tf
 _WHOLE = pytest.mark.xdist_group('test_resume_whole')
 
 ROOT = repository.ROOT
-ROUNDS = 12
+ROUNDS = 6
 FLAGS = ['--algorithms=fedhdp', '--r=0.5', f'--rounds={ROUNDS}',
-         '--clients_per_round=20', '--clip_count_stddev=3', '--eval_every=4',
+         '--clients_per_round=20', '--clip_count_stddev=3', '--eval_every=3',
          '--checkpoint_every=1', '--seed=3', '--ditto_lambda_p=0.1',
          '--ditto_lambda_np=0.02']
 
@@ -102,14 +102,14 @@ def test_runs_with_identical_flags_draw_different_noise(tmp_path):
   in whichever process it runs."""
   first, second = str(tmp_path / 'first'), str(tmp_path / 'second')
   for out in (first, second):
-    assert _finish(out, '--rounds=2', '--ditto_lambda_p=0',
+    assert _finish(out, '--rounds=1', '--ditto_lambda_p=0',
                    '--ditto_lambda_np=0').returncode == 0
   a, b = _final_model(first), _final_model(second)
   assert any(not np.array_equal(a[name], b[name]) for name in a.files)
   # --unsafe_seeded_dp_randomness repeats a run exactly, and says so.
   seeded = [str(tmp_path / 'seeded_a'), str(tmp_path / 'seeded_b')]
   for out in seeded:
-    result = _finish(out, '--rounds=2', '--unsafe_seeded_dp_randomness')
+    result = _finish(out, '--rounds=1', '--unsafe_seeded_dp_randomness')
     assert result.returncode == 0
     assert 'WARNING: --unsafe_seeded_dp_randomness' in result.stdout
   a, b = _final_model(seeded[0]), _final_model(seeded[1])
