@@ -97,7 +97,7 @@ def test_a_killed_run_worker_takes_its_worker_along_and_frees_the_port():
 
 
 # Room for the kill after round 3 to land mid-run; what resumes is the rest.
-_ROUNDS = 12
+_ROUNDS = 8
 
 
 def _rows(output_dir):
