@@ -204,10 +204,11 @@ def test_a_levels_cap_is_what_the_schedule_keeps(tmp_path):
 def test_a_killed_stream_run_resumes_to_the_uninterrupted_one(
     tmp_path, configuration):
   """The streams' state (BLT's buffers, the tree's nodes, whose level buffer
-  grows with the rounds, also after the resume) survives a SIGKILL: killed
-  after its second round (in a process of its own) and resumed here, the
-  run writes what an uninterrupted one does; re-run once finished, it
-  reports the same run again. Seeded noise, so the two runs draw the same."""
+  changes size from round to round, also after the resume) survives a
+  SIGKILL: killed after its second round (in a process of its own) and
+  resumed here, the run writes what an uninterrupted one does; re-run once
+  finished, it reports the same run again. Seeded noise, so the two runs
+  draw the same."""
   flags = [*FLAGS, '--rounds=4', '--checkpoint_every=1', '--eval_every=4',
            '--unsafe_seeded_dp_randomness', f'--algorithms={configuration}']
   whole, cut = str(tmp_path / 'whole'), str(tmp_path / 'cut')

@@ -25,7 +25,13 @@ import time
 import pytest
 import tensorflow as tf
 
+from tasks import digits
 from tests import repository
+from tff_hdp.privacy import accounting
+from tff_hdp.privacy import plans
+from tff_hdp.privacy import privacy_groups as pg
+from tff_hdp.simulation import run_files
+from tff_hdp.simulation import trusted_setting
 
 pytestmark = pytest.mark.tf
 
@@ -80,30 +86,34 @@ def test_checkpoint_files_are_owner_only_and_no_release_holds_the_secret(
       assert pattern not in content, f'{path} holds the secret'
 
 
-_TRAIN_WITH_TENSORBOARD = textwrap.dedent('''
+def train_with_tensorboard(out):
+  """A run of 5 rounds into `out`, with TensorBoard events and no checkpoint
+  before its end."""
+  task = digits.load(clients_per_digit=3, seed=0)
+  choices = trusted_setting.client_choices(
+      task, [pg.PrivacyGroup('p', 4.0, 1e-4)], 0.2, seed=0)
+  settings = trusted_setting.Settings(
+      rounds=5, sampling=accounting.PoissonSampling(0.3),
+      clip=plans.ClipSettings(initial_norm=0.5, count_stddev=3.0),
+      eval_every=1, checkpoint_every=100)
+  trusted_setting.run_configuration(
+      task, trusted_setting.Configuration('fedhdp', 0.5), choices, settings,
+      out, progress=False,
+      release_managers=[run_files.TensorBoardRounds(out + '/tensorboard')])
+
+
+# The run in a process of its own, with a local worker that ends with it.
+_TRAIN_IN_A_PROCESS = textwrap.dedent('''
     import sys
-    from tasks import digits
-    from tff_hdp.privacy import accounting, plans
-    from tff_hdp.privacy import privacy_groups as pg
-    from tff_hdp.simulation import run_files, runtime, trusted_setting
-    runtime.init()  # a local worker that ends with this process
-    out = sys.argv[1]
-    task = digits.load(clients_per_digit=3, seed=0)
-    choices = trusted_setting.client_choices(
-        task, [pg.PrivacyGroup('p', 4.0, 1e-4)], 0.2, seed=0)
-    settings = trusted_setting.Settings(
-        rounds=5, sampling=accounting.PoissonSampling(0.3),
-        clip=plans.ClipSettings(initial_norm=0.5, count_stddev=3.0),
-        eval_every=1, checkpoint_every=100)
-    trusted_setting.run_configuration(
-        task, trusted_setting.Configuration('fedhdp', 0.5), choices, settings,
-        out, progress=False,
-        release_managers=[run_files.TensorBoardRounds(out + '/tensorboard')])
+    from tff_hdp.simulation import runtime
+    from tests.simulation import test_private_state
+    runtime.init()
+    test_private_state.train_with_tensorboard(sys.argv[1])
 ''')
 
 
 def _command_to_train(out):
-  return [sys.executable, '-c', _TRAIN_WITH_TENSORBOARD, out]
+  return [sys.executable, '-c', _TRAIN_IN_A_PROCESS, out]
 
 
 def _events(directory):
@@ -132,8 +142,7 @@ def test_a_run_killed_before_its_first_checkpoint_repeats_its_rounds(
   before = _events(os.path.join(out, 'tensorboard'))
   assert before
 
-  assert subprocess.run(_command_to_train(out), cwd=ROOT, timeout=600,
-                        stdout=log, stderr=subprocess.STDOUT).returncode == 0
+  train_with_tensorboard(out)  # re-run in this process: it reads the folder
   assert _secret(out) == secret
   rows = repository.rounds_rows(out, CONFIG)
   assert [int(r['round']) for r in rows] == list(range(1, 6))
@@ -152,7 +161,6 @@ def test_a_run_killed_before_its_first_checkpoint_repeats_its_rounds(
 def test_events_cut_short_give_their_intact_rounds_to_the_resume(tmp_path):
   # A full disk or a kill can cut the last event short; reading it failed
   # every later resume.
-  from tff_hdp.simulation import run_files  # pylint: disable=g-import-not-at-top
   directory = str(tmp_path / 'tensorboard')
   released = run_files.TensorBoardRounds(directory)
   for round_num in range(1, 5):
