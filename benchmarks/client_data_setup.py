@@ -46,6 +46,8 @@ from absl import flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import process_cpu  # noqa: E402
+
 _CLIENTS = flags.DEFINE_integer('clients', 100_000, 'Clients in the file.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed runs of each command.')
 _COHORT_SIZE = flags.DEFINE_integer('cohort_size', 64, "tff-hdp's "
@@ -116,24 +118,11 @@ def _tff_loop(path: str) -> None:
   process.next(state, [client_dataset(c) for c in clients])
 
 
-_TICKS = os.sysconf('SC_CLK_TCK')
-
-
 def _session_cpu(session: int) -> float:
   """CPU seconds of the live processes of `session` (TFF's worker, left
   running by its launcher and reparented, in no reaped count)."""
-  cpu = 0.0
-  for name in os.listdir('/proc'):
-    if not name.isdigit():
-      continue
-    try:
-      with open(f'/proc/{name}/stat') as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    except OSError:  # gone since the listing
-      continue
-    if int(fields[3]) == session:
-      cpu += sum(int(v) for v in fields[11:15]) / _TICKS
-  return cpu
+  return sum(cpu for _, in_session, cpu in
+             process_cpu.live_processes().values() if in_session == session)
 
 
 def _seconds(command: list[str]) -> tuple[float, float]:
