@@ -15,11 +15,15 @@ Timed, each a fresh process, `--repeats` times (median):
   `build_unweighted_fed_avg` with `DifferentiallyPrivateFactory.
   gaussian_adaptive`, 100 clients drawn at random, one round.
 - tff-hdp: `run_experiment.py --client_data=FILE --rounds=1
-  --clients_per_round=100 --deltas=1e-7` (FedHDP, accounting, the server test set read,
+  --clients_per_round=100 --deltas=1e-7 --cohort_size=64` (FedHDP, accounting, the server test set read,
   the round, its evaluation and files).
 on the unindexed file (tff-hdp builds its indexed copy once: the first
 run's time is shown apart; TFF's loop scans the file for every client) and
 on the same file with an index.
+
+CPU seconds (the command's, its reaped children's and its TFF worker's)
+beside wall seconds: on 2 shared cores wall time is as much the neighbours'
+load as the command's own.
 
   .venv/bin/python benchmarks/client_data_setup.py --clients=100000
 """
@@ -42,8 +46,13 @@ from absl import flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import process_cpu  # noqa: E402
+
 _CLIENTS = flags.DEFINE_integer('clients', 100_000, 'Clients in the file.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed runs of each command.')
+_COHORT_SIZE = flags.DEFINE_integer('cohort_size', 64, "tff-hdp's "
+                                   '--cohort_size (0: one TFF client per '
+                                   'client).')
 _TFF_LOOP = flags.DEFINE_string('tff_loop', None, 'Internal: run TFF\'s own '
                                 'loop on this file and exit.')
 
@@ -109,17 +118,28 @@ def _tff_loop(path: str) -> None:
   process.next(state, [client_dataset(c) for c in clients])
 
 
-def _seconds(command: list[str]) -> float:
-  """Wall seconds of `command`, in a session of its own that is killed
-  after it: TFF's own launcher leaves its worker running at exit, holding
-  the command's output open (so that is a file, not a pipe)."""
+def _session_cpu(session: int) -> float:
+  """CPU seconds of the live processes of `session` (TFF's worker, left
+  running by its launcher and reparented, in no reaped count)."""
+  return sum(cpu for _, in_session, cpu in
+             process_cpu.live_processes().values() if in_session == session)
+
+
+def _seconds(command: list[str]) -> tuple[float, float]:
+  """(wall, CPU) seconds of `command`, in a session of its own that is
+  killed after it: TFF's own launcher leaves its worker running at exit,
+  holding the command's output open (so that is a file, not a pipe). CPU
+  counts the command, the children it reaped and what is left of its
+  session (TFF's worker) at its end, so both sides' workers are in it."""
   with tempfile.TemporaryFile('w+') as errors:
     start = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
                                stderr=errors, cwd=ROOT,
                                start_new_session=True)
-    process.wait()
+    _, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    cpu = usage.ru_utime + usage.ru_stime + _session_cpu(process.pid)
     try:
       os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
@@ -127,7 +147,7 @@ def _seconds(command: list[str]) -> float:
     if process.returncode:
       errors.seek(0)
       raise RuntimeError(f'{command} failed: {errors.read()[-2000:]}')
-  return seconds
+  return seconds, cpu
 
 
 def main(argv):
@@ -156,6 +176,7 @@ def main(argv):
     # delta below 1/N for any file size up to 10^6 clients.
     return [python, 'run_experiment.py', f'--client_data={path}',
             '--rounds=1', '--clients_per_round=100', '--deltas=1e-7',
+            f'--cohort_size={_COHORT_SIZE.value}',
             f'--output_dir={tempfile.mkdtemp(dir=out)}']
 
   rows = []
@@ -166,23 +187,28 @@ def main(argv):
       for copy in os.listdir(cache):
         if copy.startswith('client_data-'):
           os.remove(os.path.join(cache, copy))
-      first = _seconds(ours(path))
-    tff_times = [_seconds([python, __file__, f'--tff_loop={path}'])
-                 for _ in range(_REPEATS.value)]
-    our_times = [_seconds(ours(path)) for _ in range(_REPEATS.value)]
-    mine, theirs = statistics.median(our_times), statistics.median(tff_times)
+      first, _ = _seconds(ours(path))
+    tff_times, our_times = [], []
+    for _ in range(_REPEATS.value):  # alternated: both under the same load
+      tff_times.append(_seconds([python, __file__, f'--tff_loop={path}']))
+      our_times.append(_seconds(ours(path)))
+    theirs = [statistics.median(t) for t in zip(*tff_times)]
+    mine = [statistics.median(t) for t in zip(*our_times)]
     rows.append([name, f'{os.path.getsize(path) / 2**20:.0f}',
-                 f'{theirs:.1f}', f'{mine:.1f}',
+                 f'{theirs[0]:.1f}', f'{theirs[1]:.1f}',
+                 f'{mine[0]:.1f}', f'{mine[1]:.1f}',
                  '-' if first is None else f'{first:.1f}',
-                 f'{mine / theirs:.2f}'])
+                 f'{mine[1] / theirs[1]:.2f}'])
     print(rows[-1], flush=True)
   shutil.rmtree(out, ignore_errors=True)
-  print(f'\n{_CLIENTS.value} clients, 100 a round; seconds from the start '
-        f'of the command to the end of round 1, median of '
-        f'{_REPEATS.value}.\n')
+  print(f'\n{_CLIENTS.value} clients, 100 a round, tff-hdp with '
+        f'--cohort_size={_COHORT_SIZE.value}; seconds from the start of the '
+        'command to the end of round 1 (wall, and CPU of the command and '
+        f'its TFF worker), median of {_REPEATS.value}.\n')
   print(tables.markdown_table(
-      ['file', 'MB', "TFF's own loop", 'tff-hdp', 'tff-hdp, first run',
-       'ratio'], rows))
+      ['file', 'MB', "TFF's own loop, wall", "TFF's own loop, CPU",
+       'tff-hdp, wall', 'tff-hdp, CPU', 'tff-hdp, first run, wall',
+       'CPU ratio'], rows))
 
 
 if __name__ == '__main__':

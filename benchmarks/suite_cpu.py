@@ -33,6 +33,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import process_cpu  # noqa: E402
 from cli import entry  # noqa: E402
 
 _TESTS = flags.DEFINE_list('tests', ['tests'], 'pytest paths to run.')
@@ -43,30 +44,18 @@ _OUTPUT = flags.DEFINE_string('output', None, 'CSV of every test (test, '
                               'wall, cpu, own, descendants), if given.')
 
 _RECORD_ENV = 'SUITE_CPU_RECORD'  # the pytest plugin's JSON-lines file
-_TICKS = os.sysconf('SC_CLK_TCK')
 
 
 def _descendants_cpu() -> dict[int, float]:
   """CPU seconds of each live descendant of this process: its own and its
   reaped children's (which are in no other live process's count)."""
-  parents, cpu = {}, {}
-  for name in os.listdir('/proc'):
-    if not name.isdigit():
-      continue
-    try:
-      with open(f'/proc/{name}/stat') as f:
-        fields = f.read().rsplit(')', 1)[1].split()
-    except OSError:  # gone since the listing
-      continue
-    pid = int(name)
-    parents[pid] = int(fields[1])
-    cpu[pid] = sum(int(v) for v in fields[11:15]) / _TICKS
+  table = process_cpu.live_processes()
   mine, frontier = {}, [os.getpid()]
   while frontier:
     parent = frontier.pop()
-    for pid, ppid in parents.items():
+    for pid, (ppid, _, cpu) in table.items():
       if ppid == parent and pid not in mine:
-        mine[pid] = cpu[pid]
+        mine[pid] = cpu
         frontier.append(pid)
   return mine
 

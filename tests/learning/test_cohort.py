@@ -241,3 +241,27 @@ def test_cohort_size_is_lowered_until_its_stacked_models_fit():
   assert (fitted + 1) * per_client > execution.COHORT_BYTES
   assert execution.fit_cohort_size(64, 10**9) == 1  # one TFF client each
   assert execution.fit_cohort_size(0, large) == 0  # asked for none
+
+
+def test_building_the_client_work_transpiles_only_the_loops(task,
+                                                            monkeypatch):
+  """Autograph converts the cohort's own loop functions, not the helpers
+  without tensor control flow (`client_work`'s module docstring) nor the
+  TFF optimizer step they call: converting those cost a third of the
+  build, for the same graph."""
+  from tensorflow.python.autograph.impl import api  # pylint: disable=g-import-not-at-top
+  converted, convert = [], api._convert_actual  # pylint: disable=protected-access
+
+  def recording(entity, program_ctx):
+    converted.append(f'{entity.__module__}.{entity.__qualname__}')
+    return convert(entity, program_ctx)
+
+  monkeypatch.setattr(api, '_convert_actual', recording)
+  cohort.build_cohort_client_work(
+      task.tff_model_fn(), tff.learning.optimizers.build_sgdm(0.1), 2,
+      task.batch_size)
+  assert 'tff_hdp.learning.cohort.train_slot' in converted  # it does record
+  skipped = [f'tff_hdp.learning.client_work.{name}' for name in
+             ('local_step', 'drop_if_non_finite', 'train_output')]
+  assert not set(skipped) & set(converted)
+  assert not [c for c in converted if c.endswith('_SGD.next')]

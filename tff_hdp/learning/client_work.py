@@ -7,6 +7,12 @@ pseudo-gradient `theta - theta_local` (TFF's convention; the finalizer applies
 it with the server optimizer), and the update weight is the group vector, which
 `HeterogeneousDPFactory` turns into per-group sums and counts. A client whose
 update is not finite is dropped (weight zero vector) and counted.
+
+The helpers the training tf.functions call that have no Python control flow
+on tensors (`local_step`, `drop_if_non_finite`, `train_output`) are marked
+`do_not_convert`: autograph would otherwise transpile them and all they call
+(TFF's optimizer and nest utilities) on every build of a process, about a
+third of a cohort client work's build, for the same graph.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ def make_client_data(dataset: tf.data.Dataset, group_one_hot: np.ndarray,
   return data
 
 
+@tf.autograph.experimental.do_not_convert
 def drop_if_non_finite(update, one_hot):
   """A non-finite update becomes zeros with a zero weight (the client is
   dropped); also returns whether it was finite, for the count."""
@@ -64,6 +71,7 @@ def drop_if_non_finite(update, one_hot):
           clipping.zero_unless(finite, one_hot), finite)
 
 
+@tf.autograph.experimental.do_not_convert
 def local_step(model, optimizer, opt_state, batch):
   """One optimizer step of `model` on `batch` (its metrics updated too);
   returns the new optimizer state and the batch's example count."""
@@ -121,6 +129,7 @@ def _build_local_training(model_fn, epochs: int, num_groups: int,
   return train
 
 
+@tf.autograph.experimental.do_not_convert
 def train_output(model, update, weight, num_examples, num_non_finite):
   """What a train function of `build_client_work_process` returns."""
   return (tff.learning.templates.ClientResult(update=update,
