@@ -403,6 +403,17 @@ def _has_client_index(path: str) -> bool:
   return False
 
 
+def _is_indexed_copy(path: str) -> bool:
+  """Whether `path` is a finished indexed copy. Not one: no file, or one
+  that is empty or not SQLite (TFF's SqlClientData creates an empty
+  database at a path it is given that has gone, so a copy deleted under a
+  running reader comes back as 0 bytes)."""
+  try:
+    return os.path.exists(path) and _has_client_index(path)
+  except sqlite3.DatabaseError:
+    return False
+
+
 def indexed_copy(path: str, fingerprint: str, folder: str) -> str:
   """An SqlClientData file with an index on examples(client_id,
   split_name): `path` if it has one, else a copy of it under `folder`,
@@ -413,7 +424,7 @@ def indexed_copy(path: str, fingerprint: str, folder: str) -> str:
   copy = os.path.join(folder, f'client_data-{fingerprint}.sqlite')
   with tasks.writing_cache(folder):
     os.makedirs(folder, exist_ok=True)
-    if not os.path.exists(copy):
+    if not _is_indexed_copy(copy):
       with _private_file_in_place_of(copy) as tmp, \
           sqlite3.connect(f'file:{path}?mode=ro', uri=True) as source, \
           sqlite3.connect(tmp) as target:

@@ -439,6 +439,23 @@ def test_the_index_is_built_once_in_the_cache(tmp_path):
   assert len(list(cache.glob('*.sqlite'))) == 1
 
 
+@pytest.mark.parametrize('damage', [b'', b'not a database' * 100])
+def test_an_empty_or_broken_copy_in_the_cache_is_built_again(tmp_path,
+                                                             damage):
+  """A copy removed while a run read it comes back empty (TFF's reader
+  creates the database it is pointed at): the next run rebuilds it instead
+  of stopping at 'no such table: examples'."""
+  path, data = _tff_file(tmp_path / 'plain.sqlite', lambda i: 'train')
+  cache = tmp_path / 'cache'
+  client_data.load_task(path, 'a', 2, cache_folder=str(cache))
+  [copy] = cache.glob('*.sqlite')
+  copy.write_bytes(damage)
+  task = client_data.load_task(path, 'a', 2, cache_folder=str(cache))
+  assert str(copy) in task.clients.notes[0]
+  some = task.client_ids[0]
+  np.testing.assert_array_equal(task.train_arrays(some)[0], data[some][0])
+
+
 def test_an_index_cache_that_cannot_be_written_is_named(tmp_path):
   path, _ = _tff_file(tmp_path / 'plain.sqlite', lambda i: 'train')
   (tmp_path / 'a_file').write_text('')
