@@ -47,6 +47,7 @@ is that least b, which the command line checks before TensorFlow loads.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 import statistics
@@ -104,7 +105,7 @@ def skellam_rdp(orders, l2_sensitivity: float, l1_sensitivity: float,
 
 
 @dataclasses.dataclass(frozen=True)
-class DistributedShares(min_separation.DeviceParticipation):
+class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
   """One private group's devices, and the distributed noise on its sums.
 
   The participation is `DeviceParticipation`'s (each device at most
@@ -139,10 +140,10 @@ class DistributedShares(min_separation.DeviceParticipation):
                        f'{self.noise_multiplier}, {self.local_stddev}, '
                        f'{self.dim}.')
 
+  @abc.abstractmethod
   def _shares_rdp(self, shares: int) -> np.ndarray:
     """One participation's RDP at `ORDERS` when `shares` devices add
     theirs."""
-    raise NotImplementedError
 
   def at(self, noise_multiplier: float) -> DistributedShares:
     """The same build at another noise multiplier, its local std scaled
