@@ -29,8 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import tff_hdp  # noqa: F401,E402
-from tasks import digits  # noqa: E402
-from tasks import models  # noqa: E402
+from tff_hdp.tasks import digits  # noqa: E402
+from tff_hdp.tasks import models  # noqa: E402
 from tff_hdp.aggregators import heterogeneous_dp  # noqa: E402
 from tff_hdp.federated_task import FederatedTask  # noqa: E402
 from tff_hdp.learning import dp_sgd  # noqa: E402

@@ -59,8 +59,8 @@ _TFF_LOOP = flags.DEFINE_string('tff_loop', None, 'Internal: run TFF\'s own '
 
 def _write_tff_layout(path: str, num_clients: int) -> None:
   """The population's clients, each id in one split, without an index."""
-  from tasks import client_data  # pylint: disable=g-import-not-at-top
-  from tasks import population  # pylint: disable=g-import-not-at-top
+  from tff_hdp.tasks import client_data  # pylint: disable=g-import-not-at-top
+  from tff_hdp.tasks import population  # pylint: disable=g-import-not-at-top
   tmp = f'{path}.{os.getpid()}.tmp'
   with sqlite3.connect(tmp) as con:
     con.execute('CREATE TABLE examples (split_name TEXT NOT NULL, client_id '
@@ -155,7 +155,7 @@ def main(argv):
   if _TFF_LOOP.value:
     _tff_loop(_TFF_LOOP.value)
     return
-  import tasks  # pylint: disable=g-import-not-at-top
+  from tff_hdp import tasks  # pylint: disable=g-import-not-at-top
   from tff_hdp.reporting import tables  # pylint: disable=g-import-not-at-top
   cache = tasks.cache_dir()
   os.makedirs(cache, exist_ok=True)

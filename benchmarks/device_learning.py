@@ -50,7 +50,7 @@ from absl import flags
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _OUTPUT = flags.DEFINE_string('output_dir', os.path.join(
     ROOT, 'results', 'device_learning'), 'Where each configuration runs.')

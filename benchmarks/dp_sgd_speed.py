@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _BATCH = flags.DEFINE_integer('batch', 64, 'Examples per step.')
 _STEPS = flags.DEFINE_integer('steps', 20, 'Timed steps per method.')
@@ -41,7 +41,7 @@ _LR = 0.1
 
 
 def _model():
-  from tasks import models  # pylint: disable=g-import-not-at-top
+  from tff_hdp.tasks import models  # pylint: disable=g-import-not-at-top
   if _MODEL.value == 'cnn':
     return models.feo2_cnn(10)
   if _MODEL.value == 'softmax':

@@ -17,7 +17,7 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cli import entry  # noqa: E402  (first: names a Python without the stack)
+from tff_hdp.cli import entry  # noqa: E402  (first: names a Python without the stack)
 from tff_hdp.reporting import plots  # noqa: E402
 
 _RUNS = flags.DEFINE_string(

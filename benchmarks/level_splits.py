@@ -22,7 +22,7 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cli import entry  # noqa: E402  (first: names a Python without the stack)
+from tff_hdp.cli import entry  # noqa: E402  (first: names a Python without the stack)
 
 _RUNS = flags.DEFINE_string('runs', 'results/follow_data',
                             'The folder holding <split>_seed<S>/ run folders.')

@@ -42,9 +42,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from benchmarks import authors_accountant  # noqa: E402
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 import numpy as np  # noqa: E402
-import tasks  # noqa: E402
+from tff_hdp import tasks  # noqa: E402
 
 from tff_hdp.learning import algorithms  # noqa: E402
 from tff_hdp.privacy import heterogeneity  # noqa: E402

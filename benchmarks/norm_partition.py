@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tff_hdp.privacy import heterogeneity  # noqa: E402
@@ -63,8 +63,8 @@ def main(argv):
   # pylint: disable=g-import-not-at-top
   import tensorflow as tf
   import tensorflow_federated as tff
-  from tasks import mnist
-  from tasks import models
+  from tff_hdp.tasks import mnist
+  from tff_hdp.tasks import models
   from tff_hdp.aggregators import norm_partition
   from tff_hdp.learning import dp_sgd
   # pylint: enable=g-import-not-at-top

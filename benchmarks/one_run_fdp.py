@@ -45,7 +45,7 @@ from scipy import integrate, optimize, special, stats
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 from tff_hdp.privacy import empirical_epsilon  # noqa: E402
 from tff_hdp.privacy import one_run_fdp  # noqa: E402
 

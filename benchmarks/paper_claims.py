@@ -28,12 +28,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from cli import entry  # noqa: E402
-from cli.cross_silo import SPECTRUM_ENDS  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
+from tff_hdp.cli.cross_silo import SPECTRUM_ENDS  # noqa: E402
 
 from tff_hdp.reporting import tables  # noqa: E402
-from cli.presets import FIGURES  # noqa: E402
-from cli.presets import PRESETS  # noqa: E402
+from tff_hdp.cli.presets import FIGURES  # noqa: E402
+from tff_hdp.cli.presets import PRESETS  # noqa: E402
 
 if TYPE_CHECKING:
   from tff_hdp.reporting import paper_claims

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DATA_DIR = flags.DEFINE_string(
@@ -81,7 +81,7 @@ def _time_calls(owner, name: str, totals: dict) -> None:
 
 def main(argv):
   del argv
-  from tasks import mnist  # pylint: disable=g-import-not-at-top
+  from tff_hdp.tasks import mnist  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.simulation import trusted_setting  # pylint: disable=g-import-not-at-top,g-multiple-import
   from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top,g-multiple-import

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 if TYPE_CHECKING:
   from tff_hdp.federated_task import FederatedTask
@@ -39,7 +39,7 @@ _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed calls of each; the '
 
 def _task(rng) -> FederatedTask:
   # pylint: disable=g-import-not-at-top,redefined-outer-name
-  from tasks import models
+  from tff_hdp.tasks import models
   from tff_hdp.federated_task import FederatedTask
   # pylint: enable=g-import-not-at-top,redefined-outer-name
   n = _CLIENTS.value

@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 from tff_hdp.privacy import accounting  # noqa: E402
 from tff_hdp.privacy import plans  # noqa: E402
 from tff_hdp.privacy import privacy_groups as pg  # noqa: E402

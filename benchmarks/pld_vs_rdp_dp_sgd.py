@@ -22,7 +22,7 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import silo_task  # noqa: E402
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _SCHOOL_EPSILON = flags.DEFINE_float('school_epsilon', 6.0,
                                      "Every School silo's epsilon (RESULTS §5).")

@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from tasks import population  # noqa: E402
+from tff_hdp.tasks import population  # noqa: E402
 from tff_hdp.privacy import accounting, plans  # noqa: E402
 from tff_hdp.privacy import privacy_groups as pg  # noqa: E402
 from tff_hdp.simulation import runtime, trusted_setting  # noqa: E402

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _CLIENTS = flags.DEFINE_integer('clients', 8, 'Clients per call.')
 _SLEEP_MS = flags.DEFINE_integer('sleep_ms', 500, 'Each client sleeps this '

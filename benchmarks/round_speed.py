@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _CLIENTS_PER_ROUND = flags.DEFINE_list('clients_per_round',
                                        ['10', '50', '100', '200'],

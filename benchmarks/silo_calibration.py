@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from benchmarks import silo_task  # noqa: E402
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _ROUNDS = flags.DEFINE_integer('rounds', 200, 'Rounds the budget must last.')
 _EPSILON = flags.DEFINE_float('epsilon', 1.0, "Every silo's epsilon.")

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
 from benchmarks import silo_task  # noqa: E402
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _ROUNDS = flags.DEFINE_integer('rounds', 5, 'Timed rounds per execution.')
 _COHORT_SIZES = flags.DEFINE_list(

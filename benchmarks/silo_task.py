@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from cli import entry
+from tff_hdp.cli import entry
 
 TASK = flags.DEFINE_enum('task', 'school', ['school', 'vehicle', 'gleam'],
                          'Cross-silo task.')
@@ -18,7 +18,7 @@ BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'DP-SGD batch size.')
 
 def load():
   """(task, algorithm record) the flags name; a bad one is an InputError."""
-  import tasks  # pylint: disable=g-import-not-at-top
+  from tff_hdp import tasks  # pylint: disable=g-import-not-at-top
   from tff_hdp.federated_task import TaskOptions  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import cross_silo_setting as cse  # pylint: disable=g-import-not-at-top
   data_dir = DATA_DIR.value or tasks.REGISTRY[TASK.value].default_data_dir()

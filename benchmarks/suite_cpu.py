@@ -34,7 +34,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import process_cpu  # noqa: E402
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _TESTS = flags.DEFINE_list('tests', ['tests'], 'pytest paths to run.')
 _PROCESSES = flags.DEFINE_integer('processes', 2, 'pytest-xdist processes '

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 import numpy as np  # noqa: E402
 
 _ROUNDS = flags.DEFINE_integer('rounds', 3, 'Timed rounds per configuration.')
@@ -114,7 +114,7 @@ def _noise_seconds(steps: int, shapes) -> float:
 
 def main(argv):
   del argv
-  import tasks  # pylint: disable=g-import-not-at-top
+  from tff_hdp import tasks  # pylint: disable=g-import-not-at-top
   from tff_hdp.federated_task import TaskOptions  # pylint: disable=g-import-not-at-top
   from tff_hdp.simulation import runtime  # pylint: disable=g-import-not-at-top
   runtime.init()

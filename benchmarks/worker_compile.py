@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _WORKERS = flags.DEFINE_list('workers', ['2', '3'], 'Worker counts, one row '
                              'pair each.')
@@ -91,7 +91,7 @@ def main(argv):
   del argv
   # pylint: disable=g-import-not-at-top
   import portpicker
-  import tasks
+  from tff_hdp import tasks
   from tff_hdp.federated_task import TaskOptions
   from tff_hdp.simulation import runtime
   from tff_hdp.simulation import workers

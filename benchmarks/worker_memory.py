@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tff_hdp  # noqa: E402,F401  (quiets TF before it is imported)
 
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 import psutil  # noqa: E402
 
 _RUNS = flags.DEFINE_integer('runs', 4, 'Runs per configuration.')
@@ -77,7 +77,7 @@ def _run_sizes(task, renew: bool) -> list[tuple[float, float, float]]:
 
 def main(argv):
   del argv
-  import tasks  # pylint: disable=g-import-not-at-top
+  from tff_hdp import tasks  # pylint: disable=g-import-not-at-top
   from tff_hdp.federated_task import TaskOptions  # pylint: disable=g-import-not-at-top
   data_dir = (_DATA_DIR.value
               or tasks.REGISTRY['fashion_mnist_iid'].default_data_dir())

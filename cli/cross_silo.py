@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from cli import flags
+from tff_hdp.cli import flags
 
 # The algorithms at either end of MR-MTL's lambda: lambda = 0 and lambda -> inf.
 SPECTRUM_ENDS = ('local', 'fedavg')

@@ -19,8 +19,8 @@ import threading
 
 from absl import flags as absl_flags
 
-import tasks
-from cli.entry import InputError  # noqa: F401  (raised by every check here)
+from tff_hdp import tasks
+from tff_hdp.cli.entry import InputError  # noqa: F401  (raised by every check here)
 from tff_hdp.learning import algorithms
 from tff_hdp.privacy import heterogeneity
 from tff_hdp.simulation import workers
@@ -1185,7 +1185,7 @@ def load_task():
     return task
   if WORKER_DATA.value:
     path = os.path.abspath(WORKER_DATA.value)
-    from tasks import client_data  # pylint: disable=g-import-not-at-top
+    from tff_hdp.tasks import client_data  # pylint: disable=g-import-not-at-top
     try:
       task = client_data.stored_task(task, path)
     except ValueError as e:
@@ -1200,7 +1200,7 @@ def _own_task():
   if not CLIENT_DATA.value:
     return _load_registered_task()
   path = os.path.abspath(CLIENT_DATA.value)
-  from tasks import client_data  # pylint: disable=g-import-not-at-top
+  from tff_hdp.tasks import client_data  # pylint: disable=g-import-not-at-top
   try:
     return client_data.load_task(path, os.path.basename(path),
                                  BATCH_SIZE.value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from cli import flags
+from tff_hdp.cli import flags
 
 
 def run() -> None:

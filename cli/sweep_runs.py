@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from cli.entry import InputError
+from tff_hdp.cli.entry import InputError
 
 
 def finished_or_run(label: str, completed: Callable[[], dict | None],

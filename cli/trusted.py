@@ -7,7 +7,7 @@ import functools
 import math
 import os
 
-from cli import flags
+from tff_hdp.cli import flags
 
 
 def learning_setup(task):

@@ -8,8 +8,8 @@ import dataclasses
 import os
 import time
 
-from cli import flags
-from cli import sweep_runs
+from tff_hdp.cli import flags
+from tff_hdp.cli import sweep_runs
 
 
 # With Robust-HDP's own epsilon lists (--epsilon_distribution=distK), its

@@ -56,5 +56,5 @@ RECORD = algorithms.Algorithm(
 
 if __name__ == '__main__':
   algorithms.register(RECORD)
-  import run_experiment  # pylint: disable=g-import-not-at-top
+  from tff_hdp.cli import run_experiment  # pylint: disable=g-import-not-at-top
   run_experiment.run()

@@ -32,8 +32,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import tasks
-from tasks import models
+from tff_hdp import tasks
+from tff_hdp.tasks import models
 from tff_hdp.federated_task import Arrays, ClientSource, FederatedTask
 from tff_hdp.federated_task import check_client, seeded_subset
 

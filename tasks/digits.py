@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 from sklearn import datasets
 
-from tasks import models
+from tff_hdp.tasks import models
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.federated_task import TaskOptions
 

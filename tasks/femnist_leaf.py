@@ -14,9 +14,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from tasks import client_arrays
-from tasks import data_files
-from tasks import models
+from tff_hdp.tasks import client_arrays
+from tff_hdp.tasks import data_files
+from tff_hdp.tasks import models
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.federated_task import TaskOptions
 

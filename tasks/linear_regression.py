@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tasks import models
+from tff_hdp.tasks import models
 from tff_hdp.federated_task import Arrays
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.federated_task import TaskOptions

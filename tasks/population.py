@@ -18,8 +18,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-import tasks
-from tasks import client_data, models
+from tff_hdp import tasks
+from tff_hdp.tasks import client_data, models
 from tff_hdp.federated_task import Arrays, FederatedTask, TaskOptions
 
 NUM_FEATURES = 20

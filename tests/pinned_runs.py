@@ -45,7 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PINNED_FILE = os.path.join(ROOT, 'tests', 'pinned_outputs.json')
 # The Vehicle data, under the data sets' one setting (tasks.data_files).
 sys.path.insert(0, ROOT)
-import tasks  # noqa: E402  pylint: disable=g-import-not-at-top
+from tff_hdp import tasks  # noqa: E402  pylint: disable=g-import-not-at-top
 VEHICLE_DIR = tasks.REGISTRY['vehicle'].default_data_dir()
 VEHICLE_PLACEHOLDER = '{vehicle_dir}'
 

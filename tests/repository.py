@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-import tasks
+from tff_hdp import tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MISSING_DATA = 'missing data set'
@@ -184,7 +184,7 @@ def run_program(program: str, *flags: str,
   # pylint: enable=g-import-not-at-top
   if program not in _PROGRAMS:
     raise ValueError(f'{program} runs in a process of its own.')
-  module = importlib.import_module(program[:-3])  # the root is on sys.path
+  module = importlib.import_module(f'tff_hdp.cli.{program[:-3]}')
   out, err = io.StringIO(), io.StringIO()
   old_cwd, old_argv = os.getcwd(), sys.argv
   code = 0

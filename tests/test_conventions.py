@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks import cross_silo
+from tff_hdp.tasks import cross_silo
 from tests import repository
 from tff_hdp.privacy import plans
 
@@ -77,7 +77,7 @@ def test_mrmtls_pull_is_clipped_with_each_example_by_default():
   settings = cross_silo_setting.CrossSiloSettings(
       rounds=1, epsilons=(1.0,), delta=1e-3, learning_rate=0.1, clip_norm=1.0)
   assert settings.regularizer_placement == 'per_example'
-  from cli import flags  # pylint: disable=g-import-not-at-top
+  from tff_hdp.cli import flags  # pylint: disable=g-import-not-at-top
   assert flags.REGULARIZER_PLACEMENT.default == 'per_example'
 
 

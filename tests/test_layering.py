@@ -5,7 +5,9 @@ The order, lowest first: the package root (`tff_hdp`, `federated_task`,
 `learning`, `simulation`, `estimation`, `reporting`, `cli`. `tasks/` holds
 registered tasks only: it imports the package root and nothing else of the
 library, and only `cli/` (and the entry points) import it. Imports inside
-functions count too.
+functions count too. `tasks/` and `cli/` sit at the top of the tree and are
+imported by their installed names, `tff_hdp.tasks` and `tff_hdp.cli`
+(pyproject.toml); their bare names would load a second copy of each module.
 """
 
 import ast
@@ -17,16 +19,34 @@ ORDER = ('root', 'privacy', 'aggregators', 'learning', 'simulation',
 NO_TENSORFLOW = ('privacy',)
 
 
+TOP_FOLDERS = ('tasks', 'cli')  # installed as tff_hdp.<name>
+
+
 def layer_of(module: str) -> str | None:
   """The layer of a dotted module name, or None outside the project."""
   parts = module.split('.')
-  if parts[0] in ('cli', 'tasks'):
-    return parts[0]
   if parts[0] != 'tff_hdp':
     return None
-  if len(parts) > 1 and parts[1] in ORDER:
+  if len(parts) > 1 and (parts[1] in ORDER or parts[1] in TOP_FOLDERS):
     return parts[1]
   return 'root'
+
+
+def _module_files(root: str):
+  """(path, module name, its package) of every module under tff_hdp/,
+  tasks/ and cli/, named as they are imported."""
+  for top in ('tff_hdp',) + TOP_FOLDERS:
+    for dirpath, _, files in os.walk(os.path.join(root, top)):
+      for name in sorted(files):
+        if not name.endswith('.py'):
+          continue
+        path = os.path.join(dirpath, name)
+        rel = os.path.relpath(path, root)[:-3].replace(os.sep, '.')
+        if top in TOP_FOLDERS:
+          rel = f'tff_hdp.{rel}'
+        module = rel.removesuffix('.__init__')
+        yield path, module, (module if name == '__init__.py' else
+                             module.rpartition('.')[0])
 
 
 def _imports(path: str, package: str) -> list[str]:
@@ -55,28 +75,25 @@ def _allowed(importer: str, imported: str) -> bool:
 
 def violations(root: str) -> list[str]:
   """Every import under `root`'s tff_hdp/, tasks/ and cli/ that breaks the
-  layering, as 'importer -> imported (why)'."""
+  layering, or names `tasks` / `cli` by their bare folder names, as
+  'importer -> imported (why)'."""
   found = []
-  for top in ('tff_hdp', 'tasks', 'cli'):
-    for dirpath, _, files in os.walk(os.path.join(root, top)):
-      for name in sorted(files):
-        if not name.endswith('.py'):
-          continue
-        path = os.path.join(dirpath, name)
-        rel = os.path.relpath(path, root)[:-3].replace(os.sep, '.')
-        module = rel[:-len('.__init__')] if rel.endswith('.__init__') else rel
-        package = module if name == '__init__.py' else module.rpartition('.')[0]
-        importer = layer_of(module)
-        for imported_module in _imports(path, package):
-          if (importer in NO_TENSORFLOW and
-              imported_module.split('.')[0] in ('tensorflow',
-                                                'tensorflow_federated')):
-            found.append(f'{module} -> {imported_module} (the {importer} '
-                         'layer is pure Python)')
-          imported = layer_of(imported_module)
-          if imported is not None and not _allowed(importer, imported):
-            found.append(f'{module} -> {imported_module} ({importer} may not '
-                         f'import {imported})')
+  for path, module, package in _module_files(root):
+    importer = layer_of(module)
+    for imported_module in _imports(path, package):
+      if imported_module.split('.')[0] in TOP_FOLDERS:
+        found.append(f'{module} -> {imported_module} (installed as '
+                     f'tff_hdp.{imported_module})')
+        continue
+      if (importer in NO_TENSORFLOW and
+          imported_module.split('.')[0] in ('tensorflow',
+                                            'tensorflow_federated')):
+        found.append(f'{module} -> {imported_module} (the {importer} '
+                     'layer is pure Python)')
+      imported = layer_of(imported_module)
+      if imported is not None and not _allowed(importer, imported):
+        found.append(f'{module} -> {imported_module} ({importer} may not '
+                     f'import {imported})')
   return found
 
 
@@ -88,16 +105,8 @@ def import_cycles(root: str) -> list[list[str]]:
   """The project's modules that import each other in a cycle (inside
   functions too), each cycle once as its sorted module names: a cycle only
   works while an import stays deferred, and reorders easily into an error."""
-  modules = {}
-  for top in ('tff_hdp', 'tasks', 'cli'):
-    for dirpath, _, files in os.walk(os.path.join(root, top)):
-      for name in files:
-        if name.endswith('.py'):
-          path = os.path.join(dirpath, name)
-          rel = os.path.relpath(path, root)[:-3].replace(os.sep, '.')
-          module = rel.removesuffix('.__init__')
-          modules[module] = (path, module if name == '__init__.py' else
-                             module.rpartition('.')[0])
+  modules = {module: (path, package)
+             for path, module, package in _module_files(root)}
   graph = {}
   for module, (path, package) in modules.items():
     graph[module] = set()
@@ -139,27 +148,30 @@ def test_the_check_reports_an_upward_import(tmp_path):
   _write(root, 'tff_hdp/aggregators/rule.py',
          'def f():\n  from tff_hdp.simulation import round_loop\n')
   _write(root, 'tff_hdp/privacy/plan.py', 'import tensorflow as tf\n')
-  _write(root, 'tff_hdp/learning/uses_task.py', 'from tasks import mnist\n')
+  _write(root, 'tff_hdp/learning/uses_task.py',
+         'from tff_hdp.tasks import mnist\n')
   _write(root, 'tasks/loader.py', 'from tff_hdp.learning import dp_sgd\n')
+  _write(root, 'cli/bare.py', 'from tasks import mnist\n')
   _write(root, 'tff_hdp/simulation/ok.py',
          'from tff_hdp.learning import dp_sgd\nfrom tff_hdp import metrics\n')
   assert sorted(violations(root)) == sorted([
       'tff_hdp.aggregators.rule -> tff_hdp.simulation.round_loop '
       '(aggregators may not import simulation)',
       'tff_hdp.privacy.plan -> tensorflow (the privacy layer is pure Python)',
-      'tff_hdp.learning.uses_task -> tasks.mnist (learning may not import '
-      'tasks)',
-      'tasks.loader -> tff_hdp.learning.dp_sgd (tasks may not import '
+      'tff_hdp.learning.uses_task -> tff_hdp.tasks.mnist (learning may not '
+      'import tasks)',
+      'tff_hdp.tasks.loader -> tff_hdp.learning.dp_sgd (tasks may not import '
       'learning)',
+      'tff_hdp.cli.bare -> tasks.mnist (installed as tff_hdp.tasks.mnist)',
   ])
 
 
 def test_the_check_reports_a_cycle_through_a_deferred_import(tmp_path):
   root = str(tmp_path)
-  _write(root, 'tasks/a.py', 'from tasks import b\n')
-  _write(root, 'tasks/b.py', 'def f():\n  from tasks.a import g\n')
-  _write(root, 'tasks/c.py', 'from tasks import a\n')
-  assert import_cycles(root) == [['tasks.a', 'tasks.b']]
+  _write(root, 'tasks/a.py', 'from tff_hdp.tasks import b\n')
+  _write(root, 'tasks/b.py', 'def f():\n  from tff_hdp.tasks.a import g\n')
+  _write(root, 'tasks/c.py', 'from tff_hdp.tasks import a\n')
+  assert import_cycles(root) == [['tff_hdp.tasks.a', 'tff_hdp.tasks.b']]
 
 
 def test_the_privacy_layer_and_the_flags_load_without_tensorflow():
@@ -171,7 +183,7 @@ def test_the_privacy_layer_and_the_flags_load_without_tensorflow():
           'import tff_hdp.privacy.accounting, tff_hdp.privacy.plans\n'
           'import tff_hdp.privacy.release_policy\n'
           'import tff_hdp.privacy.empirical_epsilon\n'
-          'import cli.flags, cli.entry, tasks\n'
+          'import tff_hdp.cli.flags, tff_hdp.cli.entry, tff_hdp.tasks\n'
           'from tff_hdp.learning import algorithms\n'
           'loaded = sorted(m for m in sys.modules\n'
           '                if m.split(".")[0] in ("tensorflow",\n'

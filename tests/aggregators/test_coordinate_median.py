@@ -85,7 +85,7 @@ def test_a_rule_registered_by_user_code_runs_from_the_cli(tmp_path):
       algorithms.register(algorithms.Algorithm(
           'user_median', algorithms.UNTRUSTED, 'a median from user code',
           CoordinateMedianFactory))
-      import run_experiment
+      from tff_hdp.cli import run_experiment
       run_experiment.run()
   """))
   result = subprocess.run(

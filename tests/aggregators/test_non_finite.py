@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tff_hdp.learning import client_work
 from tff_hdp.learning import fedhdp
 from tff_hdp.aggregators import HeterogeneousDPFactory

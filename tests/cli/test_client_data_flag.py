@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from tasks import client_data, population
+from tff_hdp.tasks import client_data, population
 from tests import repository
 
 pytestmark = pytest.mark.tf

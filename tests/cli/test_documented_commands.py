@@ -1,14 +1,14 @@
 """Every command the documentation shows is accepted as written.
 
 The commands are read from the shell blocks of README.md and RESULTS.md and
-from the usage examples in the docstrings of run_experiment.py, reproduce.py
-and run_worker.py. Each is checked the way its program checks flags:
+from the usage examples in the docstrings of the programs run_experiment.py,
+reproduce.py and run_worker.py (in cli/, which the top-level scripts call). Each is checked the way its program checks flags:
 
 * run_experiment.py and reproduce.py with `--dry_run`, which runs every flag
   check (for reproduce.py with each preset applied) and exits before loading
   data or TensorFlow;
 * run_worker.py and the benchmarks through their own start
-  (`cli.entry.run`: flag parsing and the program's checks) with a main that
+  (`tff_hdp.cli.entry.run`: flag parsing and the program's checks) with a main that
   does nothing.
 
 A documented command that is refused (exit status not 0) fails the test.
@@ -39,7 +39,7 @@ import sys
 
 import pytest
 
-import tasks
+from tff_hdp import tasks
 from tests import repository
 
 ROOT = repository.ROOT
@@ -66,7 +66,7 @@ SMOKE = (
 _CHECK_ONLY = '''
 import runpy, sys
 sys.path.insert(0, {root!r})
-from cli import entry
+from tff_hdp.cli import entry
 real_run = entry.run
 def check_only(main, usage, groups=None, validate=None, **options):
   real_run(lambda argv: None, usage, groups, validate, **options)
@@ -129,7 +129,7 @@ def documented_commands():
         found += [(name, c) for c in _expand(block)]
   for name in ENTRY_POINTS:
     found += [(name, c)
-              for c in _docstring_commands(os.path.join(ROOT, name))]
+              for c in _docstring_commands(os.path.join(ROOT, 'cli', name))]
   return found
 
 

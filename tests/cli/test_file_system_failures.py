@@ -156,7 +156,7 @@ def test_the_flag_check_names_an_unwritable_output_folder(tmp_path,
 _RAISING_MAIN = '''
 import sys
 sys.path.insert(0, {root!r})
-from cli import entry
+from tff_hdp.cli import entry
 
 def main(argv):
   import tensorflow as tf

@@ -16,14 +16,14 @@ from absl.testing import flagsaver  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-import tasks  # noqa: E402
+from tff_hdp import tasks  # noqa: E402
 from tff_hdp.privacy import accounting  # noqa: E402
 from tff_hdp.simulation import checkpointing  # noqa: E402
 from tff_hdp.simulation import folder_lock  # noqa: E402
 from tff_hdp.simulation import untrusted_setting  # noqa: E402
 from tff_hdp.simulation import trusted_setting  # noqa: E402
-from cli import presets  # noqa: E402
-from cli import untrusted as cli_untrusted  # noqa: E402
+from tff_hdp.cli import presets  # noqa: E402
+from tff_hdp.cli import untrusted as cli_untrusted  # noqa: E402
 from tff_hdp.reporting import tables  # noqa: E402
 from tff_hdp.federated_task import TaskOptions  # noqa: E402
 from tff_hdp.privacy.privacy_groups import PrivacyGroup  # noqa: E402

@@ -16,14 +16,14 @@ from absl import flags as absl_flags
 from absl.testing import flagsaver
 import pytest
 
-from cli import cross_silo as cli_cross_silo
-from cli import flags
-from cli import trusted as cli_trusted
-from cli import untrusted as cli_untrusted
+from tff_hdp.cli import cross_silo as cli_cross_silo
+from tff_hdp.cli import flags
+from tff_hdp.cli import trusted as cli_trusted
+from tff_hdp.cli import untrusted as cli_untrusted
 # Imported here, not in a test: a flag defined inside the module's
 # flagsaver would be deleted when it ends, while the module stayed imported
 # (reproduce.py run later in this process would not know its own flags).
-import reproduce
+from tff_hdp.cli import reproduce
 from tff_hdp.simulation import checkpointing
 from tff_hdp.simulation import cross_silo_setting
 from tff_hdp.simulation import trusted_setting

@@ -7,7 +7,7 @@ import psutil
 import pytest
 import tensorflow_federated as tff
 
-from cli import sweep_runs
+from tff_hdp.cli import sweep_runs
 from tests.simulation.test_local_worker import _worker_processes
 from tff_hdp.simulation import runtime
 

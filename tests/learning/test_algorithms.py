@@ -126,7 +126,7 @@ def test_a_registered_record_is_found_in_its_setting_only(registry):
 def test_an_option_named_like_a_flag_of_the_command_line_is_refused(
     registry):
   # pylint: disable-next=g-import-not-at-top
-  from cli import flags
+  from tff_hdp.cli import flags
   registry.register(algorithms.Algorithm(
       'mine', algorithms.UNTRUSTED, 'mine', _build,
       (algorithms.Option('rounds', 'mine'),)))

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.learning import client_work

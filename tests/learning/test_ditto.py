@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tff_hdp.learning import client_work
 from tff_hdp.learning import ditto
 

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import digits
-from tasks import models
+from tff_hdp.tasks import digits
+from tff_hdp.tasks import models
 from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.simulation import trusted_setting

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tff_hdp.learning import algorithms
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy import frontier

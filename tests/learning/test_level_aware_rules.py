@@ -14,7 +14,7 @@ from dp_accounting import rdp
 import numpy as np
 import pytest
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tff_hdp.learning import algorithms
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy import plans

@@ -16,7 +16,7 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy import plans
 from tff_hdp.privacy import privacy_groups as pg

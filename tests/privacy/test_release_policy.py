@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tests import repository
 from tff_hdp.learning import algorithms
 from tff_hdp.privacy import plans

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from tasks import digits
-from tasks import models
+from tff_hdp.tasks import digits
+from tff_hdp.tasks import models
 from tests import repository
 from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.federated_task import FederatedTask

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tests.simulation.test_cross_silo_setting import _clustered_task
 from tff_hdp.federated_task import TaskOptions
 from tff_hdp.simulation import client_files

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from dp_accounting import rdp
 
-from tasks import models
+from tff_hdp.tasks import models
 from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
 from tff_hdp.simulation import cross_silo_setting as cse

@@ -11,7 +11,7 @@ import glob
 
 import pytest
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tff_hdp.learning import algorithms
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy import plans

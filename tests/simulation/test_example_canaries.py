@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from tasks import digits
-from tasks import models
+from tff_hdp.tasks import digits
+from tff_hdp.tasks import models
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.learning import dp_sgd
 from tff_hdp.privacy import empirical_epsilon

@@ -25,7 +25,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tests import repository
 from tff_hdp.privacy import accounting
 from tff_hdp.privacy import plans

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tasks
+from tff_hdp import tasks
 from tests import repository
 from tff_hdp.federated_task import TaskOptions
 from tff_hdp.simulation import checkpointing

@@ -10,7 +10,7 @@ import glob
 import pytest
 import tensorflow_federated as tff
 
-from tasks import digits
+from tff_hdp.tasks import digits
 from tff_hdp.aggregators import tree_noise
 from tff_hdp.learning import algorithms
 from tff_hdp.learning import correlated_noise

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import client_data, digits
+from tff_hdp.tasks import client_data, digits
 from tff_hdp.federated_task import TaskOptions
 from tff_hdp.simulation import remote_execution, runtime, workers
 

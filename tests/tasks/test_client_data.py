@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks import client_data, population
+from tff_hdp.tasks import client_data, population
 from tff_hdp.learning import cohort
 from tff_hdp.privacy import accounting, plans
 from tff_hdp.privacy import privacy_groups as pg

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.io
 
-import tasks
-from tasks import cross_silo
+from tff_hdp import tasks
+from tff_hdp.tasks import cross_silo
 from tff_hdp.federated_task import FederatedTask
 from tff_hdp.federated_task import TaskOptions
 from tests import repository

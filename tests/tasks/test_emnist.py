@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tasks
-from tasks import emnist
+from tff_hdp import tasks
+from tff_hdp.tasks import emnist
 from tff_hdp.federated_task import TaskOptions
 
 pytestmark = pytest.mark.tf

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tasks
-from tasks import data_files
-from tasks import femnist_leaf
+from tff_hdp import tasks
+from tff_hdp.tasks import data_files
+from tff_hdp.tasks import femnist_leaf
 from tff_hdp.federated_task import TaskOptions
 from tests import repository
 

@@ -7,8 +7,8 @@ by Monte Carlo over seeded populations.
 import numpy as np
 import pytest
 
-import tasks
-from tasks import linear_regression as lr
+from tff_hdp import tasks
+from tff_hdp.tasks import linear_regression as lr
 from tff_hdp.federated_task import TaskOptions
 
 pytestmark = pytest.mark.tf

@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-import tasks
-from tasks import data_files
-from tasks import mnist
+from tff_hdp import tasks
+from tff_hdp.tasks import data_files
+from tff_hdp.tasks import mnist
 from tff_hdp.federated_task import TaskOptions
 from tests import repository
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import client_data, population
+from tff_hdp.tasks import client_data, population
 from tests import repository
 
 pytestmark = pytest.mark.tf

@@ -10,7 +10,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from tasks import client_data, digits
+from tff_hdp.tasks import client_data, digits
 from tff_hdp.federated_task import TaskOptions
 from tff_hdp.simulation import cross_silo_setting, untrusted_setting
 from tests.simulation import test_cross_silo_setting

@@ -4,10 +4,10 @@ flag."""
 
 import pytest
 
-import tasks
-from tasks import cross_silo
-from tasks import mnist
-from tasks import population
+from tff_hdp import tasks
+from tff_hdp.tasks import cross_silo
+from tff_hdp.tasks import mnist
+from tff_hdp.tasks import population
 from tff_hdp.federated_task import TaskOptions
 from tests import repository
 
