@@ -17,20 +17,25 @@ from dp_accounting import pld
 from dp_accounting.pld import privacy_loss_distribution
 from scipy import integrate
 from scipy import optimize
-from scipy import stats
 
 from tff_hdp.privacy import accounting
 
 PLD = accounting.PLD
 
 
+def _normal_pdf(x, mean, z):
+  """N(mean, z^2)'s density at a scalar: scipy.stats.norm.pdf's formula
+  without its per-call argument checks, which cost a hundred times the
+  arithmetic (about 60,000 calls per epsilon)."""
+  return math.exp(-0.5 * ((x - mean) / z)**2) / (z * math.sqrt(2 * math.pi))
+
+
 def _exact_one_round_epsilon(z, q, delta):
   """epsilon(delta) of one Poisson(q)-sampled Gaussian (sensitivity 1, noise
   z) under add/remove: the larger of the two orders' hockey-stick
   divergences, each integrated over the output line, solved for epsilon."""
-  mixture = lambda x: (1 - q) * stats.norm.pdf(x, 0, z) + q * stats.norm.pdf(
-      x, 1, z)
-  base = lambda x: stats.norm.pdf(x, 0, z)
+  mixture = lambda x: (1 - q) * _normal_pdf(x, 0, z) + q * _normal_pdf(x, 1, z)
+  base = lambda x: _normal_pdf(x, 0, z)
 
   def hockey(eps, p, r):
     f = lambda x: max(0.0, p(x) - math.exp(eps) * r(x))

@@ -340,7 +340,9 @@ def _check_walk(out, released, not_covered):
 @pytest.fixture(scope='module')
 def untrusted_run(tmp_path_factory):
   out = str(tmp_path_factory.mktemp('untrusted'))
-  stdout = _cli(out, '--algorithms=robust_hdp,pfa',
+  # Ten clients: what is released is named the same for any number, and
+  # each client's DP-SGD plan is calibrated on its own.
+  stdout = _cli(out, '--algorithms=robust_hdp,pfa', '--num_clients=10',
                 '--epsilon_distribution=uniform')
   return out, stdout
 
@@ -376,7 +378,7 @@ def test_an_untrusted_run_releases_only_what_epsilon_covers(untrusted_run):
 
 def test_untrusted_local_test_metrics_need_the_flag_and_are_announced(
     tmp_path):
-  stdout = _cli(str(tmp_path), '--algorithms=weiavg',
+  stdout = _cli(str(tmp_path), '--algorithms=weiavg', '--num_clients=10',
                 '--release_unprotected_stats')
   assert release_policy.UNPROTECTED_WARNING in stdout
   with open(tmp_path / 'weiavg' / 'summary.json') as f:
