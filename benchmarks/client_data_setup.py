@@ -54,13 +54,13 @@ import sys
 import tempfile
 import time
 
-from absl import app
 from absl import flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks import process_cpu  # noqa: E402
+from cli import entry  # noqa: E402
 
 _CLIENTS = flags.DEFINE_integer('clients', 100_000, 'Clients in the file.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed runs of each command.')
@@ -271,4 +271,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  entry.run(main, __doc__)
