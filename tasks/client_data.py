@@ -677,14 +677,17 @@ def example_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
   return rows
 
 
-def write_sql(path: str, chunks, task_digest: str | None = None) -> None:
+def write_sql(path: str, chunks, task_digest: str | None = None,
+              indexed: bool = True) -> None:
   """Writes an SqlClientData file of 'x'/'y' examples at `path` (atomically).
 
   `chunks` yields `(ids, x, y, owner, n_train)`: client `ids[k]` owns the
   rows where `owner == k` (grouped, in order), its first `n_train[k]` in the
   'train' split and the rest in 'test'. `task_digest`, if given, is kept in
   a table of its own (`stored_task`). The file is the owner's alone (0600):
-  it holds the clients' raw examples.
+  it holds the clients' raw examples. Without `indexed` it has no index on
+  examples(client_id, split_name), as TFF's own writer makes it (what
+  benchmarks/client_data_setup.py times).
   """
   with _private_file_in_place_of(path) as tmp, sqlite3.connect(tmp) as con:
     if task_digest is not None:
@@ -704,8 +707,9 @@ def write_sql(path: str, chunks, task_digest: str | None = None) -> None:
       con.executemany('INSERT INTO client_metadata VALUES (?, ?, ?)', [
           (c, s, int(n)) for c, tr, al in zip(ids, n_train, np.diff(bounds))
           for s, n in (('train', tr), ('test', al - tr))])
-    con.execute('CREATE INDEX examples_by_client ON examples '
-                '(client_id, split_name)')
+    if indexed:
+      con.execute('CREATE INDEX examples_by_client ON examples '
+                  '(client_id, split_name)')
 
 
 # The table of a file written by `write_task`: the task's data digest.

@@ -416,6 +416,38 @@ def test_every_layout_tffs_writer_makes_trains(tmp_path, layout):
   assert 0 <= float(acc) <= 100
 
 
+def test_write_sql_without_an_index_writes_the_same_rows(tmp_path):
+  """`indexed=False` (TFF's writer's layout, what the setup benchmark
+  times): the same rows and metadata, no index, and the file is read
+  through an indexed copy to the same clients and examples."""
+  rng = np.random.default_rng(0)
+  owner = np.repeat(np.arange(4), [3, 4, 2, 5])
+  chunk = (['a', 'b', 'c', 'd'], rng.random((14, 3), np.float32),
+           rng.integers(0, 5, 14), owner, np.array([2, 3, 1, 4]))
+  paths = {}
+  for indexed in (True, False):
+    paths[indexed] = str(tmp_path / f'{indexed}.sqlite')
+    client_data.write_sql(paths[indexed], [chunk], indexed=indexed)
+
+  def contents(path):
+    with sqlite3.connect(path) as con:
+      return [sorted(con.execute(f'SELECT * FROM {table}'))
+              for table in ('examples', 'client_metadata')], list(
+                  con.execute("PRAGMA index_list('examples')"))
+
+  (rows, index), (plain_rows, no_index) = contents(paths[True]), contents(
+      paths[False])
+  assert plain_rows == rows and len(rows[0]) == 14 and index and not no_index
+  tasks_read = [client_data.load_task(paths[i], 'w', 2, cache_folder=str(
+      tmp_path / 'cache')) for i in (True, False)]
+  assert 'has no index' in tasks_read[1].clients.notes[0]
+  assert tasks_read[0].client_ids == tasks_read[1].client_ids == list('abcd')
+  for c in 'abcd':
+    for a, b in zip(tasks_read[0].train_arrays(c),
+                    tasks_read[1].train_arrays(c)):
+      np.testing.assert_array_equal(a, b)
+
+
 def test_the_index_is_built_once_in_the_cache(tmp_path):
   """An unindexed file is read through one indexed copy, built on first use
   and reused; a file with an index is read as it is."""
