@@ -60,7 +60,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks import process_cpu  # noqa: E402
-from cli import entry  # noqa: E402
+from tff_hdp.cli import entry  # noqa: E402
 
 _CLIENTS = flags.DEFINE_integer('clients', 100_000, 'Clients in the file.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed runs of each command.')
@@ -114,7 +114,7 @@ def _write_emnist(path: str, num_clients: int) -> None:
   """EMNIST-shaped writers, each with train and test examples, without an
   index."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from tasks import client_data  # pylint: disable=g-import-not-at-top
+  from tff_hdp.tasks import client_data  # pylint: disable=g-import-not-at-top
 
   def chunks():
     for k, start in enumerate(range(0, num_clients, _EMNIST_CHUNK)):
