@@ -22,6 +22,8 @@ def learning_setup():
       lambdas = list(cse.LAMBDA_GRID)
     if not flags.CLIENT_LRS.value:
       rates = list(cse.LEARNING_RATE_GRID)
+  # --heterogeneity, the silos' spread the noise-aware lambdas assume.
+  spread = flags.option_values(flags.TRUSTED).get('heterogeneity')
   settings = cse.CrossSiloSettings(
       rounds=flags.ROUNDS.value, epsilons=tuple(flags.floats(flags.EPSILONS)),
       delta=flags.floats(flags.DELTAS)[0], learning_rate=rates[0],
@@ -32,6 +34,8 @@ def learning_setup():
       eval_every=flags.EVAL_EVERY.value, checkpoint_every=flags.CHECKPOINT_EVERY.value,
       cohort_size=flags.COHORT_SIZE.value,
       epsilon_lambdas=flags.epsilon_lambdas(),
+      noise_aware_lambdas=flags.SILO_NOISE_AWARE.value,
+      heterogeneity=(1.0 if spread is None else spread),
       regularizer_placement=flags.REGULARIZER_PLACEMENT.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
@@ -40,7 +44,10 @@ def learning_setup():
 
 
 def _lambda_cell(best, settings) -> str:
-  """The table's lambda: the best swept, or each silo epsilon's."""
+  """The table's lambda: the best swept, each silo epsilon's, or each
+  silo's from the noise."""
+  if settings.noise_aware_lambdas and best is not None:
+    return f'from the noise (h {settings.heterogeneity:g})'
   if settings.epsilon_lambdas is not None and best is not None:
     return ','.join(f'{e:g}:{lam:g}' for e, lam in settings.epsilon_lambdas)
   return '-' if best is None else f'{best:g}'
@@ -80,7 +87,8 @@ def run() -> None:
       ])
       records.append({'method': algorithm,
                       'lambda': (_lambda_cell(result['best_lambda'], settings)
-                                 if settings.epsilon_lambdas else
+                                 if settings.epsilon_lambdas or
+                                 settings.noise_aware_lambdas else
                                  result['best_lambda']),
                       'learning_rate': result['best_learning_rate'],
                       task.metric: result['best_metric'],
