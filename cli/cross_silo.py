@@ -22,8 +22,6 @@ def learning_setup():
       lambdas = list(cse.LAMBDA_GRID)
     if not flags.CLIENT_LRS.value:
       rates = list(cse.LEARNING_RATE_GRID)
-  # --heterogeneity, the silos' spread the noise-aware lambdas assume.
-  spread = flags.option_values(flags.TRUSTED).get('heterogeneity')
   settings = cse.CrossSiloSettings(
       rounds=flags.ROUNDS.value, epsilons=tuple(flags.floats(flags.EPSILONS)),
       delta=flags.floats(flags.DELTAS)[0], learning_rate=rates[0],
@@ -35,7 +33,7 @@ def learning_setup():
       cohort_size=flags.COHORT_SIZE.value,
       epsilon_lambdas=flags.epsilon_lambdas(),
       noise_aware_lambdas=flags.SILO_NOISE_AWARE.value,
-      heterogeneity=(1.0 if spread is None else spread),
+      heterogeneity=flags.silo_heterogeneity(),
       regularizer_placement=flags.REGULARIZER_PLACEMENT.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,

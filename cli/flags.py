@@ -985,6 +985,13 @@ def _check_silo_noise_aware() -> None:
   _in(spread, 0, algorithms.MAX_RATIO, low_open=True)
 
 
+def silo_heterogeneity() -> float:
+  """--heterogeneity as --silo_noise_aware_lambdas reads it: the silos'
+  assumed spread, 1 when not given."""
+  spread = absl_flags.FLAGS['heterogeneity'].value
+  return 1.0 if spread is None else spread
+
+
 def ditto_on() -> bool:
   """Whether a Ditto lambda flag turns personalization on."""
   return DITTO_NOISE_AWARE.value or any(f.value is not None for f in (
