@@ -32,6 +32,8 @@ def learning_setup():
       eval_every=flags.EVAL_EVERY.value, checkpoint_every=flags.CHECKPOINT_EVERY.value,
       cohort_size=flags.COHORT_SIZE.value,
       epsilon_lambdas=flags.epsilon_lambdas(),
+      noise_aware_lambdas=flags.SILO_NOISE_AWARE.value,
+      heterogeneity=flags.silo_heterogeneity(),
       regularizer_placement=flags.REGULARIZER_PLACEMENT.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,
       allow_large_delta=flags.UNSAFE_LARGE_DELTA.value,
@@ -40,7 +42,10 @@ def learning_setup():
 
 
 def _lambda_cell(best, settings) -> str:
-  """The table's lambda: the best swept, or each silo epsilon's."""
+  """The table's lambda: the best swept, each silo epsilon's, or each
+  silo's from the noise."""
+  if settings.noise_aware_lambdas and best is not None:
+    return f'from the noise (h {settings.heterogeneity:g})'
   if settings.epsilon_lambdas is not None and best is not None:
     return ','.join(f'{e:g}:{lam:g}' for e, lam in settings.epsilon_lambdas)
   return '-' if best is None else f'{best:g}'
@@ -80,7 +85,8 @@ def run() -> None:
       ])
       records.append({'method': algorithm,
                       'lambda': (_lambda_cell(result['best_lambda'], settings)
-                                 if settings.epsilon_lambdas else
+                                 if settings.epsilon_lambdas or
+                                 settings.noise_aware_lambdas else
                                  result['best_lambda']),
                       'learning_rate': result['best_learning_rate'],
                       task.metric: result['best_metric'],

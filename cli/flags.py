@@ -70,6 +70,15 @@ LAMBDAS_BY_EPSILON = absl_flags.DEFINE_string(
     'lambdas_by_epsilon', None, 'Cross-silo mrmtl, ditto, ifca_mrmtl: each '
     'silo the lambda of its epsilon, e.g. 1:0.5,3:0.2,10:0.1 (one pair per '
     'epsilon of --epsilons), instead of one --lambdas for every silo.')
+SILO_NOISE_AWARE = absl_flags.DEFINE_bool(
+    'silo_noise_aware_lambdas', False, 'Cross-silo mrmtl, ditto, ifca_mrmtl: '
+    'each silo\'s lambda from MR-MTL\'s mean-estimation optimum (SPEC.md '
+    'section 2, eq. (7) with each silo its own DP noise; '
+    'tff_hdp/privacy/silo_lambdas.py) read from public quantities only: the '
+    'silo\'s noise multiplier, sampling rate, steps and size, the model\'s '
+    'size and --heterogeneity (the silos\' assumed spread, default 1); '
+    'printed before training, costs no privacy. Instead of --lambdas and '
+    '--lambdas_by_epsilon.')
 REGULARIZER_PLACEMENT = absl_flags.DEFINE_enum(
     'regularizer_placement', 'per_example', ['per_example', 'after_noise'],
     'Cross-silo mrmtl, ditto, ifca_mrmtl: where the pull lambda (w - w_bar) '
@@ -365,7 +374,8 @@ APPLIES: dict[str, tuple[str, ...]] = {
     'release_unprotected_stats': (TRUSTED, UNTRUSTED),
     'epsilon_distribution': (UNTRUSTED,),
     **{name: (CROSS_SILO,) for name in (
-        'lambdas', 'lambdas_by_epsilon', 'client_lrs', 'sweep',
+        'lambdas', 'lambdas_by_epsilon', 'silo_noise_aware_lambdas',
+        'client_lrs', 'sweep',
         'num_clusters',
         'regularizer_placement',
         'selection_fraction', 'selection_share')},
@@ -408,6 +418,8 @@ def define_algorithm_options() -> None:
 
 
 define_algorithm_options()
+# --silo_noise_aware_lambdas reads the silos' spread too.
+APPLIES['heterogeneity'] += (CROSS_SILO,)
 
 
 def option_values(setting: str) -> dict[str, object]:
@@ -917,7 +929,9 @@ def _check_values(current: str) -> None:
       rates = floats(CLIENT_LRS, 0, MAX_FLOAT32, low_open=True)
       check_distinct('--client_lrs', rates, CLIENT_LRS.value)
     epsilon_lambdas()
-    _read_by(('lambdas', 'lambdas_by_epsilon', 'regularizer_placement'), tuple(
+    _check_silo_noise_aware()
+    _read_by(('lambdas', 'lambdas_by_epsilon', 'silo_noise_aware_lambdas',
+              'regularizer_placement'), tuple(
         a.name for a in algorithms.REGISTRY.values()
         if a.setting == CROSS_SILO and a.regularized))
     _read_by(('num_clusters', 'selection_fraction', 'selection_share'), tuple(
@@ -955,6 +969,27 @@ def epsilon_lambdas() -> tuple[tuple[float, float], ...] | None:
   check(not missing, f'{name}: no lambda for the silos at epsilon '
         f'{", ".join(f"{e:g}" for e in missing)} (--epsilons).')
   return tuple(pairs)
+
+
+def _check_silo_noise_aware() -> None:
+  """--silo_noise_aware_lambdas replaces the given lambdas, and a
+  cross-silo run reads --heterogeneity, finite and > 0, only with it."""
+  spread = absl_flags.FLAGS['heterogeneity']
+  if not SILO_NOISE_AWARE.value:
+    check(not spread.present, '--heterogeneity applies to cross-silo runs '
+          'only with --silo_noise_aware_lambdas; drop it.')
+    return
+  for flag in (LAMBDAS, LAMBDAS_BY_EPSILON):
+    check(not flag.present, f'--silo_noise_aware_lambdas and --{flag.name}: '
+          'give one of them (lambdas from the noise, or given).')
+  _in(spread, 0, algorithms.MAX_RATIO, low_open=True)
+
+
+def silo_heterogeneity() -> float:
+  """--heterogeneity as --silo_noise_aware_lambdas reads it: the silos'
+  assumed spread, 1 when not given."""
+  spread = absl_flags.FLAGS['heterogeneity'].value
+  return 1.0 if spread is None else spread
 
 
 def ditto_on() -> bool:

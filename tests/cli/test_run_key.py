@@ -111,6 +111,8 @@ CROSS_SILO_CHANGES = SHARED_CHANGES + [
     ('dp_sgd_clip', [], '0.5'),
     ('lambdas', [], '0.2'),
     ('lambdas_by_epsilon', ['--epsilons=1,3'], '1:0.2,3:0.5'),
+    ('silo_noise_aware_lambdas', [], 'true'),
+    ('heterogeneity', ['--silo_noise_aware_lambdas'], '0.5'),
     ('client_lrs', [], '0.05'),
     ('cohort_size', [], '4'),
     ('num_clusters', ['--algorithms=ifca'], '2'),

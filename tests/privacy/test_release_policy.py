@@ -275,7 +275,9 @@ SILO = {'silo': 'its name', 'examples': 'a dataset size',
         'selection_epsilon': PUBLIC, 'selection_rounds': PUBLIC,
         'epsilon_spent': 'as epsilon_spent_max',
         'pld_discretization': 'chosen from public budgets and settings',
-        'epsilon_spent_rdp': 'as epsilon_spent_rdp_max'}
+        'epsilon_spent_rdp': 'as epsilon_spent_rdp_max',
+        # --silo_noise_aware_lambdas: read from the public plan above
+        'lambda': 'from z_k, q_k, steps, n_k, d and --heterogeneity'}
 SILO_METRIC = ("the silos' DP models scored on their test splits, declared "
                'evaluation data: post-processing for every training example')
 CROSS_SILO_RELEASED = {
@@ -406,9 +408,11 @@ def test_a_cross_silo_run_releases_only_what_epsilon_covers(tmp_path):
       'ifca_lr0.1/checkpoints/dp_secret_seed', 'ifca_lr0.1/.run.lock'}
   (summary,) = summaries.values()
   assert {k for s in summary['silos'] for k in s} <= set(SILO)
-  # Every setting, but the per-epsilon lambdas this run did not give.
+  # Every setting, but the per-epsilon and noise-aware lambdas' this run
+  # did not ask for.
   assert set(summary['settings']) == {f.name for f in dataclasses.fields(
-      cross_silo_setting.CrossSiloSettings)} - {'epsilon_lambdas'}
+      cross_silo_setting.CrossSiloSettings)} - {
+          'epsilon_lambdas', 'noise_aware_lambdas', 'heterogeneity'}
   assert summary['privacy_warnings'] == []
   assert 'WARNING' not in stdout
 

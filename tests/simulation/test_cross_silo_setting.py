@@ -14,6 +14,7 @@ from dp_accounting import rdp
 from tff_hdp.tasks import models
 from tff_hdp.privacy import plans
 from tff_hdp.privacy import accounting
+from tff_hdp.privacy import silo_lambdas
 from tff_hdp.simulation import cross_silo_setting as cse
 from tff_hdp.learning import cross_silo_process
 from tff_hdp.learning import ditto
@@ -217,6 +218,37 @@ def test_each_silo_gets_the_lambda_of_its_epsilon(task, tmp_path):
   with pytest.raises(ValueError, match='for every silo epsilon'):
     cse.plan_silos(task, cse.algorithm_record('mrmtl'), dataclasses.replace(
         by_eps, epsilon_lambdas=((4.0, 0.1),)))
+
+
+def test_each_silo_trains_with_its_noise_aware_lambda(task, tmp_path):
+  """Silos at eps 1 get a larger lambda from the closed form than silos at
+  eps 8 (more noise, less trust in their own data), the summary records
+  each silo's, and training uses exactly those: the same run with them
+  given by epsilon ends in the same personal models."""
+  eps = (1.0, 8.0) * 3
+  aware = _settings(rounds=2, checkpoint_every=2, epsilons=eps,
+                    noise_aware_lambdas=True, heterogeneity=0.5)
+  assert cse.configuration_name(cse.algorithm_record('mrmtl'), aware) == (
+      'mrmtl_lr0.2_lambda_noise_h0.5')
+  out = cse.run_algorithm(task, 'mrmtl', aware, str(tmp_path), progress=False)
+  lams = [s['lambda'] for s in out['silos']]
+  plans = cse.plan_silos(task, cse.algorithm_record('mrmtl'), aware)
+  assert lams == list(silo_lambdas.plan_lambdas(
+      plans, task.num_trainable_parameters, 0.5))
+  assert lams[0::2] == [lams[0]] * 3 and lams[1::2] == [lams[1]] * 3
+  assert lams[0] > 2 * lams[1]
+  assert out['settings']['noise_aware_lambdas'] is True
+  given = _settings(rounds=2, checkpoint_every=2, epsilons=eps,
+                    epsilon_lambdas=((1.0, lams[0]), (8.0, lams[1])))
+  cse.run_algorithm(task, 'mrmtl', given, str(tmp_path), progress=False)
+  pulled = _personal(tmp_path, task, 'mrmtl', aware, 2)
+  by_eps = _personal(tmp_path, task, 'mrmtl', given, 2)
+  for c in task.client_ids:
+    for x, y in zip(pulled[c], by_eps[c]):
+      np.testing.assert_array_equal(x, y)
+  with pytest.raises(ValueError, match='no lambdas by epsilon'):
+    cse.plan_silos(task, cse.algorithm_record('mrmtl'), dataclasses.replace(
+        given, noise_aware_lambdas=True))
 
 
 def test_ifca_recovers_the_two_clusters(task):

@@ -32,6 +32,7 @@ from tff_hdp.privacy.plans import DP_SGD_CONVENTIONS, ClientPrivacy
 from tff_hdp.privacy.plans import accountant_summary
 from tff_hdp.privacy.plans import dp_sgd_accountant
 from tff_hdp.privacy.plans import plan_client_privacy
+from tff_hdp.privacy import silo_lambdas
 from tff_hdp.simulation import canary_audit
 from tff_hdp.simulation import checkpointing
 from tff_hdp.learning import cross_silo_process
@@ -92,6 +93,11 @@ class CrossSiloSettings(run_lifecycle.RunSettings):
   # (epsilon, lambda) pairs: each silo the lambda of its epsilon instead of
   # `regularization` (None: `regularization` for every silo).
   epsilon_lambdas: tuple[tuple[float, float], ...] | None = None
+  # Each silo the closed form's lambda from its public DP-SGD plan and the
+  # silos' assumed spread `heterogeneity` (`privacy.silo_lambdas`) instead
+  # of `regularization`.
+  noise_aware_lambdas: bool = False
+  heterogeneity: float = 1.0
 
   def silo_lambda(self, epsilon: float) -> float:
     """The lambda of a silo at `epsilon`."""
@@ -125,6 +131,11 @@ def _check(task: FederatedTask, algorithm: algorithms.Algorithm,
         'pass --unsafe_allow_large_delta to accept it for an experiment.')
   if settings.regularization < 0:
     raise ValueError(f'lambda must be >= 0, got {settings.regularization}.')
+  if settings.noise_aware_lambdas and (
+      settings.epsilon_lambdas is not None or
+      not 0 < settings.heterogeneity < math.inf):
+    raise ValueError('noise-aware lambdas need a finite heterogeneity > 0 '
+                     'and no lambdas by epsilon.')
   if settings.epsilon_lambdas is not None:
     given = dict(settings.epsilon_lambdas)
     missing = set(settings.epsilons) - set(given)
@@ -199,10 +210,26 @@ def _switch_round(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) 
   return None
 
 
+def silo_pulls(task: FederatedTask, algorithm: algorithms.Algorithm,
+               settings: CrossSiloSettings,
+               plans: list[ClientPrivacy]) -> list[float]:
+  """Each silo's lambda: 0 for an algorithm without the pull, the closed
+  form's from the silos' public plans (`noise_aware_lambdas`), else its
+  epsilon's (`silo_lambda`)."""
+  if not algorithm.regularized:
+    return [0.0] * len(plans)
+  if settings.noise_aware_lambdas:
+    return list(silo_lambdas.plan_lambdas(
+        plans, task.num_trainable_parameters, settings.heterogeneity,
+        settings.weighted))
+  return [settings.silo_lambda(e)
+          for e in settings.silo_epsilons(len(plans))]
+
+
 def _role(algorithm: algorithms.Algorithm, settings: CrossSiloSettings, round_num: int,
-          cluster: int, epsilon: float) -> collections.OrderedDict:
-  """What a silo does in round `round_num` (1-based) of `algorithm`."""
-  lam = settings.silo_lambda(epsilon) if algorithm.regularized else 0.0
+          cluster: int, epsilon: float, lam: float) -> collections.OrderedDict:
+  """What a silo does in round `round_num` (1-based) of `algorithm`, with
+  its pull `lam` (`silo_pulls`)."""
   switch = _switch_round(algorithm, settings)
   select = (settings.selection_share * epsilon
             if round_num <= settings.selection_rounds(algorithm) else 0.0)
@@ -280,7 +307,9 @@ def privacy_warnings(settings: CrossSiloSettings) -> list[str]:
 
 def configuration_name(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) -> str:
   name = f'{algorithm.name}_lr{settings.learning_rate:g}'
-  if algorithm.regularized and settings.epsilon_lambdas is not None:
+  if algorithm.regularized and settings.noise_aware_lambdas:
+    name += f'_lambda_noise_h{settings.heterogeneity:g}'
+  elif algorithm.regularized and settings.epsilon_lambdas is not None:
     name += '_lambda' + '_'.join(f'eps{e:g}-{lam:g}'
                                  for e, lam in settings.epsilon_lambdas)
   elif algorithm.regularized:
@@ -290,10 +319,14 @@ def configuration_name(algorithm: algorithms.Algorithm, settings: CrossSiloSetti
 
 def _settings_record(settings: CrossSiloSettings) -> dict:
   """The settings as summary.json holds them (without epsilon_lambdas
-  when not given, as before they existed)."""
+  and the noise-aware lambdas' settings when not asked for, as before they
+  existed)."""
   out = dataclasses.asdict(settings)
   if settings.epsilon_lambdas is None:
     out.pop('epsilon_lambdas')
+  if not settings.noise_aware_lambdas:
+    out.pop('noise_aware_lambdas')
+    out.pop('heterogeneity')
   return out
 
 
@@ -333,6 +366,7 @@ class CrossSiloRounds(round_loop.RoundProgram):
                process: tff.templates.IterativeProcess,
                plans: list[ClientPrivacy], silo_seeds, label: str):
     self.label = label
+    self.pulls = silo_pulls(task, algorithm, settings, plans)
     self.rounds = settings.rounds
     self._task, self._algorithm, self._settings = task, algorithm, settings
     self._process, self._plans, self._seeds = process, plans, silo_seeds
@@ -367,7 +401,8 @@ class CrossSiloRounds(round_loop.RoundProgram):
   def train(self, round_num: int) -> dict:
     silos, settings = self._task.client_ids, self._settings
     roles = [_role(self._algorithm, settings, round_num, int(self.clusters[i]),
-                   self._epsilons[i]) for i in range(len(silos))]
+                   self._epsilons[i], self.pulls[i])
+             for i in range(len(silos))]
     self.state, personal, clusters, measurements = self._execution.silo_round(
         self._process, self.state,
         [self.personal.get(c, self._initial.trainable) for c in silos],
@@ -415,14 +450,18 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
   if process is None:
     process = build_process(task, algorithm, settings)
   name = configuration_name(algorithm, settings)
+  noise_aware = settings.noise_aware_lambdas and algorithm.regularized
 
   def build(claimed: run_lifecycle.ClaimedRun) -> CrossSiloRounds:
     # Each silo's DP-SGD noise, example sampling and private selections
     # follow its own seed, derived from the run's secret (kept in the
     # checkpoint).
-    return CrossSiloRounds(task, algorithm, settings, process, plans,
-                           claimed.client_seeds(len(silos)),
-                           label=f'{name} rounds')
+    program = CrossSiloRounds(task, algorithm, settings, process, plans,
+                              claimed.client_seeds(len(silos)),
+                              label=f'{name} rounds')
+    if noise_aware and progress:
+      print(_lambdas_line(name, settings, program.pulls))
+    return program
 
   def summarize(program: CrossSiloRounds, result) -> dict:
     spent = [p.epsilon_after(settings.rounds) for p in plans]
@@ -445,10 +484,11 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
             'selection_epsilon': p.selection_epsilon,
             'selection_rounds': p.selection_rounds,
             'epsilon_spent': e,
+            **({'lambda': lam} if noise_aware else {}),
             **({'pld_discretization': p.accountant.discretization,
                 'epsilon_spent_rdp': p.rdp_epsilon_after(settings.rounds)}
                if p.accountant.name == 'pld' else {}),
-        } for c, p, e in zip(silos, plans, spent)],
+        } for c, p, e, lam in zip(silos, plans, spent, program.pulls)],
         'epsilon_spent_max': max(spent),
         'epsilon_spent_min': min(spent),
         **accountant_summary(plans, settings.rounds),
@@ -469,6 +509,20 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
       run_key(task, algorithm, settings), settings, build, summarize,
       progress=progress)
   return summary
+
+
+def _lambdas_line(name: str, settings: CrossSiloSettings,
+                  pulls: list[float]) -> str:
+  """The noise-aware lambdas, printed before training: per silo epsilon
+  their median and range over its silos."""
+  epsilons = settings.silo_epsilons(len(pulls))
+  parts = []
+  for eps in sorted(set(epsilons)):
+    at = [lam for e, lam in zip(epsilons, pulls) if e == eps]
+    parts.append(f'eps {eps:g}: {np.median(at):.4g} ({min(at):.4g} - '
+                 f'{max(at):.4g}, {len(at)} silos)')
+  return (f'{name}: silo lambdas from the noise (heterogeneity '
+          f'{settings.heterogeneity:g}): ' + ', '.join(parts))
 
 
 def evaluate(task: FederatedTask, algorithm: algorithms.Algorithm, settings: CrossSiloSettings,
@@ -504,7 +558,8 @@ def sweep(task: FederatedTask, algorithm_name: str, settings: CrossSiloSettings,
   algorithm = algorithm_record(algorithm_name)
   if not algorithm.regularized:
     lambdas = [0.0]
-  elif settings.epsilon_lambdas is not None:  # each silo its epsilon's
+  elif settings.epsilon_lambdas is not None or settings.noise_aware_lambdas:
+    # each silo its epsilon's, or the closed form's
     lambdas = [settings.regularization]
   else:
     lambdas = list(lambdas)
