@@ -78,7 +78,7 @@ def test_a_read_only_results_file_stops_the_run_before_it_trains(tmp_path):
 
 def test_a_read_only_checkpoints_folder_stops_the_resumed_run(tmp_path):
   out = tmp_path / 'out'
-  flags = ['--rounds=2', '--checkpoint_every=1', f'--output_dir={out}']
+  flags = ['--rounds=1', '--checkpoint_every=1', f'--output_dir={out}']
   # The first run only fills the folder: in this process
   # (`repository.run_program`); the resumed one meets the file modes.
   first = repository.run_program('run_experiment.py', *RUN[2:], *flags)
