@@ -58,42 +58,52 @@ def rounds_rows(output_dir: str, configuration: str) -> list[dict]:
     return list(csv.DictReader(f))
 
 
-def kill_after_rows(command, output_dir: str, configuration: str, rows: int,
-                    **popen) -> int:
-  """Starts `command` in a session of its own and SIGKILLs the session (TFF's
-  worker with it) right after `<configuration>/rounds.csv` gets its `rows`-th
-  row: the run stops itself there (tests/stop_after_rows/sitecustomize.py),
-  so where the kill lands does not depend on the machine's speed. Returns
-  the rows written (`rows`). A run that ends before that row fails the
-  calling test with its exit status and the end of its output."""
+def start_paused_after_rows(command, output_dir: str, configuration: str,
+                            rows: int, output, **popen) -> subprocess.Popen:
+  """Starts `command` (stdout and stderr to the file `output` unless `popen`
+  says otherwise) and returns its Popen once it has stopped itself (SIGSTOP,
+  tests/stop_after_rows/sitecustomize.py) right after
+  `<configuration>/rounds.csv` got its `rows`-th row, so that what a test
+  does there does not depend on the machine's speed; SIGCONT resumes it. A
+  run that ends before that row fails the calling test with its exit status
+  and the end of `output`."""
   path = os.path.join(output_dir, configuration, 'rounds.csv')
   env = dict(popen.pop('env', os.environ))
   env['PYTHONPATH'] = os.pathsep.join(
       [os.path.join(ROOT, 'tests', 'stop_after_rows')] +
       ([env['PYTHONPATH']] if env.get('PYTHONPATH') else []))
   env['TFF_HDP_TEST_STOP_AFTER'] = f'{rows}:{path}'
+  proc = subprocess.Popen(command, start_new_session=True, env=env,
+                          **({'stdout': output, 'stderr': output} | popen))
+  deadline = time.time() + 300
+  while True:
+    pid, status = os.waitpid(proc.pid, os.WUNTRACED | os.WNOHANG)
+    if pid and os.WIFSTOPPED(status):
+      return proc
+    if pid:  # it ended: say how, with what it printed
+      proc.returncode = os.waitstatus_to_exitcode(status)
+      with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # a worker it left
+      output.seek(0)
+      raise AssertionError(
+          f'the run ended (exit status {proc.returncode}) before row {rows}'
+          f' of {path}, with {len(rounds_rows(output_dir, configuration))} '
+          f'rows; its output ends:\n{output.read()[-3000:].decode()}')
+    if time.time() > deadline:
+      os.killpg(proc.pid, signal.SIGKILL)
+      proc.wait()
+      raise AssertionError(f'the run wrote no row {rows} of {path} in 300 s')
+    time.sleep(0.05)
+
+
+def kill_after_rows(command, output_dir: str, configuration: str, rows: int,
+                    **popen) -> int:
+  """Starts `command` in a session of its own and SIGKILLs the session (TFF's
+  worker with it) right after `<configuration>/rounds.csv` gets its `rows`-th
+  row (`start_paused_after_rows`). Returns the rows written (`rows`)."""
   with tempfile.TemporaryFile() as output:
-    proc = subprocess.Popen(command, start_new_session=True, env=env,
-                            **({'stdout': output, 'stderr': output} | popen))
-    deadline = time.time() + 300
-    while True:
-      pid, status = os.waitpid(proc.pid, os.WUNTRACED | os.WNOHANG)
-      if pid and os.WIFSTOPPED(status):
-        break
-      if pid:  # it ended: say how, with what it printed
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        with contextlib.suppress(ProcessLookupError):
-          os.killpg(proc.pid, signal.SIGKILL)  # a worker it left
-        output.seek(0)
-        raise AssertionError(
-            f'the run ended (exit status {proc.returncode}) before row {rows}'
-            f' of {path}, with {len(rounds_rows(output_dir, configuration))} '
-            f'rows; its output ends:\n{output.read()[-3000:].decode()}')
-      if time.time() > deadline:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise AssertionError(f'the run wrote no row {rows} of {path} in 300 s')
-      time.sleep(0.05)
+    proc = start_paused_after_rows(command, output_dir, configuration, rows,
+                                   output, **popen)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
   return len(rounds_rows(output_dir, configuration))

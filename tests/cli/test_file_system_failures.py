@@ -16,10 +16,11 @@ import glob
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
-import time
+import tempfile
 
 import pytest
 import tensorflow as tf
@@ -77,7 +78,7 @@ def test_a_read_only_results_file_stops_the_run_before_it_trains(tmp_path):
 
 def test_a_read_only_checkpoints_folder_stops_the_resumed_run(tmp_path):
   out = tmp_path / 'out'
-  flags = ['--rounds=2', '--checkpoint_every=1', f'--output_dir={out}']
+  flags = ['--rounds=1', '--checkpoint_every=1', f'--output_dir={out}']
   # The first run only fills the folder: in this process
   # (`repository.run_program`); the resumed one meets the file modes.
   first = repository.run_program('run_experiment.py', *RUN[2:], *flags)
@@ -110,28 +111,31 @@ def test_a_results_file_made_read_only_while_training_is_one_line_at_the_end(
   out = tmp_path / 'out'
   out.mkdir()
   (out / 'results.md').write_text('an earlier table\n')
-  run = subprocess.Popen(
-      _as_a_user(RUN + ['--rounds=10', '--checkpoint_every=0',
-                        f'--output_dir={out}']),
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  deadline = time.monotonic() + 300  # a guard, not a measurement
-  while not _rounds_done(out / CONFIG) and run.poll() is None:
-    assert time.monotonic() < deadline, 'the run trained no round'
-    time.sleep(0.02)
-  _read_only(out / 'results.md')
-  stdout, stderr = run.communicate(timeout=300)
-  assert run.returncode == 2, stderr
-  assert 'Traceback' not in stderr, stderr
-  assert stderr.strip().splitlines()[-1] == (
+  # The run stops itself after its first round's row, is made to meet a
+  # read-only table file, and goes on to its second and last round.
+  with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+    run = repository.start_paused_after_rows(
+        _as_a_user(RUN + ['--rounds=2', '--checkpoint_every=0',
+                          f'--output_dir={out}']), str(out), CONFIG, 1,
+        stderr, stdout=stdout)
+    _read_only(out / 'results.md')
+    os.kill(run.pid, signal.SIGCONT)
+    status = run.wait(timeout=300)
+    stdout.seek(0)
+    stderr.seek(0)
+    printed, errors = stdout.read().decode(), stderr.read().decode()
+  assert status == 2, errors
+  assert 'Traceback' not in errors, errors
+  assert errors.strip().splitlines()[-1] == (
       f'run_experiment.py: error: {out}/results.md: Permission denied')
   # The read-only file is kept; everything else was saved, and the table was
   # printed before the file was written.
   assert (out / 'results.md').read_text() == 'an earlier table\n'
-  assert _rounds_done(out / CONFIG) == 10
+  assert _rounds_done(out / CONFIG) == 2
   assert (out / CONFIG / 'summary.json').exists()
   with open(out / 'results.csv') as f:
     assert [r['configuration'] for r in csv.DictReader(f)] == [CONFIG]
-  assert f'| {CONFIG} ' in stdout
+  assert f'| {CONFIG} ' in printed
 
 
 @pytest.mark.parametrize('make_it_fail', ['folder', 'file'])
@@ -230,9 +234,18 @@ def _fill(disk):
 def test_a_disk_full_mid_run_is_one_line_naming_the_file_then_resumes(
     small_disk):
   out = small_disk / 'out'
-  command = RUN + ['--rounds=5', '--checkpoint_every=1', f'--output_dir={out}']
-  status, errors, _ = repository.run_losing_its_worker(
-      command, str(out), CONFIG, 2, lambda run: _fill(small_disk))
+  command = RUN + ['--rounds=3', '--checkpoint_every=1', f'--output_dir={out}']
+  # The run stops itself after round 2's row, the disk fills, and it goes on.
+  with tempfile.TemporaryFile() as stderr:
+    run = repository.start_paused_after_rows(command, str(out), CONFIG, 2,
+                                             stderr, stdout=subprocess.DEVNULL)
+    _fill(small_disk)
+    os.kill(run.pid, signal.SIGCONT)
+    status = run.wait(timeout=300)
+    stderr.seek(0)
+    printed = stderr.read().decode()
+  assert 'Traceback' not in printed, printed[-2000:]
+  errors = [line for line in printed.splitlines() if 'error' in line.lower()]
   assert status == 2, errors
   [line] = errors
   # Which write meets the full disk first is a race: the checkpoint, its
@@ -248,7 +261,7 @@ def test_a_disk_full_mid_run_is_one_line_naming_the_file_then_resumes(
   assert result.returncode == 0, result.stderr[-2000:]
   assert 'resuming from round' in result.stdout
   rows = repository.rounds_rows(str(out), CONFIG)
-  assert [int(r['round']) for r in rows] == [1, 2, 3, 4, 5]
+  assert [int(r['round']) for r in rows] == [1, 2, 3]
 
 
 def test_a_new_run_into_a_full_disk_is_one_line_naming_its_folder(

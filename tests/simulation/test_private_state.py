@@ -57,8 +57,8 @@ def _secret(output_dir):
 def test_checkpoint_files_are_owner_only_and_no_release_holds_the_secret(
     tmp_path):
   out = str(tmp_path)
-  result = _run_experiment(out, '--rounds=3', '--checkpoint_every=1',
-                           '--eval_every=3', '--ditto_lambda_p=0.1',
+  result = _run_experiment(out, '--rounds=2', '--checkpoint_every=1',
+                           '--eval_every=2', '--ditto_lambda_p=0.1',
                            '--ditto_lambda_np=0.1')
   assert result.returncode == 0, result.stderr[-2000:]
   checkpoints = os.path.join(out, CONFIG, 'checkpoints')
@@ -69,7 +69,7 @@ def test_checkpoint_files_are_owner_only_and_no_release_holds_the_secret(
       assert mode & 0o077 == 0, f'{name} has mode {oct(mode)}'
       listed.append(name)
   names = {os.path.basename(p) for p in listed}
-  assert {'dp_secret_seed', 'run_key.json', 'personal_round_3.npz'} <= names
+  assert {'dp_secret_seed', 'run_key.json', 'personal_round_2.npz'} <= names
   assert any(p.endswith('.pb') or 'variables' in p for p in listed), listed
 
   secret = _secret(out)
@@ -87,13 +87,13 @@ def test_checkpoint_files_are_owner_only_and_no_release_holds_the_secret(
 
 
 def train_with_tensorboard(out):
-  """A run of 5 rounds into `out`, with TensorBoard events and no checkpoint
+  """A run of 4 rounds into `out`, with TensorBoard events and no checkpoint
   before its end."""
   task = digits.load(clients_per_digit=3, seed=0)
   choices = trusted_setting.client_choices(
       task, [pg.PrivacyGroup('p', 4.0, 1e-4)], 0.2, seed=0)
   settings = trusted_setting.Settings(
-      rounds=5, sampling=accounting.PoissonSampling(0.3),
+      rounds=4, sampling=accounting.PoissonSampling(0.3),
       clip=plans.ClipSettings(initial_norm=0.5, count_stddev=3.0),
       eval_every=1, checkpoint_every=100)
   trusted_setting.run_configuration(
@@ -133,10 +133,10 @@ def test_a_run_killed_before_its_first_checkpoint_repeats_its_rounds(
     tmp_path):
   out = str(tmp_path / 'out')
   log = open(os.path.join(str(tmp_path), 'train.log'), 'ab')
-  repository.kill_after_rows(_command_to_train(out), out, CONFIG, 3,
+  repository.kill_after_rows(_command_to_train(out), out, CONFIG, 2,
                              cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
   killed = repository.rounds_rows(out, CONFIG)
-  assert 3 <= len(killed) < 5, 'the kill must land mid-run'
+  assert 2 <= len(killed) < 4, 'the kill must land mid-run'
   assert not glob.glob(os.path.join(out, CONFIG, 'checkpoints', 'round_*'))
   secret = _secret(out)  # written before round 1
   before = _events(os.path.join(out, 'tensorboard'))
@@ -145,12 +145,12 @@ def test_a_run_killed_before_its_first_checkpoint_repeats_its_rounds(
   train_with_tensorboard(out)  # re-run in this process: it reads the folder
   assert _secret(out) == secret
   rows = repository.rounds_rows(out, CONFIG)
-  assert [int(r['round']) for r in rows] == list(range(1, 6))
+  assert [int(r['round']) for r in rows] == list(range(1, 5))
   assert rows[:len(killed)] == killed  # the same release, not a second one
   after = _events(os.path.join(out, 'tensorboard'))
   for (tag, step), values in after.items():
     assert len(values) == 1, f'{tag} at round {step} released twice'
-  assert {step for _, step in after} == set(range(1, 6))
+  assert {step for _, step in after} == set(range(1, 5))
   for key, values in before.items():
     assert after[key] == values[:1], key
   # What TensorBoard shows is what rounds.csv says.

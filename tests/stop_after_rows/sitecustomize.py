@@ -1,6 +1,7 @@
 """Stops a run (SIGSTOP to itself) right after it writes a given row of a
-`rounds.csv`, for `tests.repository.kill_after_rows`: the kill then lands
-after exactly that row, however fast or loaded the machine is.
+`rounds.csv`, for `tests.repository.start_paused_after_rows`: what a test
+does there (a kill, a changed file mode) lands after exactly that row,
+however fast or loaded the machine is. It stops once; SIGCONT resumes it.
 
 Python imports this module at start-up when its folder is on PYTHONPATH;
 `$TFF_HDP_TEST_STOP_AFTER` is `<rows>:<path of rounds.csv>`. It wraps
@@ -26,12 +27,15 @@ def _rows_written() -> int:
 
 
 def _stopping(writing):
+  stopped = []
+
   @contextlib.contextmanager
   def stopping_writing(path):
     with writing(path):
       yield
-    if (os.path.realpath(path) == _PATH and os.path.exists(_PATH) and
-        _rows_written() >= _ROWS):
+    if (not stopped and os.path.realpath(path) == _PATH and
+        os.path.exists(_PATH) and _rows_written() >= _ROWS):
+      stopped.append(True)  # once: a run resumed by SIGCONT goes on
       os.kill(os.getpid(), signal.SIGSTOP)
   return stopping_writing
 
