@@ -27,7 +27,8 @@ MAKE = shutil.which('make')
 @pytest.fixture
 def venv(tmp_path):
   """A fresh virtualenv (what `make install` creates first) that reaches
-  this one's packages; its shim is not built."""
+  this one's packages, the project's editable install among them (its .pth
+  files are read, as `addsitedir` reads them); its shim is not built."""
   path = tmp_path / 'venv'
   subprocess.run([sys.executable, '-m', 'venv', '--without-pip', str(path)],
                  check=True)
@@ -37,7 +38,8 @@ def venv(tmp_path):
        'import sysconfig; print(sysconfig.get_path("purelib"))'],
       check=True, capture_output=True, text=True).stdout.strip()
   with open(os.path.join(packages, 'installed.pth'), 'w') as f:
-    f.write('\n'.join(site.getsitepackages()) + '\n')
+    f.write(''.join(f'import site; site.addsitedir({p!r})\n'
+                    for p in site.getsitepackages()))
   return path
 
 
