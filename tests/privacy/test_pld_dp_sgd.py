@@ -131,6 +131,22 @@ def test_a_stored_noise_multiplier_is_confirmed_only_if_calibrated():
   assert known.noise_multiplier == pytest.approx(z, rel=1e-4)
 
 
+def test_confirming_a_stored_noise_multiplier_costs_the_printed_pld_only():
+  """A stored z is confirmed by one PLD, the one the summary prints (its
+  epsilon is then a cache hit), and the z meets the target there."""
+  fresh = plans.plan_client_privacy(6.0, 1e-3, 150, 32, 50,
+                                    accountant=accounting.PLD)
+  plans.plan_client_privacy.cache_clear()
+  accounting.pld_epsilon.cache_clear()
+  known = plans.plan_client_privacy(
+      6.0, 1e-3, 150, 32, 50, known_noise_multiplier=fresh.noise_multiplier,
+      accountant=accounting.PLD)
+  assert known.noise_multiplier == fresh.noise_multiplier
+  assert accounting.pld_epsilon.cache_info().misses == 1
+  assert known.epsilon_after(50) <= 6.0
+  assert accounting.pld_epsilon.cache_info().misses == 1
+
+
 def test_private_selections_keep_rdp_which_composes_them():
   plan = plans.plan_client_privacy(4.0, 1e-3, 100, 32, 10,
                                    selection_epsilon=0.1, selection_rounds=2,
