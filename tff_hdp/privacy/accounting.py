@@ -28,9 +28,10 @@ import math
 
 import dp_accounting
 from dp_accounting import rdp
-from dp_accounting.pld import privacy_loss_distribution
 import scipy.optimize
 import scipy.stats
+
+from tff_hdp.privacy import subsampled_gaussian_pld
 
 
 class InfeasiblePrivacyTargetError(ValueError):
@@ -305,10 +306,10 @@ def _subsampled_gaussian_pld(effective: float, q: float,
                              discretization: float):
   """One round's PLD: dp_accounting's pessimistic connect-the-dots
   subsampled Gaussian, as its `PLDAccountant` builds it for a
-  `PoissonSampledDpEvent`."""
-  return privacy_loss_distribution.from_gaussian_mechanism(
-      standard_deviation=effective, sampling_prob=q,
-      value_discretization_interval=discretization)
+  `PoissonSampledDpEvent` (built over its grid at once:
+  `subsampled_gaussian_pld`)."""
+  return subsampled_gaussian_pld.from_gaussian_mechanism(
+      effective, q, discretization)
 
 
 @functools.lru_cache(maxsize=65536)

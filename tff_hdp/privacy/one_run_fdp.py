@@ -67,10 +67,9 @@ def subsampled_gaussian_pld(noise_multiplier: float, sampling_rate: float,
                             steps: int, discretization: float = 1e-3):
   """dp_accounting's (pessimistic) privacy loss distribution of `steps`
   Poisson-subsampled Gaussian steps (add or remove one)."""
-  from dp_accounting.pld import privacy_loss_distribution  # pylint: disable=g-import-not-at-top
-  pld = privacy_loss_distribution.from_gaussian_mechanism(
-      noise_multiplier, sampling_prob=sampling_rate,
-      value_discretization_interval=discretization)
+  from tff_hdp.privacy import subsampled_gaussian_pld  # pylint: disable=g-import-not-at-top
+  pld = subsampled_gaussian_pld.from_gaussian_mechanism(
+      noise_multiplier, sampling_rate, discretization)
   return pld.self_compose(steps) if steps > 1 else pld
 
 
