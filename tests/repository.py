@@ -111,27 +111,28 @@ def kill_after_rows(command, output_dir: str, configuration: str, rows: int,
 
 def run_losing_its_worker(command, output_dir: str, configuration: str,
                           rows: int, kill_worker) -> tuple[int, list[str], int]:
-  """Runs `command` and calls `kill_worker(run)` (`run` its Popen) once
-  `<configuration>/rounds.csv` has `rows` rows. Returns the run's exit
-  status, the lines of its stderr that say "error", and the rows written.
-  A run still going 120 s after the kill (waiting on the lost worker) is
-  killed and fails the test, as does a traceback."""
-  run = subprocess.Popen(command, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-  deadline = time.time() + 300
-  while (len(rounds_rows(output_dir, configuration)) < rows and
-         run.poll() is None):
-    assert time.time() < deadline, 'run made no progress'
-    time.sleep(0.05)
-  kill_worker(run)
-  try:
-    _, stderr = run.communicate(timeout=120)
-  except subprocess.TimeoutExpired:
-    run.kill()
-    run.wait()
-    raise AssertionError('the run still waits on its lost worker') from None
-  assert 'Traceback' not in stderr, stderr[-2000:]
-  errors = [line for line in stderr.splitlines() if 'error' in line.lower()]
+  """Runs `command`, calls `kill_worker(run)` (`run` its Popen) while it is
+  stopped right after `<configuration>/rounds.csv` got its `rows`-th row
+  (`start_paused_after_rows`), and lets it go on, to meet the loss in its
+  next round. Returns the run's exit status, the lines of its stderr that
+  say "error", and the rows written. A run still going 120 s after the kill
+  (waiting on the lost worker) is killed and fails the test, as does a
+  traceback."""
+  with tempfile.TemporaryFile() as stderr:
+    run = start_paused_after_rows(command, output_dir, configuration, rows,
+                                  stderr, stdout=subprocess.DEVNULL)
+    kill_worker(run)
+    os.kill(run.pid, signal.SIGCONT)
+    try:
+      run.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+      os.killpg(run.pid, signal.SIGKILL)
+      run.wait()
+      raise AssertionError('the run still waits on its lost worker') from None
+    stderr.seek(0)
+    printed = stderr.read().decode()
+  assert 'Traceback' not in printed, printed[-2000:]
+  errors = [line for line in printed.splitlines() if 'error' in line.lower()]
   return run.returncode, errors, len(rounds_rows(output_dir, configuration))
 
 

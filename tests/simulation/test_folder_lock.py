@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import tempfile
 
 import pytest
 
@@ -17,7 +17,7 @@ from tests import repository
 from tff_hdp.simulation import folder_lock
 
 ROOT = repository.ROOT
-ROUNDS = 8
+ROUNDS = 4
 def test_a_held_folder_is_refused_and_freed_when_its_holder_dies(tmp_path):
   folder = str(tmp_path / 'out')
   holder = repository.hold_folder(folder)
@@ -56,30 +56,27 @@ def _rows(output_dir):
 
 @pytest.mark.tf
 def test_a_second_run_into_the_same_folder_stops_at_once(tmp_path):
-  """The first run is stopped (SIGSTOP) after its first round while the
-  second command starts, so it is alive and holds the folder however long
-  that start takes (it once needed 100 rounds to outlast it), and then goes
-  on (SIGCONT) to finish its rounds."""
+  """The first run is stopped (SIGSTOP, `repository.start_paused_after_rows`)
+  right after its first round's row while the second command starts, so it
+  is alive and holds the folder however long that start takes (it once
+  needed 100 rounds to outlast it), and then goes on (SIGCONT) to finish its
+  rounds, across a checkpoint and an evaluation."""
   out = str(tmp_path / 'conc')
   command = [sys.executable, os.path.join(ROOT, 'run_experiment.py'),
              f'--rounds={ROUNDS}', '--checkpoint_every=2',
              f'--eval_every={ROUNDS // 2}', f'--output_dir={out}']
-  first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-  try:
-    deadline = time.time() + 300
-    while not _rows(out) and first.poll() is None:
-      assert time.time() < deadline, 'the first run made no progress'
-      time.sleep(0.05)
-    first.send_signal(signal.SIGSTOP)
+  with tempfile.TemporaryFile() as output:
+    first = repository.start_paused_after_rows(command, out, 'fedhdp', 1,
+                                               output, cwd=ROOT)
     try:
-      second = subprocess.run(command, cwd=ROOT, capture_output=True,
-                              text=True, timeout=120)
-      assert first.poll() is None, 'the first run must still be running'
+      try:
+        second = subprocess.run(command, cwd=ROOT, capture_output=True,
+                                text=True, timeout=120)
+        assert first.poll() is None, 'the first run must still be running'
+      finally:
+        first.send_signal(signal.SIGCONT)
     finally:
-      first.send_signal(signal.SIGCONT)
-  finally:
-    first_code = first.wait(timeout=600)
+      first_code = first.wait(timeout=600)
   assert second.returncode == 2
   lines = second.stderr.strip().splitlines()
   assert lines == [f'run_experiment.py: error: {out} is in use by another run '

@@ -32,7 +32,7 @@ from tff_hdp.simulation import untrusted_setting
 pytestmark = pytest.mark.tf
 
 ROOT = repository.ROOT
-ROUNDS = 5
+ROUNDS = 4  # frozen after round 2, killed after 3: one round resumes
 RULE = 'robust_hdp'
 FLAGS = ['--task=digits', '--num_clients=10', f'--algorithms={RULE}',
          '--rpca_freeze_after_round=2', f'--rounds={ROUNDS}',
