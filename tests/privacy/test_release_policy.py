@@ -290,6 +290,8 @@ CROSS_SILO_RELEASED = {
                            'settings')},
     **EVERY_SUMMARY, **SPENT,
     'silos': 'its keys are checked against SILO',
+    # silos at several epsilons: the metric over each epsilon's silos
+    'metric_by_epsilon': SILO_METRIC, 'metric_worst_epsilon': SILO_METRIC,
     'final_clusters': 'as cluster_0_silos',
     # results.md, results.csv and sweep_<algorithm>.csv
     'Method': 'a flag', 'lambda': 'a flag', 'learning rate': 'a flag',

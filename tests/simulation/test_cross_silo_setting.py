@@ -206,8 +206,24 @@ def test_each_silo_gets_the_lambda_of_its_epsilon(task, tmp_path):
                      epsilon_lambdas=((4.0, 0.0), (8.0, 0.5)))
   assert cse.configuration_name(cse.algorithm_record('mrmtl'), by_eps) == (
       'mrmtl_lr0.2_lambdaeps4-0_eps8-0.5')
-  cse.run_algorithm(task, 'local', local, str(tmp_path), progress=False)
-  cse.run_algorithm(task, 'mrmtl', by_eps, str(tmp_path), progress=False)
+  first = cse.run_algorithm(task, 'local', local, str(tmp_path),
+                            progress=False)
+  out = cse.run_algorithm(task, 'mrmtl', by_eps, str(tmp_path),
+                          progress=False)
+  # Each epsilon's metric over its silos: with the test counts, they make
+  # up the run's metric, and the worst is the worse of the two.
+  levels = out['metric_by_epsilon']
+  assert set(levels) == {'4', '8'} == set(first['metric_by_epsilon'])
+  counts = {e: sum(len(task.test_arrays(c)[0])
+                   for c in task.client_ids[k::2])
+            for k, e in enumerate(('4', '8'))}
+  assert out['metric'] == pytest.approx(
+      sum(levels[e] * counts[e] for e in levels) / sum(counts.values()),
+      rel=1e-6)
+  better = task.metric_record.better
+  assert out['metric_worst_epsilon'] == (
+      levels['8'] if better(levels['4'], levels['8']) else levels['4'])
+  assert levels['4'] != levels['8']
   alone = _personal(tmp_path, task, 'local', local, 2)
   pulled = _personal(tmp_path, task, 'mrmtl', by_eps, 2)
   for c in task.client_ids[0::2]:  # eps 4: lambda 0

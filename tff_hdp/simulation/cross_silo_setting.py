@@ -21,7 +21,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Hashable
+from typing import Hashable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -201,6 +201,21 @@ def plan_silos(task: FederatedTask, algorithm: algorithms.Algorithm,
   return plans
 
 
+def _level_metrics(task: FederatedTask, settings: CrossSiloSettings,
+                   program: 'CrossSiloRounds') -> dict:
+  """With silos at several epsilons, the final metric at each
+  (`metric_by_epsilon`) and the worst of them; nothing otherwise."""
+  epsilons = settings.silo_epsilons(len(task.client_ids))
+  if len(set(epsilons)) < 2:
+    return {}
+  by_level = metric_by_epsilon(task, program.deployed(), epsilons)
+  worst = None
+  for value in by_level.values():
+    if worst is None or task.metric_record.better(worst, value):
+      worst = value
+  return {'metric_by_epsilon': by_level, 'metric_worst_epsilon': worst}
+
+
 def _switch_round(algorithm: algorithms.Algorithm, settings: CrossSiloSettings) -> int | None:
   """The last round of the first phase (FedAvg / IFCA), if there are two."""
   if algorithm.first_phase == 'half_of_rounds':
@@ -262,13 +277,37 @@ def test_weighted_metric(task: FederatedTask,
                          ) -> float:
   """Silos' test metrics averaged with their test counts as weights; every
   silo scored with the model it deploys, all in one batched evaluation."""
+  return _weighted(_silo_scores(task, weights_of))
+
+
+def metric_by_epsilon(task: FederatedTask,
+                      weights_of: dict[Hashable,
+                                       tff.learning.models.ModelWeights],
+                      epsilons: Sequence[float]) -> dict[str, float]:
+  """`test_weighted_metric` over the silos of each epsilon (`epsilons` in
+  `weights_of`'s order), keyed by the epsilon as `--epsilons` writes it:
+  whether the strict silos gain as the mean does."""
+  scored = _silo_scores(task, weights_of)
+  level = dict(zip(weights_of, epsilons))
+  return {f'{e:g}': _weighted({c: v for c, v in scored.items()
+                               if level[c] == e})
+          for e in sorted(set(epsilons))
+          if any(level[c] == e for c in scored)}
+
+
+def _silo_scores(task, weights_of) -> dict[Hashable, tuple[float, int]]:
+  """(test metric, test count) of each silo with test examples."""
   silos = [c for c in weights_of if len(task.test_arrays(c)[0])]
   scores = evaluation.own_model_scores(task, task.keras_model_fn(), {
       c: list(weights_of[c].trainable) + list(weights_of[c].non_trainable)
       for c in silos})
-  counts = np.array([len(task.test_arrays(c)[0]) for c in silos], float)
-  return float(np.sum(np.array([scores[c] for c in silos]) * counts) /
-               np.sum(counts))
+  return {c: (scores[c], len(task.test_arrays(c)[0])) for c in silos}
+
+
+def _weighted(scored: dict[Hashable, tuple[float, int]]) -> float:
+  values = np.array([v for v, _ in scored.values()], float)
+  counts = np.array([n for _, n in scored.values()], float)
+  return float(np.sum(values * counts) / np.sum(counts))
 
 
 def build_process(task: FederatedTask, algorithm: algorithms.Algorithm,
@@ -419,9 +458,16 @@ class CrossSiloRounds(round_loop.RoundProgram):
     return row
 
   def evaluate(self, round_num: int) -> dict:
-    return {'metric': evaluate(self._task, self._algorithm, self._settings,
-                               round_num, self.state, self.personal,
-                               self.clusters)}
+    return {'metric': test_weighted_metric(self._task, self.deployed(
+        round_num))}
+
+  def deployed(self, round_num: int | None = None
+               ) -> dict[Hashable, tff.learning.models.ModelWeights]:
+    """The model each silo would deploy (after the last round: None)."""
+    return deployed_weights(
+        self._task, self._algorithm, self._settings,
+        self.rounds if round_num is None else round_num, self.state,
+        self.personal, self.clusters)
 
   def postfix(self, metrics: dict) -> dict[str, str]:
     return {'metric': f"{metrics['metric']:.4g}"}
@@ -489,6 +535,7 @@ def run_algorithm(task: FederatedTask, algorithm_name: str,
                 'epsilon_spent_rdp': p.rdp_epsilon_after(settings.rounds)}
                if p.accountant.name == 'pld' else {}),
         } for c, p, e, lam in zip(silos, plans, spent, program.pulls)],
+        **_level_metrics(task, settings, program),
         'epsilon_spent_max': max(spent),
         'epsilon_spent_min': min(spent),
         **accountant_summary(plans, settings.rounds),
@@ -529,6 +576,15 @@ def evaluate(task: FederatedTask, algorithm: algorithms.Algorithm, settings: Cro
              round_num: int, state, personal: ditto.PersonalModels,
              clusters: np.ndarray) -> float:
   """The test-count-weighted metric of the models the silos would deploy."""
+  return test_weighted_metric(task, deployed_weights(
+      task, algorithm, settings, round_num, state, personal, clusters))
+
+
+def deployed_weights(task: FederatedTask, algorithm: algorithms.Algorithm,
+                     settings: CrossSiloSettings, round_num: int, state,
+                     personal: ditto.PersonalModels, clusters: np.ndarray
+                     ) -> dict[Hashable, tff.learning.models.ModelWeights]:
+  """The model each silo would deploy after `round_num` rounds."""
   kind = _deployed(algorithm, settings, round_num)
   num_clusters = settings.num_clusters if algorithm.clustered else 1
   cluster_models = [cross_silo_process.cluster_weights(state, g)
@@ -541,7 +597,7 @@ def evaluate(task: FederatedTask, algorithm: algorithms.Algorithm, settings: Cro
           personal.get(c, shared.trainable), shared.non_trainable)
     else:
       weights_of[c] = shared
-  return test_weighted_metric(task, weights_of)
+  return weights_of
 
 
 def sweep(task: FederatedTask, algorithm_name: str, settings: CrossSiloSettings,
