@@ -6,7 +6,8 @@ its noise std on its mean, per unit of clip norm) equals the planner's
 divisor for the same choices, sampling, rounds and clip. rounds.csv holds
 6 significant digits, so they are compared to 1e-5. (The one-draw rules
 release no per-group noise: tests/learning/test_frontier_sampling.py
-measures their factory's noise against the divisor.)"""
+measures their factory's noise against the divisor.) Each case trains a
+2-round run in this process: what is checked is what a run writes."""
 
 import csv
 import math

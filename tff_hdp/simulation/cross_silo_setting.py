@@ -208,7 +208,8 @@ def _level_metrics(task: FederatedTask, settings: CrossSiloSettings,
   epsilons = settings.silo_epsilons(len(task.client_ids))
   if len(set(epsilons)) < 2:
     return {}
-  by_level = metric_by_epsilon(task, program.deployed(), epsilons)
+  # The final evaluation's scores (the round loop always ends with one).
+  by_level = metric_by_epsilon(program.scores, task.client_ids, epsilons)
   worst = None
   for value in by_level.values():
     if worst is None or task.metric_record.better(worst, value):
@@ -280,15 +281,14 @@ def test_weighted_metric(task: FederatedTask,
   return _weighted(_silo_scores(task, weights_of))
 
 
-def metric_by_epsilon(task: FederatedTask,
-                      weights_of: dict[Hashable,
-                                       tff.learning.models.ModelWeights],
+def metric_by_epsilon(scored: dict[Hashable, tuple[float, int]],
+                      silos: Sequence[Hashable],
                       epsilons: Sequence[float]) -> dict[str, float]:
-  """`test_weighted_metric` over the silos of each epsilon (`epsilons` in
-  `weights_of`'s order), keyed by the epsilon as `--epsilons` writes it:
-  whether the strict silos gain as the mean does."""
-  scored = _silo_scores(task, weights_of)
-  level = dict(zip(weights_of, epsilons))
+  """The test-weighted metric over the silos of each epsilon (`scored` as
+  `_silo_scores` gives it, `epsilons` in `silos`' order), keyed by the
+  epsilon as `--epsilons` writes it: whether the strict silos gain as the
+  mean does."""
+  level = dict(zip(silos, epsilons))
   return {f'{e:g}': _weighted({c: v for c, v in scored.items()
                                if level[c] == e})
           for e in sorted(set(epsilons))
@@ -414,6 +414,7 @@ class CrossSiloRounds(round_loop.RoundProgram):
     self._initial = cross_silo_process.cluster_weights(self.state, 0)
     self.personal = ditto.PersonalModels()
     self.clusters = np.zeros(len(task.client_ids), np.int32)
+    self.scores: dict[Hashable, tuple[float, int]] = {}
     self._epsilons = settings.silo_epsilons(len(task.client_ids))
     self._weights = [float(p.num_examples) if settings.weighted else 1.0
                      for p in plans]
@@ -458,16 +459,16 @@ class CrossSiloRounds(round_loop.RoundProgram):
     return row
 
   def evaluate(self, round_num: int) -> dict:
-    return {'metric': test_weighted_metric(self._task, self.deployed(
-        round_num))}
+    # Kept: the last round's scores also give each epsilon's metric.
+    self.scores = _silo_scores(self._task, self.deployed(round_num))
+    return {'metric': _weighted(self.scores)}
 
-  def deployed(self, round_num: int | None = None
+  def deployed(self, round_num: int
                ) -> dict[Hashable, tff.learning.models.ModelWeights]:
-    """The model each silo would deploy (after the last round: None)."""
-    return deployed_weights(
-        self._task, self._algorithm, self._settings,
-        self.rounds if round_num is None else round_num, self.state,
-        self.personal, self.clusters)
+    """The model each silo would deploy after `round_num` rounds."""
+    return deployed_weights(self._task, self._algorithm, self._settings,
+                            round_num, self.state, self.personal,
+                            self.clusters)
 
   def postfix(self, metrics: dict) -> dict[str, str]:
     return {'metric': f"{metrics['metric']:.4g}"}
@@ -570,14 +571,6 @@ def _lambdas_line(name: str, settings: CrossSiloSettings,
                  f'{max(at):.4g}, {len(at)} silos)')
   return (f'{name}: silo lambdas from the noise (heterogeneity '
           f'{settings.heterogeneity:g}): ' + ', '.join(parts))
-
-
-def evaluate(task: FederatedTask, algorithm: algorithms.Algorithm, settings: CrossSiloSettings,
-             round_num: int, state, personal: ditto.PersonalModels,
-             clusters: np.ndarray) -> float:
-  """The test-count-weighted metric of the models the silos would deploy."""
-  return test_weighted_metric(task, deployed_weights(
-      task, algorithm, settings, round_num, state, personal, clusters))
 
 
 def deployed_weights(task: FederatedTask, algorithm: algorithms.Algorithm,
