@@ -153,6 +153,36 @@ def test_infeasible_target_is_a_clear_error():
         1.0, 1e-5, accounting.PoissonSampling(0.5), 1000, 0.5)
 
 
+def _rdp_epsilon(z, q, rounds, delta):
+  """dp_accounting's RDP epsilon of `rounds` Poisson(q) Gaussian rounds."""
+  accountant = rdp.RdpAccountant()
+  accountant.compose(dp_accounting.PoissonSampledDpEvent(
+      q, dp_accounting.GaussianDpEvent(z)), rounds)
+  return accountant.get_epsilon(delta)
+
+
+# (eps, delta, z, rounds) where RDP's conversion spends exactly 0 below some
+# rate (its KL branch) and jumps there: past the target (the first three),
+# or below it (the last, where no single order's bound is met at any rate).
+_KL_BRANCH_SETTINGS = [(1.0, 1e-2, 0.45, 1), (0.5, 1e-2, 0.6, 1),
+                       (0.3, 1e-3, 0.8, 2), (2.0, 5e-2, 0.3, 1)]
+
+
+@pytest.mark.parametrize('eps,delta,z,rounds', _KL_BRANCH_SETTINGS)
+def test_the_rate_is_the_largest_where_rdps_epsilon_jumps_from_zero(
+    eps, delta, z, rounds):
+  q = accounting.calibrate_sampling_rate(eps, delta, z, None, rounds)
+  assert _rdp_epsilon(z, q, rounds, delta) <= eps
+  assert _rdp_epsilon(z, q * 1.001, rounds, delta) > eps
+  # The PLD's rate is at least RDP's and meets its target too.
+  q_pld = accounting.calibrate_sampling_rate(eps, delta, z, None, rounds,
+                                             accounting.PLD)
+  assert q_pld >= q
+  assert accounting.epsilon_spent(
+      z, None, accounting.PoissonSampling(q_pld, accounting.PLD), rounds,
+      delta) <= eps
+
+
 @pytest.mark.parametrize('eps,delta', [(0.0, 1e-5), (-1.0, 1e-5),
                                        (1.0, 0.0), (1.0, 1.0)])
 def test_bad_targets_rejected(eps, delta):

@@ -366,9 +366,10 @@ def _least_root(f, low: float, high: float) -> float:
 
 
 def _least_root_from(f, start: float, floor: float) -> float:
-  """`_least_root` of f over [floor, inf), bracketed from `start`, RDP's
-  answer, which the PLD's tighter bound nearly always meets (otherwise the
-  bracket grows): `calibrate_sampling_rate`'s search for 1/q."""
+  """`_least_root` of f over [floor, inf), bracketed from `start`, where f
+  is nearly always <= 0 (otherwise the bracket grows):
+  `calibrate_sampling_rate`'s searches for 1/q, from one RDP order's answer
+  on the accountant's own epsilon."""
   high = start
   while f(high) > 0:
     high *= 1.25
@@ -812,8 +813,12 @@ def calibrate_sampling_rate(target_epsilon: float, target_delta: float,
   Solved as `calibrate_noise_multiplier` solves for z, one RDP order at a
   time (`calibrate_on_orders`), for p = 1/q, which the epsilon falls with:
   each bound is dp_accounting's from one order, so the rate found always
-  meets the target. With the PLD `accountant`, the largest rate its bound
-  allows, searched from RDP's rate up.
+  meets the target. Below some rate RDP's conversion spends exactly 0 (its
+  KL branch, delta^2 >= 1 - e^-RDP at an order) and jumps past the target
+  there, which no single order's bound sees: where the rate found spends 0,
+  or no order's bound is met at any rate, the rate is searched on the
+  accountant's own epsilon, up to that jump. With the PLD `accountant`, the
+  largest rate its bound allows, searched from RDP's rate up.
 
   Raises:
     InfeasiblePrivacyTargetError: no rate down to 2^-40 meets it.
@@ -823,6 +828,12 @@ def calibrate_sampling_rate(target_epsilon: float, target_delta: float,
   if epsilon_spent(noise_multiplier, clip_count_stddev, sampling, rounds,
                    target_delta) <= target_epsilon:
     return 1.0
+
+  def rdp_gap(p):  # falls with p = 1/q, as epsilon does
+    return epsilon_spent(noise_multiplier, clip_count_stddev,
+                         PoissonSampling(min(1.0, 1.0 / p)), rounds,
+                         target_delta) - target_epsilon
+
   try:
     inverse, _ = calibrate_on_orders(
         lambda p: dp_event(effective, PoissonSampling(min(1.0, 1.0 / p)),
@@ -830,10 +841,16 @@ def calibrate_sampling_rate(target_epsilon: float, target_delta: float,
         _new_accountant(sampling).neighboring_relation, target_epsilon,
         target_delta)
   except InfeasiblePrivacyTargetError:
-    raise InfeasiblePrivacyTargetError(
-        f'(epsilon={target_epsilon}, delta={target_delta}) over {rounds} '
-        f'rounds at noise multiplier {noise_multiplier:.4g}: no sampling '
-        f'rate down to {1 / _Z_RANGE[1]:.3g} meets it.') from None
+    inverse = 2.0  # halve the rate until it spends 0 (the KL branch)
+    while inverse <= _Z_RANGE[1] and rdp_gap(inverse) > 0:
+      inverse *= 2
+    if inverse > _Z_RANGE[1]:
+      raise InfeasiblePrivacyTargetError(
+          f'(epsilon={target_epsilon}, delta={target_delta}) over {rounds} '
+          f'rounds at noise multiplier {noise_multiplier:.4g}: no sampling '
+          f'rate down to {1 / _Z_RANGE[1]:.3g} meets it.') from None
+  if rdp_gap(inverse) == -target_epsilon:  # spends 0: the KL branch
+    inverse = _least_root_from(rdp_gap, inverse, 1.0)
   if accountant.name != 'pld':
     return 1.0 / inverse
 
