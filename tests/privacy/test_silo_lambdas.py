@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tff_hdp.estimation import mean_estimation_theory as theory
+from tff_hdp.privacy import ditto_lambdas
 from tff_hdp.privacy import silo_lambdas
 
 
@@ -73,3 +74,36 @@ def test_dp_sgd_plans_read_as_the_mean_estimation_model_per_coordinate():
 def test_bad_values_are_refused(args):
   with pytest.raises(ValueError, match='required'):
     silo_lambdas.dp_sgd_lambdas(*args)
+
+
+def test_a_noisy_silo_carrying_much_of_the_mean_is_best_at_the_global_model():
+  """A very noisy silo with half of w_bar's weight: its own and the global
+  estimate's errors nearly cancel, the closed form's denominator is
+  negative, and a Monte Carlo of the model has the error falling over the
+  whole grid of lambda, so the answer is inf, not the formula's negative
+  value; the quiet silos keep finite lambdas."""
+  rng = np.random.default_rng(1)
+  sizes = np.array([60, 20, 20])
+  sigma_dp = np.array([600.0, 1.0, 1.0])
+  sigma, tau, trials = 1.0, 0.3, 400_000
+  centres = rng.normal(0.0, tau, size=(trials, 3))
+  sums = (sizes * centres + rng.normal(size=(trials, 3)) * sigma *
+          np.sqrt(sizes) + rng.normal(size=(trials, 3)) * sigma_dp)
+  local = sums / sizes
+  w_bar = local @ (sizes / sizes.sum())
+  got = silo_lambdas.optimal_silo_lambdas(
+      sigma**2, tau**2, sizes.tolist(), (sigma_dp**2).tolist(),
+      sizes.tolist())
+  assert got[0] == math.inf and all(0 < g < math.inf for g in got[1:])
+  grid = np.exp(np.linspace(math.log(1e-3), math.log(1e4), 400))
+  a, b = local[:, 0] - centres[:, 0], w_bar - centres[:, 0]
+  errors = (np.mean(a * a) + 2 * grid * np.mean(a * b) +
+            grid**2 * np.mean(b * b)) / (1 + grid)**2
+  assert np.all(np.diff(errors) < 0)
+
+
+def test_a_step_takes_at_most_the_pull_that_lands_on_the_anchor():
+  got = ditto_lambdas.stepped_lambdas([0.5, 40.0, math.inf], 0.05)
+  assert got == (0.5, 20.0, 20.0)
+  with pytest.raises(ValueError, match='learning rate'):
+    ditto_lambdas.stepped_lambdas([1.0], 0.0)

@@ -52,7 +52,8 @@ def optimal_lambdas(alpha2s: Sequence[float], tau2: float,
     ratios: r_j; group j weighs w_j = r_j N_j / sum_k r_k N_k.
 
   Returns:
-    The lambdas, in group order.
+    The lambdas, in group order; math.inf for a group whose error falls
+    for every lambda (`_least_error_pull`): the global estimate is best.
 
   Raises:
     ValueError: the lengths differ, a variance, size or ratio is negative,
@@ -72,8 +73,32 @@ def optimal_lambdas(alpha2s: Sequence[float], tau2: float,
   variance = sum(w**2 * ((tau2 + a2) / n + g2) for w, a2, n, g2 in zip(
       weights, alpha2s, sizes, mean_noise2s) if w > 0)
   shares = [w / n if n > 0 else 0.0 for w, n in zip(weights, sizes)]
-  return tuple(a2 * (1 - c) / (tau2 + variance - c * (2 * tau2 + a2))
+  return tuple(_least_error_pull(a2 * (1 - c),
+                                 tau2 + variance - c * (2 * tau2 + a2))
                for a2, c in zip(alpha2s, shares))
+
+
+def _least_error_pull(numerator: float, denominator: float) -> float:
+  """The lambda >= 0 with the least error, numerator / denominator where
+  that is >= 0. The personal estimate's error, (alpha^2 + 2 lambda C +
+  lambda^2 B) / (1 + lambda)^2 with B - C = denominator, alpha^2 - C =
+  numerator >= 0, has slope of the sign of numerator - lambda denominator:
+  where the denominator is <= 0 (a client whose own noisy estimate carries
+  much of the global one: the two errors nearly cancel) it falls for every
+  lambda, and the best is the global estimate itself, lambda = inf."""
+  return numerator / denominator if denominator > 0 else math.inf
+
+
+def stepped_lambdas(lambdas: Sequence[float],
+                    learning_rate: float) -> tuple[float, ...]:
+  """`lambdas` as a gradient step of size `learning_rate` can take them: at
+  most 1 / learning_rate, where one step of the pull lam (w - anchor) lands
+  on the anchor. A larger lambda only overshoots it (and past 2 /
+  learning_rate diverges), and lambda = inf, the global model, is that
+  step."""
+  if not learning_rate > 0:
+    raise ValueError(f'learning rate must be > 0, got {learning_rate}.')
+  return tuple(min(lam, 1.0 / learning_rate) for lam in lambdas)
 
 
 def noise_aware_lambdas(noise_multipliers: Sequence[float],

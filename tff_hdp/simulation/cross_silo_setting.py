@@ -32,6 +32,7 @@ from tff_hdp.privacy.plans import DP_SGD_CONVENTIONS, ClientPrivacy
 from tff_hdp.privacy.plans import accountant_summary
 from tff_hdp.privacy.plans import dp_sgd_accountant
 from tff_hdp.privacy.plans import plan_client_privacy
+from tff_hdp.privacy import ditto_lambdas
 from tff_hdp.privacy import silo_lambdas
 from tff_hdp.simulation import canary_audit
 from tff_hdp.simulation import checkpointing
@@ -230,14 +231,15 @@ def silo_pulls(task: FederatedTask, algorithm: algorithms.Algorithm,
                settings: CrossSiloSettings,
                plans: list[ClientPrivacy]) -> list[float]:
   """Each silo's lambda: 0 for an algorithm without the pull, the closed
-  form's from the silos' public plans (`noise_aware_lambdas`), else its
-  epsilon's (`silo_lambda`)."""
+  form's from the silos' public plans (`noise_aware_lambdas`, at most 1 /
+  the learning rate: `ditto_lambdas.stepped_lambdas`), else its epsilon's
+  (`silo_lambda`)."""
   if not algorithm.regularized:
     return [0.0] * len(plans)
   if settings.noise_aware_lambdas:
-    return list(silo_lambdas.plan_lambdas(
+    return list(ditto_lambdas.stepped_lambdas(silo_lambdas.plan_lambdas(
         plans, task.num_trainable_parameters, settings.heterogeneity,
-        settings.weighted))
+        settings.weighted), settings.learning_rate))
   return [settings.silo_lambda(e)
           for e in settings.silo_epsilons(len(plans))]
 
@@ -569,8 +571,13 @@ def _lambdas_line(name: str, settings: CrossSiloSettings,
     at = [lam for e, lam in zip(epsilons, pulls) if e == eps]
     parts.append(f'eps {eps:g}: {np.median(at):.4g} ({min(at):.4g} - '
                  f'{max(at):.4g}, {len(at)} silos)')
+  most = 1.0 / settings.learning_rate
+  capped = sum(lam >= most for lam in pulls)
   return (f'{name}: silo lambdas from the noise (heterogeneity '
-          f'{settings.heterogeneity:g}): ' + ', '.join(parts))
+          f'{settings.heterogeneity:g}): ' + ', '.join(parts) + (
+              f'; {capped} at 1 / learning rate = {most:g}, where one step '
+              'lands on the global model (their closed form\'s is larger or '
+              'inf)' if capped else ''))
 
 
 def deployed_weights(task: FederatedTask, algorithm: algorithms.Algorithm,

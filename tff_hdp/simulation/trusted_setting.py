@@ -536,9 +536,9 @@ def _ditto_lambdas(settings: Settings, plan: plans.PrivacyPlan,
   the closed form's from the plan's public noise, counts and ratios."""
   ditto_settings = settings.ditto
   if ditto_settings.noise_aware:
-    return list(ditto_lambdas.plan_lambdas(
+    return list(ditto_lambdas.stepped_lambdas(ditto_lambdas.plan_lambdas(
         plan, num_parameters, ditto_settings.heterogeneity,
-        ditto_settings.local_share))
+        ditto_settings.local_share), ditto_settings.learning_rate))
   return ditto_settings.group_lambdas(plan.assignment.groups, choices.groups)
 
 
