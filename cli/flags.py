@@ -918,6 +918,13 @@ def _check_values(current: str) -> None:
     check(DITTO_LR.value is None or ditto_on(), '--ditto_lr applies only '
           'with --ditto_lambda_p, --ditto_lambda_np, --ditto_level_lambdas or '
           '--ditto_noise_aware_lambdas (Ditto on); drop it.')
+    rate = DITTO_LR.value or CLIENT_LR.value
+    _check_pull_steps(
+        [(f'--{f.name}', v) for f in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP)
+         if f.value is not None for v in [f.value]] +
+        [('--ditto_level_lambdas', v) for v in (
+            floats(DITTO_LEVEL_LAMBDAS) if DITTO_LEVEL_LAMBDAS.value else [])],
+        [(f'--{"ditto_lr" if DITTO_LR.value else "client_lr"}', rate)])
     _check_level_fractions()
     # Every level holds clients (the data check refuses one that does not);
     # the opt-out group holds them when some clients opt out.
@@ -928,8 +935,14 @@ def _check_values(current: str) -> None:
     if CLIENT_LRS.value is not None:
       rates = floats(CLIENT_LRS, 0, MAX_FLOAT32, low_open=True)
       check_distinct('--client_lrs', rates, CLIENT_LRS.value)
-    epsilon_lambdas()
+    pairs = epsilon_lambdas()
     _check_silo_noise_aware()
+    if REGULARIZER_PLACEMENT.value == 'after_noise':
+      _check_pull_steps(
+          [('--lambdas_by_epsilon', lam) for _, lam in pairs] if pairs else
+          [('--lambdas', lam) for lam in lambdas] if LAMBDAS.present else [],
+          [('--client_lrs', r) for r in rates] if CLIENT_LRS.value else
+          [('--client_lr', CLIENT_LR.value)])
     _read_by(('lambdas', 'lambdas_by_epsilon', 'silo_noise_aware_lambdas',
               'regularizer_placement'), tuple(
         a.name for a in algorithms.REGISTRY.values()
@@ -940,6 +953,22 @@ def _check_values(current: str) -> None:
     _in(NUM_CLUSTERS, 1)
     _in(SELECTION_FRACTION, 0, 1)
     _in(SELECTION_SHARE, 0, 1, low_open=True, high_open=True)
+
+
+def _check_pull_steps(lambdas: list[tuple[str, float]],
+                      rates: list[tuple[str, float]]) -> None:
+  """An InputError unless every given lambda's pull, added to the gradient
+  as a step of every given learning rate, contracts toward the anchor:
+  each step multiplies w - anchor by 1 - rate * lambda, so at rate * lambda
+  >= 2 the personal model moves away from the global one further every
+  step."""
+  for name, lam in lambdas:
+    for rate_name, rate in rates:
+      check(rate * lam < 2, f'{name}={lam:g} with {rate_name}={rate:g}: the '
+            f'pull\'s step (learning rate x lambda = {rate * lam:g}, 2 or '
+            'more) overshoots the global model further every step, so the '
+            f'personal model diverges; give lambda < {2 / rate:g} or a '
+            'smaller learning rate.')
 
 
 def epsilon_lambdas() -> tuple[tuple[float, float], ...] | None:

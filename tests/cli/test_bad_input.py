@@ -275,6 +275,18 @@ CASES = [
      '--ditto_local_share', '(0, 1)'),
     (['--ditto_local_share=0.3'], '--ditto_local_share',
      'only with --ditto_noise_aware_lambdas'),
+    # A pull that overshoots the global model further every step.
+    (['--ditto_lambda_p=30', '--ditto_lambda_np=1', '--client_lr=0.1'],
+     '--ditto_lambda_p=30 with --client_lr=0.1', 'diverges'),
+    (['--epsilons=1,2', '--ditto_level_lambdas=1,5', '--ditto_lambda_np=1',
+      '--ditto_lr=0.4'], '--ditto_level_lambdas=5 with --ditto_lr=0.4',
+     'give lambda < 5'),
+    (['--algorithms=mrmtl', '--regularizer_placement=after_noise',
+      '--lambdas=1,10', '--client_lrs=0.01,0.3'],
+     '--lambdas=10 with --client_lrs=0.3', 'diverges'),
+    (['--algorithms=mrmtl', '--regularizer_placement=after_noise',
+      '--epsilons=1,10', '--lambdas_by_epsilon=1:30,10:0.1'],
+     '--lambdas_by_epsilon=30 with --client_lr=0.1', 'diverges'),
     # Cross-silo: each silo the lambda of its epsilon.
     (['--algorithms=mrmtl', '--epsilons=1,10', '--lambdas_by_epsilon=1:0.5'],
      '--lambdas_by_epsilon', 'no lambda for the silos at epsilon 10'),
