@@ -20,31 +20,40 @@ def test_one_noise_level_is_mr_mtl_eq_7(silos, weights):
   assert got == pytest.approx([setting.optimal_lambda] * silos, rel=1e-12)
 
 
-def test_each_silo_is_at_the_optimum_of_a_monte_carlo_of_the_model():
-  """Silos of two sizes at two noise levels, w_bar weighted by n_k: each
-  silo's error, over a grid of its own lambda, is least at its closed form
-  (within 10%); the noisier silos need larger lambdas."""
-  rng = np.random.default_rng(0)
-  sizes = np.array([30, 30, 60, 30, 30, 60])
-  sigma_dp = np.array([2.0, 2.0, 2.0, 20.0, 20.0, 20.0])
-  sigma, tau, trials = 1.0, 0.3, 400_000
-  centres = rng.normal(0.0, tau, size=(trials, 6))
+def _errors_over_lambda(seed, sizes, sigma_dp, grid, sigma=1.0, tau=0.3,
+                        trials=400_000):
+  """A Monte Carlo of SPEC.md §2's model, w_bar weighted by n_k: each silo's
+  personal error (a + lambda b) / (1 + lambda), its mean square over the
+  trials at every lambda of `grid` ([silos, len(grid)]), and the closed
+  form's lambdas."""
+  rng = np.random.default_rng(seed)
+  silos = len(sizes)
+  centres = rng.normal(0.0, tau, size=(trials, silos))
   # The sum of n_k samples around the centre, and the silo's DP noise on it.
-  sums = (sizes * centres + rng.normal(size=(trials, 6)) * sigma *
-          np.sqrt(sizes) + rng.normal(size=(trials, 6)) * sigma_dp)
+  sums = (sizes * centres + rng.normal(size=(trials, silos)) * sigma *
+          np.sqrt(sizes) + rng.normal(size=(trials, silos)) * sigma_dp)
   local = sums / sizes
   w_bar = local @ (sizes / sizes.sum())
-  grid = np.exp(np.linspace(math.log(1e-3), math.log(30.0), 1200))
-  want = silo_lambdas.optimal_silo_lambdas(
+  errors = []
+  for k in range(silos):
+    a, b = local[:, k] - centres[:, k], w_bar - centres[:, k]
+    errors.append((np.mean(a * a) + 2 * grid * np.mean(a * b) +
+                   grid**2 * np.mean(b * b)) / (1 + grid)**2)
+  return np.array(errors), silo_lambdas.optimal_silo_lambdas(
       sigma**2, tau**2, sizes.tolist(), (sigma_dp**2).tolist(),
       sizes.tolist())
+
+
+def test_each_silo_is_at_the_optimum_of_a_monte_carlo_of_the_model():
+  """Silos of two sizes at two noise levels: each silo's error, over a grid
+  of its own lambda, is least at its closed form (within 10%); the noisier
+  silos need larger lambdas."""
+  grid = np.exp(np.linspace(math.log(1e-3), math.log(30.0), 1200))
+  errors, want = _errors_over_lambda(
+      0, np.array([30, 30, 60, 30, 30, 60]),
+      np.array([2.0, 2.0, 2.0, 20.0, 20.0, 20.0]), grid)
   for k in range(6):
-    # The personal estimate's error (a + lambda b) / (1 + lambda): its mean
-    # square over the trials, at every lambda of the grid at once.
-    a, b = local[:, k] - centres[:, k], w_bar - centres[:, k]
-    errors = (np.mean(a * a) + 2 * grid * np.mean(a * b) +
-              grid**2 * np.mean(b * b)) / (1 + grid)**2
-    assert grid[int(np.argmin(errors))] == pytest.approx(want[k], rel=0.1)
+    assert grid[int(np.argmin(errors[k]))] == pytest.approx(want[k], rel=0.1)
   assert min(want[3:]) > 3 * max(want[:3])
   assert want[2] < want[0] and want[5] < want[3]  # more data, less pull
 
@@ -77,29 +86,16 @@ def test_bad_values_are_refused(args):
 
 
 def test_a_noisy_silo_carrying_much_of_the_mean_is_best_at_the_global_model():
-  """A very noisy silo with half of w_bar's weight: its own and the global
+  """A very noisy silo with 60% of w_bar's weight: its own and the global
   estimate's errors nearly cancel, the closed form's denominator is
   negative, and a Monte Carlo of the model has the error falling over the
   whole grid of lambda, so the answer is inf, not the formula's negative
   value; the quiet silos keep finite lambdas."""
-  rng = np.random.default_rng(1)
-  sizes = np.array([60, 20, 20])
-  sigma_dp = np.array([600.0, 1.0, 1.0])
-  sigma, tau, trials = 1.0, 0.3, 400_000
-  centres = rng.normal(0.0, tau, size=(trials, 3))
-  sums = (sizes * centres + rng.normal(size=(trials, 3)) * sigma *
-          np.sqrt(sizes) + rng.normal(size=(trials, 3)) * sigma_dp)
-  local = sums / sizes
-  w_bar = local @ (sizes / sizes.sum())
-  got = silo_lambdas.optimal_silo_lambdas(
-      sigma**2, tau**2, sizes.tolist(), (sigma_dp**2).tolist(),
-      sizes.tolist())
-  assert got[0] == math.inf and all(0 < g < math.inf for g in got[1:])
   grid = np.exp(np.linspace(math.log(1e-3), math.log(1e4), 400))
-  a, b = local[:, 0] - centres[:, 0], w_bar - centres[:, 0]
-  errors = (np.mean(a * a) + 2 * grid * np.mean(a * b) +
-            grid**2 * np.mean(b * b)) / (1 + grid)**2
-  assert np.all(np.diff(errors) < 0)
+  errors, got = _errors_over_lambda(1, np.array([60, 20, 20]),
+                                    np.array([600.0, 1.0, 1.0]), grid)
+  assert got[0] == math.inf and all(0 < g < math.inf for g in got[1:])
+  assert np.all(np.diff(errors[0]) < 0)
 
 
 def test_a_step_takes_at_most_the_pull_that_lands_on_the_anchor():
