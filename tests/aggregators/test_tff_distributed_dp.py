@@ -53,13 +53,6 @@ def test_an_unknown_mechanism_is_refused():
     tff_distributed_dp.sum_factory('laplace', 1.0, 20, 16, 0.5)
 
 
-def test_is_distributed_tells_tffs_sum_from_others():
-  assert tff_distributed_dp.is_distributed(
-      tff_distributed_dp.sum_factory('skellam', 1.0, 20, 16, 0.5))
-  assert not tff_distributed_dp.is_distributed(
-      tff.aggregators.SecureSumFactory(1.0, -1.0))
-
-
 @pytest.mark.parametrize('mechanism', ['dgauss', 'skellam'])
 @pytest.mark.parametrize('z,bits,clients,dim', [
     (1.0, 16, 20, 1001), (0.3, 12, 20, 650), (5.0, 20, 3, 7),
