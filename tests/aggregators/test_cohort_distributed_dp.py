@@ -48,7 +48,7 @@ def _flat(structure):
 
 def _clipped(update, clip):
   flat = _flat(update)
-  return flat * min(1.0, clip / np.linalg.norm(flat))
+  return flat * clip / max(clip, np.linalg.norm(flat))
 
 
 def _scale(factory):
@@ -58,19 +58,21 @@ def _scale(factory):
 
 
 def test_a_cohort_sum_is_the_clipped_rows_sum_and_tffs_per_device_sum():
-  """No noise, 20 bits, 5 devices in cohorts of 3 and 2, clip 1: the sum
-  is the plain sum of the rows clipped to 1, and TFF's per-device
-  process's on the same devices, up to rounding: each device's integers
-  are off by less than one step 1/s per coordinate, so the sum by less
-  than K sqrt(d) / s in L2 (the rotation keeps norms)."""
-  n, clip = 5, 1.0
+  """No noise, 20 bits, 6 devices in cohorts of 4 and 2 (one sending
+  zeros), clip 1: the sum is the plain sum of the rows clipped to 1, and
+  TFF's per-device process's on the same devices, up to rounding: each
+  device's integers are off by less than one step 1/s per coordinate, so
+  the sum by less than K sqrt(d) / s in L2 (the rotation keeps norms)."""
+  n, clip = 6, 1.0
   factory = tff_distributed_dp.sum_factory('dgauss', 0.0, n, 20, clip)
-  devices = _devices(n, seed=0)
+  # The last as a device outside the group sends.
+  devices = _devices(n - 1, seed=0) + [[np.zeros(s, np.float32)
+                                        for s in SHAPES]]
   assert sum(np.linalg.norm(_flat(d)) > clip for d in devices) >= 3
   cohort = tff_distributed_dp.CohortDpSumFactory(factory).create(
       STACKED_TYPE)
   got = _flat(cohort.next(cohort.initialize(),
-                          _cohorts(devices, [3, 2])).result)
+                          _cohorts(devices, [4, 2])).result)
   per_device = factory.create(ROW_TYPE)
   tffs = _flat(per_device.next(per_device.initialize(), devices).result)
   step = math.sqrt(PADDED) * n / _scale(factory)

@@ -153,10 +153,12 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
   query's bounds and local std): concatenation, the round's DFT rotation
   (the seed every client gets), the L2 clip, TFF's scaling and stochastic
   rounding, the DP query's norm check and the row's own noise share, the
-  modular clip. The cohort adds its rows' integers (the modular sum is
-  linear) and sends one vector into TFF's modular secure sum; the server
-  decodes as TFF does (modular clip, descaling, inverse rotation). So the
-  server receives the sum K separate TFF clients would give, with K noise
+  modular clip (a row of zeros, a device outside the group, is zeros
+  until its noise share, so it skips the rotation, clip and rounding).
+  The cohort adds its rows' integers (the modular sum is linear) and
+  sends one vector into TFF's modular secure sum; the server decodes as
+  TFF does (modular clip, descaling, inverse rotation). So the server
+  receives the sum K separate TFF clients would give, with K noise
   shares. Only TFF's defaults are supported: the DFT, beta 0, a fixed
   clip.
   """
@@ -201,10 +203,16 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
     def encode(rows, seed):
       params = query.derive_sample_params(query.initial_global_state())
 
+      def integers(x):
+        x, _ = robust._clip_by_global_l2_norm(_rotate(x, seed), clip)  # pylint: disable=protected-access
+        return discretization._discretize_struct(x, scale, True, 0.0, clip)  # pylint: disable=protected-access
+
       def device(row):
         x = rotation._flatten_and_pad_zeros_even(concat._concat_impl(row))  # pylint: disable=protected-access
-        x, _ = robust._clip_by_global_l2_norm(_rotate(x, seed), clip)  # pylint: disable=protected-access
-        x = discretization._discretize_struct(x, scale, True, 0.0, clip)  # pylint: disable=protected-access
+        # Zeros (a device outside the group) stay zeros through rotation,
+        # clip and rounding, which TF's slow FFT need not show.
+        x = tf.cond(tf.reduce_any(tf.not_equal(x, 0.0)), lambda: integers(x),
+                    lambda: tf.zeros([padded], tf.int32))
         x = query.preprocess_record(params, x)
         return modular_clipping.modular_clip_by_value(x, low, high)
 
