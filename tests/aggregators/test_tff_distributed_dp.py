@@ -100,8 +100,10 @@ def test_the_cohorts_rotation_is_tffs():
   state = process.initialize()
   tffs = process.next(state, [x]).measurements['dft']
   seed = tf.constant(state[1])
-  ours = tff_distributed_dp._rotate(tf.constant(padded), seed)  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  ours = tff_distributed_dp._rotate(tf.constant(padded), seed)
   np.testing.assert_allclose(ours, tffs, rtol=0, atol=1e-6)
   assert not np.allclose(ours, padded, atol=0.1)
-  np.testing.assert_allclose(
-      tff_distributed_dp._unrotate(ours, seed), padded, atol=1e-6)  # pylint: disable=protected-access
+  # pylint: disable-next=protected-access
+  back = tff_distributed_dp._unrotate(ours, seed)
+  np.testing.assert_allclose(back, padded, atol=1e-6)

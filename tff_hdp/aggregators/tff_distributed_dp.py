@@ -196,7 +196,6 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
             0, 2**f._bits, tff.aggregators.SecureSumFactory(
                 2**f._bits - 1, 0))).create(
                     tff.TensorType(np.int32, [padded]))
-    # pylint: enable=protected-access
     seed_type = rotation.SEED_TFF_TYPE
 
     @tff.tensorflow.computation(value_type, seed_type)
@@ -204,11 +203,11 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
       params = query.derive_sample_params(query.initial_global_state())
 
       def integers(x):
-        x, _ = robust._clip_by_global_l2_norm(_rotate(x, seed), clip)  # pylint: disable=protected-access
-        return discretization._discretize_struct(x, scale, True, 0.0, clip)  # pylint: disable=protected-access
+        x, _ = robust._clip_by_global_l2_norm(_rotate(x, seed), clip)
+        return discretization._discretize_struct(x, scale, True, 0.0, clip)
 
       def device(row):
-        x = rotation._flatten_and_pad_zeros_even(concat._concat_impl(row))  # pylint: disable=protected-access
+        x = rotation._flatten_and_pad_zeros_even(concat._concat_impl(row))
         # Zeros (a device outside the group) stay zeros through rotation,
         # clip and rounding, which TF's slow FFT need not show.
         x = tf.cond(tf.reduce_any(tf.not_equal(x, 0.0)), lambda: integers(x),
@@ -228,18 +227,18 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
     def decode(total, seed):
       total, _, _ = query.get_noised_result(total,
                                             query.initial_global_state())
-      x = _unrotate(discretization._undiscretize_struct(  # pylint: disable=protected-access
+      x = _unrotate(discretization._undiscretize_struct(
           total, scale, tf.float32), seed)
-      x = rotation._slice_and_reshape_to_template_spec(  # pylint: disable=protected-access
+      x = rotation._slice_and_reshape_to_template_spec(
           x, tf.TensorSpec([dim], tf.float32))
-      return concat._unconcat_impl(x, row_specs)  # pylint: disable=protected-access
+      return concat._unconcat_impl(x, row_specs)
 
-    next_seed = rotation._build_next_global_seed_fn(stride=1)  # pylint: disable=protected-access
+    next_seed = rotation._build_next_global_seed_fn(stride=1)
 
     @tff.federated_computation()
     def init_fn():
       return tff.federated_zip((secure_sum.initialize(), tff.federated_eval(
-          tff.tensorflow.computation(rotation._init_global_seed),  # pylint: disable=protected-access
+          tff.tensorflow.computation(rotation._init_global_seed),
           tff.SERVER)))
 
     @tff.federated_computation(init_fn.type_signature.result,
