@@ -15,9 +15,10 @@ noise multipliers cannot afford a build per probe (seconds each), so
 `noise_at` redoes the factory's arithmetic with TFF's own helpers
 (milliseconds). A cohort (`tff_hdp.learning.cohort`) is one TFF client
 holding many devices' updates; `CohortDpSumFactory` runs each device's
-update through the steps of TFF's built process at CLIENTS, which TFF
-writes as closures over its factories and so exports nowhere, from TFF's
-own pieces. So every reach into TFF's internal names is here, and
+update through the steps TFF's built process takes at CLIENTS, from
+TFF's own functions (its clip, rounding, DP query, modular clip, seeds)
+and, for the DFT rotation, which TFF writes only as a closure inside its
+factory, a copy of its few lines tested against TFF's. So every reach into TFF's internal names is here, and
 only here: a TFF upgrade that moves them, or changes the arithmetic,
 fails this module's tests first.
 """
