@@ -76,17 +76,16 @@ class _ShownSum(tff.aggregators.UnweightedAggregationFactory):
   aggregation inside it."""
 
   def create(self, value_type):
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_value((), tff.SERVER)
+    plain = tff.aggregators.SumFactory().create(value_type)
 
-    @tff.federated_computation(init_fn.type_signature.result,
+    @tff.federated_computation(plain.initialize.type_signature.result,
                                tff.FederatedType(value_type, tff.CLIENTS))
     def next_fn(state, value):
-      total = tff.federated_sum(value)
-      return tff.templates.MeasuredProcessOutput(state, total, total)
+      out = plain.next(state, value)
+      return tff.templates.MeasuredProcessOutput(out.state, out.result,
+                                                 out.result)
 
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    return tff.templates.AggregationProcess(plain.initialize, next_fn)
 
 
 def test_the_cohorts_rotation_is_tffs():
