@@ -11,7 +11,8 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.compiler import building_blocks
 from tensorflow_federated.python.core.impl.compiler import tree_analysis
 
-from tff_hdp.aggregators.distributed_group_dp import DistributedGroupDPFactory
+from tff_hdp.aggregators.distributed_group_dp import (
+    CohortDistributedGroupDPFactory, DistributedGroupDPFactory)
 from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
 
 pytestmark = pytest.mark.tf
@@ -105,13 +106,18 @@ def test_each_group_sums_at_its_own_bits():
       2**6, rel=0.02)
 
 
-def test_every_aggregation_of_the_clients_is_a_secure_sum():
+@pytest.mark.parametrize('factory,rows', [
+    (DistributedGroupDPFactory, ()), (CohortDistributedGroupDPFactory,
+                                      (None,))])
+def test_every_aggregation_of_the_clients_is_a_secure_sum(factory, rows):
   """The server learns sums of secure aggregations only: the updates'
   slots, the clip counts and the group counts; no plain federated_sum
-  (whose inputs a deployment may show the server) is left."""
-  process = DistributedGroupDPFactory(
+  (whose inputs a deployment may show the server) is left, in cohorts
+  too."""
+  process = factory(
       [1.0, 0.0], [1.0, 1.0], [2.0, None], 1.0, 16, 3).create(
-          tff.TensorType(np.float32, [3]), WEIGHT)
+          tff.TensorType(np.float32, [*rows, 3]),
+          tff.TensorType(np.float32, [*rows, 2]))
   uris = []
   tree_analysis.visit_postorder(
       process.next.to_building_block(),

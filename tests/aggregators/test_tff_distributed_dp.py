@@ -4,8 +4,12 @@ TFF's build are the ones its DP query holds."""
 
 import math
 
+import numpy as np
 import pytest
+import tensorflow as tf
 import tensorflow_federated as tff
+# The test reads TFF's rotation itself, apart from the adapter's copy.
+from tensorflow_federated.python.aggregators import rotation
 
 from tff_hdp.aggregators import tff_distributed_dp
 from tff_hdp.privacy import distributed_noise
@@ -53,13 +57,6 @@ def test_an_unknown_mechanism_is_refused():
     tff_distributed_dp.sum_factory('laplace', 1.0, 20, 16, 0.5)
 
 
-def test_is_distributed_tells_tffs_sum_from_others():
-  assert tff_distributed_dp.is_distributed(
-      tff_distributed_dp.sum_factory('skellam', 1.0, 20, 16, 0.5))
-  assert not tff_distributed_dp.is_distributed(
-      tff.aggregators.SecureSumFactory(1.0, -1.0))
-
-
 @pytest.mark.parametrize('mechanism', ['dgauss', 'skellam'])
 @pytest.mark.parametrize('z,bits,clients,dim', [
     (1.0, 16, 20, 1001), (0.3, 12, 20, 650), (5.0, 20, 3, 7),
@@ -72,3 +69,40 @@ def test_noise_at_is_what_the_build_holds(mechanism, z, bits, clients, dim):
       mechanism, z, clients, bits, 0.1, dim) == tff_distributed_dp.built_noise(
           tff_distributed_dp.sum_factory(mechanism, z, clients, bits, 0.1),
           dim)
+
+
+class _ShownSum(tff.aggregators.UnweightedAggregationFactory):
+  """A plain sum that also reports itself: what TFF's rotation hands the
+  aggregation inside it."""
+
+  def create(self, value_type):
+    plain = tff.aggregators.SumFactory().create(value_type)
+
+    @tff.federated_computation(plain.initialize.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      out = plain.next(state, value)
+      return tff.templates.MeasuredProcessOutput(out.state, out.result,
+                                                 out.result)
+
+    return tff.templates.AggregationProcess(plain.initialize, next_fn)
+
+
+def test_the_cohorts_rotation_is_tffs():
+  """A cohort row's rotation (`_rotate`, TFF's client transform, which TFF
+  exports nowhere) is what TFF's own DFT factory gives one client at the
+  round's seed, and `_unrotate` undoes it: 11 parameters, padded to 12."""
+  x = np.random.default_rng(3).normal(size=11).astype(np.float32)
+  padded = np.append(x, 0).astype(np.float32)
+  process = rotation.DiscreteFourierTransformFactory(_ShownSum()).create(
+      tff.TensorType(np.float32, [11]))
+  state = process.initialize()
+  tffs = process.next(state, [x]).measurements['dft']
+  seed = tf.constant(state[1])
+  # pylint: disable-next=protected-access
+  ours = tff_distributed_dp._rotate(tf.constant(padded), seed)
+  np.testing.assert_allclose(ours, tffs, rtol=0, atol=1e-6)
+  assert not np.allclose(ours, padded, atol=0.1)
+  # pylint: disable-next=protected-access
+  back = tff_distributed_dp._unrotate(ours, seed)
+  np.testing.assert_allclose(back, padded, atol=1e-6)

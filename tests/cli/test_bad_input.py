@@ -561,3 +561,13 @@ def test_bits_no_noise_makes_enough_are_refused_before_the_folder_is_claimed(
                              "privacy level 'private_eps1': ")
   assert 'no noise multiplier meets its target' in lines[0], lines[0]
   assert not os.path.exists(tmp_path / 'out')
+
+
+def test_fedhdp_ddp_takes_cohort_size():
+  """Every device of a cohort adds its own noise share
+  (`CohortDistributedGroupDPFactory`), so --cohort_size passes its
+  checks with fedhdp_ddp."""
+  result = _run('run_experiment.py', *_DDP, '--clip_lr=0',
+                '--cohort_size=64', '--dry_run')
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert '--dry_run: ' in result.stdout

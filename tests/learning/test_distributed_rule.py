@@ -13,6 +13,8 @@ import tensorflow_federated as tff
 # The test reads TFF's build itself, apart from the adapter the rule uses.
 from tensorflow_federated.python.aggregators import distributed_dp
 
+from tff_hdp.aggregators.distributed_group_dp import (
+    CohortDistributedGroupDPFactory, DistributedGroupDPFactory)
 from tff_hdp.learning import algorithms
 from tff_hdp.privacy import min_separation
 from tff_hdp.privacy import plans
@@ -45,11 +47,11 @@ def _plan(bits, mechanism):
                              num_parameters=DIM)
 
 
-def _build(bits, mechanism):
+def _build(bits, mechanism, cohorts=False):
   """(plan, GroupFactory) of fedhdp_ddp, as a run builds them."""
   plan = _plan(bits, mechanism)
   return plan, RECORD.build_factory(algorithms.TrustedContext(
-      plan, CLIP_SETTINGS, 0, False, _options(bits, mechanism), DIM))
+      plan, CLIP_SETTINGS, 0, cohorts, _options(bits, mechanism), DIM))
 
 
 def _skellam_epsilon(z, bits, delta):
@@ -101,3 +103,15 @@ def test_bits_no_noise_makes_enough_are_refused_when_planned():
   with pytest.raises(ValueError, match=r"^--ddp_bits=8 for privacy level "
                      r"'eps1': .*no noise multiplier meets its target"):
     _plan((8, 16), 'dgauss')
+
+
+def test_in_cohorts_the_rule_is_the_cohort_twin_at_the_same_noise():
+  """--cohort_size: the record runs cohorts, its factory the cohort twin,
+  its noise and accounting the per-device run's."""
+  assert RECORD.cohorts
+  _, per_device = _build((16, 16), 'dgauss')
+  _, cohorts = _build((16, 16), 'dgauss', cohorts=True)
+  assert type(per_device.factory) is DistributedGroupDPFactory
+  assert type(cohorts.factory) is CohortDistributedGroupDPFactory
+  assert cohorts.noise == per_device.noise
+  assert cohorts.factory.noise(DIM) == per_device.factory.noise(DIM)

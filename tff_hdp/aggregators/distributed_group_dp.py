@@ -24,6 +24,13 @@ over all of a round's clients, so it is not built here.) In simulation
 TFF's secure sums run as the plain sums of the modular integers; the
 cryptography is TFF's executor's business, not this module's.
 
+`CohortDistributedGroupDPFactory` is the same for cohorts (`tff_hdp.
+learning.cohort`): a TFF client holds K devices' stacked updates, and
+every row goes through TFF's per-device steps, its own noise share in
+every private slot included, before the cohort adds the rows' integers
+(`tff_distributed_dp.CohortDpSumFactory`): the same sums, counts and K
+noise shares per sum as from K separate TFF clients.
+
 `noise` reads, from the process TFF builds for a model of `dim`
 parameters, what each private group's accounting needs
 (`tff_hdp.privacy.distributed_noise`): the inflated sensitivities and
@@ -40,7 +47,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_hdp.aggregators import clipping
+from tff_hdp.aggregators import heterogeneous_dp
 from tff_hdp.aggregators import per_group_streams
+from tff_hdp.aggregators import stacking
 from tff_hdp.aggregators import tff_distributed_dp
 from tff_hdp.privacy import min_separation
 
@@ -79,19 +89,29 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
     if len(bits) != len(noise_multipliers):
       raise ValueError(f'{len(bits)} bit widths for {len(noise_multipliers)} '
                        'groups.')
-    streams = [
+    self._distributed = [
         tff_distributed_dp.sum_factory(mechanism, z, clients_per_round, b,
-                                       clip) if z > 0 else
-        tff.aggregators.clipping_factory(
-            clip, tff.aggregators.SecureSumFactory(clip, -clip),
-            clipped_count_sum_factory=tff.aggregators.SecureSumFactory(1, 0))
+                                       clip) if z > 0 else None
         for z, b in zip(noise_multipliers, bits)]
+    streams = [self._plain_stream(clip, clients_per_round) if f is None
+               else self._private_stream(f) for f in self._distributed]
     super().__init__(streams, ratios, expected_group_sizes,
                      [z * clip for z in noise_multipliers], clip,
                      release_unprotected_counts)
     # Enough bits for a round's count of any group.
     self._count_bits = int(clients_per_round).bit_length() + 1
     self._noised = tuple(z > 0 for z in noise_multipliers)
+
+  def _private_stream(self, factory):
+    """A private group's sum: TFF's distributed-DP sum `factory`."""
+    return factory
+
+  def _plain_stream(self, clip: float, clients_per_round: int):
+    """A group without guarantee's sum: clipped, securely summed."""
+    del clients_per_round
+    return tff.aggregators.clipping_factory(
+        clip, tff.aggregators.SecureSumFactory(clip, -clip),
+        clipped_count_sum_factory=tff.aggregators.SecureSumFactory(1, 0))
 
   def noise_strategies(self, rounds: int) -> tuple:
     """Fresh noise every round for each group with noise (TFF's secure
@@ -119,6 +139,59 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
   def noise(self, dim: int) -> list[tff_distributed_dp.BuiltNoise | None]:
     """`tff_distributed_dp.built_noise` of each private group's sum for a
     model of `dim` parameters (None for a group without guarantee)."""
-    return [tff_distributed_dp.built_noise(s, dim)
-            if tff_distributed_dp.is_distributed(s) else None
-            for s in self._factories]
+    return [None if f is None else tff_distributed_dp.built_noise(f, dim)
+            for f in self._distributed]
+
+
+class _CohortSecureSum(tff.aggregators.UnweightedAggregationFactory):
+  """A cohort's sum of its rows (each clipped to S) through
+  `SecureSumFactory`, each coordinate within +-`bound`."""
+
+  def __init__(self, bound: float) -> None:
+    self._bound = float(bound)
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    inner = tff.aggregators.SecureSumFactory(
+        self._bound, -self._bound).create(stacking.row_type(value_type))
+
+    @tff.tensorflow.computation(value_type)
+    def add_rows(rows):
+      return tf.nest.map_structure(lambda x: tf.reduce_sum(x, axis=0), rows)
+
+    @tff.federated_computation(inner.initialize.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      return inner.next(state, tff.federated_map(add_rows, value))
+
+    return tff.templates.AggregationProcess(inner.initialize, next_fn)
+
+
+class CohortDistributedGroupDPFactory(DistributedGroupDPFactory):
+  """`DistributedGroupDPFactory` for cohorts (`tff_hdp.learning.cohort`):
+  a TFF client holds K devices' updates stacked and their [K, l] group
+  rows. Group j's slot of the cohort is the stacked rows with every
+  non-member row zeroed (each row clipped to S first, a non-finite row
+  zeroed, as `CohortPerGroupStreamsFactory` clips); a private group's
+  `tff_distributed_dp.CohortDpSumFactory` then runs every row through TFF's
+  per-device steps, its own noise share included, before the cohort adds
+  them: the server receives the same noisy group sums, with the same K
+  noise shares, as from K separate TFF clients. A group without guarantee
+  sums the cohort's rows into one secure sum, each coordinate within
+  K S."""
+
+  _ROWS = (None,)
+
+  def _private_stream(self, factory):
+    return tff_distributed_dp.CohortDpSumFactory(factory)
+
+  def _plain_stream(self, clip: float, clients_per_round: int):
+    return _CohortSecureSum(clip * clients_per_round)
+
+  def _member(self, value, one_hot, j):
+    rows = heterogeneous_dp.valid_group_rows(one_hot)[:, j] > 0
+    clipped, _ = clipping.clip_rows(tf.nest.flatten(value), self._clip)
+    return tf.nest.pack_sequence_as(
+        value, [clipping.zero_rows(x, rows) for x in clipped])
+
+  def _counts(self, one_hot):
+    return tf.reduce_sum(heterogeneous_dp.valid_group_rows(one_hot), axis=0)

@@ -13,7 +13,12 @@ the process's round measurements carry some of them, after a round has
 run, and never the L1 bound Skellam's accounting needs. A search over
 noise multipliers cannot afford a build per probe (seconds each), so
 `noise_at` redoes the factory's arithmetic with TFF's own helpers
-(milliseconds). So every reach into TFF's internal names is here, and
+(milliseconds). A cohort (`tff_hdp.learning.cohort`) is one TFF client
+holding many devices' updates; `CohortDpSumFactory` runs each device's
+update through the steps TFF's built process takes at CLIENTS, from
+TFF's own functions (its clip, rounding, DP query, modular clip, seeds)
+and, for the DFT rotation, which TFF writes only as a closure inside its
+factory, a copy of its few lines tested against TFF's. So every reach into TFF's internal names is here, and
 only here: a TFF upgrade that moves them, or changes the arithmetic,
 fails this module's tests first.
 """
@@ -24,12 +29,19 @@ import dataclasses
 import math
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
+import tensorflow_privacy as tfp
 # pylint: disable=g-direct-tensorflow-import
+from tensorflow_federated.python.aggregators import concat
 from tensorflow_federated.python.aggregators import discretization
 from tensorflow_federated.python.aggregators import distributed_dp
+from tensorflow_federated.python.aggregators import modular_clipping
+from tensorflow_federated.python.aggregators import robust
+from tensorflow_federated.python.aggregators import rotation
 # pylint: enable=g-direct-tensorflow-import
 
+from tff_hdp.aggregators import stacking
 from tff_hdp.privacy import distributed_noise
 
 # The command line's names of TFF's mechanisms.
@@ -54,11 +66,6 @@ def sum_factory(mechanism: str, noise_multiplier: float,
       expected_clients_per_round=int(clients_per_round), bits=int(bits),
       l2_clip=clip, modclip_prob=distributed_noise.MODCLIP_PROB,
       mechanism=MECHANISMS[mechanism])
-
-
-def is_distributed(factory) -> bool:
-  """Whether `factory` is TFF's distributed-DP sum."""
-  return isinstance(factory, distributed_dp.DistributedDpSumFactory)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,3 +118,140 @@ def noise_at(mechanism: str, noise_multiplier: float, clients_per_round: int,
   return BuiltNoise(float(np.float32(l2)),
                     None if l1 is None else float(l1),
                     float(np.float32(local * scale)), padded)
+
+
+_QUERIES = {'distributed_dgauss': tfp.DistributedDiscreteGaussianSumQuery,
+            'distributed_skellam': tfp.DistributedSkellamSumQuery}
+
+
+def _rotate(x, seed):
+  """TFF's randomized DFT of one padded vector (`rotation.
+  DiscreteFourierTransformFactory`'s client transform, one repeat)."""
+  x = tf.reshape(x, [2, -1])
+  x = tf.complex(real=x[0], imag=x[1])
+  x *= rotation.sample_cis(tf.shape(x), seed, inverse=False)
+  x = tf.signal.fft(x)
+  x = tf.concat([tf.math.real(x), tf.math.imag(x)], axis=0)
+  return x / tf.cast(tf.sqrt(tf.size(x) / 2), rotation.OUTPUT_TF_DTYPE)
+
+
+def _unrotate(x, seed):
+  """The inverse of `_rotate` (TFF's server transform, one repeat)."""
+  x *= tf.sqrt(tf.size(x, out_type=x.dtype) / 2.0)
+  x = tf.reshape(x, [2, -1])
+  x = tf.complex(real=x[0], imag=x[1])
+  x = tf.signal.ifft(x)
+  x *= rotation.sample_cis(tf.shape(x), seed, inverse=True)
+  return tf.concat([tf.math.real(x), tf.math.imag(x)], axis=0)
+
+
+class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
+  """`factory`'s distributed-DP sum for cohorts: a TFF client's value is
+  K devices' updates stacked (every leaf [K, ...]).
+
+  Each row goes through the client steps of the process `factory` builds
+  for one device, at the numbers that build holds (its scale, its DP
+  query's bounds and local std): concatenation, the round's DFT rotation
+  (the seed every client gets), the L2 clip, TFF's scaling and stochastic
+  rounding, the DP query's norm check and the row's own noise share, the
+  modular clip (a row of zeros, a device outside the group, is zeros
+  until its noise share, so it skips the rotation, clip and rounding).
+  The cohort adds its rows' integers (the modular sum is linear) and
+  sends one vector into TFF's modular secure sum; the server decodes as
+  TFF does (modular clip, descaling, inverse rotation). So the server
+  receives the sum K separate TFF clients would give, with K noise
+  shares. Only TFF's defaults are supported: the DFT, beta 0, a fixed
+  clip.
+  """
+
+  def __init__(self, factory: distributed_dp.DistributedDpSumFactory) -> None:
+    # pylint: disable=protected-access
+    if (factory._rotation_type != 'dft' or factory._beta != 0
+        or factory._auto_l2_clip):
+      raise ValueError('cohorts run TFF\'s distributed-DP sum with the DFT '
+                       'rotation, beta 0 and a fixed clip only.')
+    # pylint: enable=protected-access
+    self._factory = factory
+
+  @property
+  def factory(self) -> distributed_dp.DistributedDpSumFactory:
+    """TFF's factory whose per-device process each row follows."""
+    return self._factory
+
+  def create(self, value_type) -> tff.templates.AggregationProcess:
+    # pylint: disable=protected-access
+    f = self._factory
+    row_type = stacking.row_type(value_type)
+    row_specs = tff.types.structure_from_tensor_type_tree(
+        lambda t: tf.TensorSpec(t.shape, t.dtype), row_type)
+    # TFF's build for one device: its scale and DP query, as it computed
+    # them; `create` also sets the padded dimension.
+    _, discrete, dp_state = f._unpack_state(f.create(row_type).initialize())
+    scale = float(discrete['scale_factor'])
+    query = _QUERIES[f._mechanism](**dp_state.query_state._asdict())
+    dim, padded, clip = f._client_dim, f._padded_dim, float(f._l2_clip)
+    low, high = -(2**(f._bits - 1)), 2**(f._bits - 1)
+    # TFF's secure aggregation: its two modular clips around SecAgg.
+    secure_sum = modular_clipping.ModularClippingSumFactory(
+        low, high, modular_clipping.ModularClippingSumFactory(
+            0, 2**f._bits, tff.aggregators.SecureSumFactory(
+                2**f._bits - 1, 0))).create(
+                    tff.TensorType(np.int32, [padded]))
+    seed_type = rotation.SEED_TFF_TYPE
+
+    @tff.tensorflow.computation(value_type, seed_type)
+    def encode(rows, seed):
+      params = query.derive_sample_params(query.initial_global_state())
+
+      def integers(x):
+        x, _ = robust._clip_by_global_l2_norm(_rotate(x, seed), clip)
+        return discretization._discretize_struct(x, scale, True, 0.0, clip)
+
+      def device(row):
+        x = rotation._flatten_and_pad_zeros_even(concat._concat_impl(row))
+        # Zeros (a device outside the group) stay zeros through rotation,
+        # clip and rounding, which TF's slow FFT need not show.
+        x = tf.cond(tf.reduce_any(tf.not_equal(x, 0.0)), lambda: integers(x),
+                    lambda: tf.zeros([padded], tf.int32))
+        x = query.preprocess_record(params, x)
+        return modular_clipping.modular_clip_by_value(x, low, high)
+
+      # One row at a time: TFF's rounding seeds itself from the clock.
+      shares = tf.map_fn(device, rows, parallel_iterations=1,
+                         fn_output_signature=tf.TensorSpec([padded],
+                                                           tf.int32))
+      total = tf.reduce_sum(tf.cast(shares, tf.int64), axis=0)
+      return tf.cast(modular_clipping.modular_clip_by_value(total, low, high),
+                     tf.int32)
+
+    @tff.tensorflow.computation(tff.TensorType(np.int32, [padded]), seed_type)
+    def decode(total, seed):
+      total, _, _ = query.get_noised_result(total,
+                                            query.initial_global_state())
+      x = _unrotate(discretization._undiscretize_struct(
+          total, scale, tf.float32), seed)
+      x = rotation._slice_and_reshape_to_template_spec(
+          x, tf.TensorSpec([dim], tf.float32))
+      return concat._unconcat_impl(x, row_specs)
+
+    next_seed = rotation._build_next_global_seed_fn(stride=1)
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_zip((secure_sum.initialize(), tff.federated_eval(
+          tff.tensorflow.computation(rotation._init_global_seed),
+          tff.SERVER)))
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS))
+    def next_fn(state, value):
+      inner, seed = state
+      summed = secure_sum.next(inner, tff.federated_map(
+          encode, (value, tff.federated_broadcast(seed))))
+      return tff.templates.MeasuredProcessOutput(
+          tff.federated_zip((summed.state,
+                             tff.federated_map(next_seed, seed))),
+          tff.federated_map(decode, (summed.result, seed)),
+          summed.measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)

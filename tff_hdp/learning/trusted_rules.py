@@ -247,12 +247,12 @@ def check_ddp_bits(bits: Sequence[float], clients_per_round: int,
 
 
 def _distributed_factory(context: TrustedContext) -> GroupFactory:
-  """`DistributedGroupDPFactory`: each private group's sum through TFF's
-  distributed noise (--ddp_mechanism) at its level's --ddp_bits, at the
-  plan's noise multipliers (`_distributed_plan`: each the least whose
-  distributed noise meets the group's target); the groups at the
-  noise-aware ratios of those multipliers unless --r or --level_ratios is
-  given."""
+  """`DistributedGroupDPFactory` (its cohort twin in cohorts): each
+  private group's sum through TFF's distributed noise (--ddp_mechanism) at
+  its level's --ddp_bits, at the plan's noise multipliers
+  (`_distributed_plan`: each the least whose distributed noise meets the
+  group's target); the groups at the noise-aware ratios of those
+  multipliers unless --r or --level_ratios is given."""
   # pylint: disable=g-import-not-at-top
   from tff_hdp.aggregators import distributed_group_dp
   from tff_hdp.privacy.privacy_groups import with_ratios
@@ -293,7 +293,9 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
   if ratios is not None:
     plan = dataclasses.replace(
         plan, assignment=with_ratios(plan.assignment, ratios))
-  factory = distributed_group_dp.DistributedGroupDPFactory(
+  factory = (distributed_group_dp.CohortDistributedGroupDPFactory
+             if context.cohorts else
+             distributed_group_dp.DistributedGroupDPFactory)(
       plan.noise_multipliers, [g.ratio for g in plan.assignment.groups],
       plan.expected_group_sizes, clip, bits,
       device.clients_per_round, mechanism,
@@ -583,8 +585,8 @@ RECORDS: tuple[Algorithm, ...] = (
               'FedHDP with per-group distributed discrete noise',
               _distributed_factory,
               (RATIO, LEVEL_RATIOS, HETEROGENEITY, DDP_BITS, DDP_MECHANISM),
-              _STREAM_MEASUREMENTS, groups=_with_ratio, sweep='r',
-              fixed_clip=True, privacy_plan=_distributed_plan),
+              _STREAM_MEASUREMENTS, cohorts=True, groups=_with_ratio,
+              sweep='r', fixed_clip=True, privacy_plan=_distributed_plan),
     Algorithm('blt_shared', TRUSTED,
               'one BLT stream, devices capped per level',
               _capped_stream_factory, (LEVEL_PARTICIPATIONS, HETEROGENEITY),
