@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.compiler import building_blocks
 from tensorflow_federated.python.core.impl.compiler import tree_analysis
@@ -14,6 +15,7 @@ from tensorflow_federated.python.core.impl.compiler import tree_analysis
 from tff_hdp.aggregators.distributed_group_dp import (
     CohortDistributedGroupDPFactory, DistributedGroupDPFactory)
 from tff_hdp.aggregators.heterogeneous_dp import HeterogeneousDPFactory
+from tff_hdp.privacy import distributed_noise
 
 pytestmark = pytest.mark.tf
 
@@ -142,18 +144,27 @@ def test_a_non_finite_update_adds_zeros_and_its_noise_share():
   np.testing.assert_allclose(out.result, [0.6, -0.8], atol=2e-3)
 
 
-def test_aligned_updates_do_not_wrap_around_the_modulus():
-  """20 equal updates at the clip norm: their sum has norm 20 S, the most
-  the modular sum must hold (TFF scales for it); at 16 bits and tiny noise
-  the output is their plain sum, where a wrap would be off by about
-  2^16 / scale."""
+def test_the_modulus_holds_aligned_updates_at_tffs_wrap_probability():
+  """20 equal updates at the clip norm S sum to norm 20 S. After TFF's
+  random rotation a coordinate of that sum is about normal with std
+  20 S scale / sqrt(d) in the integer domain, and TFF's scale puts the
+  modulus 2^15 at k = 3.89 of those stds, where a coordinate wraps with
+  probability MODCLIP_PROB = 1e-4 (so 650 coordinates hold at least one
+  wrap in about 6% of such rounds: a utility cost, not a privacy one).
+  The same updates at half the clip norm sit at 7.8 stds, where a wrap
+  has probability about 1e-14 a coordinate, and the output is their plain
+  sum to the noise and rounding, where a wrap would be off by about
+  2^16 / (scale sqrt(d)) = 0.026."""
   dim, clip, n = 650, 0.1, 20
+  factory = DistributedGroupDPFactory([1e-3], [1.0], [1.0], clip, 16, n)
+  built = factory.noise(dim)[0]
+  stds = 2.0**15 / (n * built.l2_sensitivity / math.sqrt(built.dim))
+  assert stds == pytest.approx(
+      stats.norm.isf(distributed_noise.MODCLIP_PROB / 2), rel=0.01)
   update = np.random.default_rng(0).normal(size=dim).astype(np.float32)
-  update *= clip / np.linalg.norm(update)
-  process = DistributedGroupDPFactory([1e-3], [1.0], [1.0], clip, 16,
-                                      n).create(
-                                          tff.TensorType(np.float32, [dim]),
-                                          tff.TensorType(np.float32, [1]))
+  update *= 0.5 * clip / np.linalg.norm(update)
+  process = factory.create(tff.TensorType(np.float32, [dim]),
+                           tff.TensorType(np.float32, [1]))
   out = process.next(process.initialize(), [update] * n,
                      [np.ones(1, np.float32)] * n)
   np.testing.assert_allclose(out.result, n * update, atol=2e-3)
