@@ -920,8 +920,8 @@ def _check_values(current: str) -> None:
           '--ditto_noise_aware_lambdas (Ditto on); drop it.')
     rate = DITTO_LR.value or CLIENT_LR.value
     _check_pull_steps(
-        [(f'--{f.name}', v) for f in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP)
-         if f.value is not None for v in [f.value]] +
+        [(f'--{f.name}', f.value) for f in (DITTO_LAMBDA_P, DITTO_LAMBDA_NP)
+         if f.value is not None] +
         [('--ditto_level_lambdas', v) for v in (
             floats(DITTO_LEVEL_LAMBDAS) if DITTO_LEVEL_LAMBDAS.value else [])],
         [(f'--{"ditto_lr" if DITTO_LR.value else "client_lr"}', rate)])

@@ -841,15 +841,18 @@ def calibrate_sampling_rate(target_epsilon: float, target_delta: float,
         _new_accountant(sampling).neighboring_relation, target_epsilon,
         target_delta)
   except InfeasiblePrivacyTargetError:
-    inverse = 2.0  # halve the rate until it spends 0 (the KL branch)
-    while inverse <= _Z_RANGE[1] and rdp_gap(inverse) > 0:
+    inverse, over = 1.0, math.inf  # halve the rate until it meets it
+    while over > 0:
       inverse *= 2
-    if inverse > _Z_RANGE[1]:
-      raise InfeasiblePrivacyTargetError(
-          f'(epsilon={target_epsilon}, delta={target_delta}) over {rounds} '
-          f'rounds at noise multiplier {noise_multiplier:.4g}: no sampling '
-          f'rate down to {1 / _Z_RANGE[1]:.3g} meets it.') from None
-  if rdp_gap(inverse) == -target_epsilon:  # spends 0: the KL branch
+      if inverse > _Z_RANGE[1]:
+        raise InfeasiblePrivacyTargetError(
+            f'(epsilon={target_epsilon}, delta={target_delta}) over {rounds} '
+            f'rounds at noise multiplier {noise_multiplier:.4g}: no sampling '
+            f'rate down to {1 / _Z_RANGE[1]:.3g} meets it.') from None
+      over = rdp_gap(inverse)
+  else:
+    over = rdp_gap(inverse)
+  if over == -target_epsilon:  # spends 0: the KL branch
     inverse = _least_root_from(rdp_gap, inverse, 1.0)
   if accountant.name != 'pld':
     return 1.0 / inverse
