@@ -76,6 +76,31 @@ def test_the_sums_noise_has_the_std_the_accounting_assumes(mechanism):
   assert built.dim == dim  # TFF's DFT pads an odd dimension by one only
 
 
+def test_a_group_of_one_device_gets_every_devices_noise_share():
+  """5 devices with zero updates, 1 of them in the private group (z 0.8,
+  clip 0.5, expected size 1), 4 in the group without guarantee, r = (1, 1):
+  the private slot carries all 5 shares, so the output's noise std is the
+  group's weight 1 / 5 times z S, as for a group of 5, and not the one
+  member's share (sqrt(5) smaller). No group is too small to hide a device
+  in its sum."""
+  z, clip, n, dim = 0.8, 0.5, 5, 2000
+  process = DistributedGroupDPFactory(
+      [z, 0.0], [1.0, 1.0], [1.0, None], clip, 16, n,
+      release_unprotected_counts=True).create(
+          tff.TensorType(np.float32, [dim]), WEIGHT)
+  state = process.initialize()
+  weights = [np.array([1, 0], np.float32)] + [np.array([0, 1], np.float32)] * 4
+  draws = []
+  for _ in range(3):
+    out = process.next(state, [np.zeros(dim, np.float32)] * n, weights)
+    state = out.state
+    np.testing.assert_array_equal(out.measurements['group_client_counts'],
+                                  [1, 4])
+    draws.append(np.asarray(out.result))
+  # 6000 draws: the sample std is within 3% of the truth with room to spare.
+  assert np.std(np.concatenate(draws)) == pytest.approx(z * clip / 5, rel=0.05)
+
+
 @pytest.mark.parametrize('bits', [1, 4])
 def test_bits_too_few_for_the_clients_are_tffs_error(bits):
   """20 clients: 2^4 < 20 wraps the sum of their shares; 5 bits pass."""
