@@ -129,15 +129,48 @@ class _SavedProgram(_Program):
     checkpoint.save(self.state, round_num)
 
 
-def _run_saved(tmp_path, rounds, clock, monkeypatch):
+def _run_saved(tmp_path, rounds, clock, monkeypatch, checkpoint_every=1,
+               repeats_rounds=True):
   monkeypatch.setattr(round_loop.time, 'time', clock)
   program = _SavedProgram(rounds, clock)
+  program.repeats_rounds = repeats_rounds
   checkpoint = checkpointing.RunCheckpoint(str(tmp_path / 'checkpoints'),
                                            {'run': 1})
   result = round_loop.run_rounds(program, output_dir=str(tmp_path),
                                  progress=False, checkpoint=checkpoint,
-                                 checkpoint_every=1)
+                                 checkpoint_every=checkpoint_every)
   return program, result
+
+
+def _saved_rounds(tmp_path):
+  return sorted(int(p.name.split('_')[1])
+                for p in (tmp_path / 'checkpoints').glob('round_*'))
+
+
+def test_a_run_whose_noise_cannot_be_repeated_saves_every_round(
+    tmp_path, monkeypatch):
+  """Such a run cannot redo a released round, so a kill past its last
+  checkpoint would end it for good: it saves every round whatever
+  `checkpoint_every`, and a kill leaves at most the round in flight."""
+  _run_saved(tmp_path / 'seeded', 3, _Clock(), monkeypatch,
+             checkpoint_every=10)
+  assert _saved_rounds(tmp_path / 'seeded') == [3]  # the cadence, and last
+  _run_saved(tmp_path / 'unseeded', 3, _Clock(), monkeypatch,
+             checkpoint_every=10, repeats_rounds=False)
+  assert _saved_rounds(tmp_path / 'unseeded') == [2, 3]  # every; 2 kept
+  program, result = _run_saved(tmp_path / 'unseeded', 4, _Clock(),
+                               monkeypatch, checkpoint_every=10,
+                               repeats_rounds=False)
+  assert [r['round'] for r in result.rows] == [4]
+  np.testing.assert_array_equal(program.state['w'], [4.0, 4.0])
+  # A round released past the last save (the kill's window) is not redone.
+  with open(tmp_path / 'unseeded' / 'rounds.csv', 'a') as f:
+    f.write('5,1.66667,\n')
+  with pytest.raises(checkpointing.CheckpointError,
+                     match='released rounds 5-5 past its last checkpoint '
+                     r'\(round 4\) with noise this run cannot repeat'):
+    _run_saved(tmp_path / 'unseeded', 6, _Clock(), monkeypatch,
+               checkpoint_every=10, repeats_rounds=False)
 
 
 def test_seconds_count_every_process_of_a_resumed_run(tmp_path, monkeypatch):

@@ -127,7 +127,9 @@ def run_rounds(program: RoundProgram,
     eval_every: evaluate after every this many rounds and after the last.
     progress: show a progress bar.
     checkpoint: resume from it and save to it every `checkpoint_every` rounds
-      and after the last (None: no checkpoints).
+      and after the last, or every round if the program does not repeat
+      rounds (a kill past its last save would end the run for good); None:
+      no checkpoints.
     checkpoint_every: see `checkpoint`; 0 saves no round (the checkpoint
       still keeps the run's key and secret).
     release_managers: each gets every round's released numbers, keyed by the
@@ -200,7 +202,8 @@ def run_rounds(program: RoundProgram,
       if on_round is not None:
         on_round(round_num, program.weights())
       if checkpoint_every > 0 and checkpoint is not None and (
-          round_num % checkpoint_every == 0 or round_num == program.rounds):
+          round_num % checkpoint_every == 0 or round_num == program.rounds
+          or not program.repeats_rounds):
         program.save(checkpoint, round_num)
         checkpoint.record_seconds(round_num, earlier + time.time() - start)
   finally:
