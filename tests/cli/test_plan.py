@@ -1,6 +1,6 @@
-"""plan.py: its table and certificate, printed without TensorFlow (a
-`tensorflow` that raises on import comes first on the path), and its
-refusals, one line naming the flag with exit status 2."""
+"""plan.py: its table, certificate and frontier, printed without
+TensorFlow (a `tensorflow` that raises on import comes first on the path),
+and its refusals, one line naming the flag with exit status 2."""
 
 import os
 import subprocess
@@ -16,6 +16,11 @@ SMALL = ('--num_clients=300', '--epsilons=1,8', '--deltas=1e-3',
          '--clip_lr=0', '--opt_out_fraction=0.1')
 
 
+# The tests that read the module's one run of plan.py (`printed`): one
+# xdist worker runs it.
+_PRINTED = pytest.mark.xdist_group('test_plan_printed')
+
+
 def _plan(tmp_path, *flags):
   path = repository.tensorflow_stand_in(str(tmp_path / 'no_tf'),
                                         'plan.py imported TensorFlow')
@@ -25,14 +30,22 @@ def _plan(tmp_path, *flags):
       env=dict(os.environ, PYTHONPATH=os.pathsep.join([path, ROOT])))
 
 
-def test_prints_every_rule_and_the_certificate_without_tensorflow(tmp_path):
+@pytest.fixture(scope='module')
+def printed(tmp_path_factory):
+  """plan.py's output with the default certificate tolerance: the table,
+  the certificate and the frontier, all from one run."""
+  result = _plan(tmp_path_factory.mktemp('plan'), *SMALL)
+  assert result.returncode == 0, result.stderr[-2000:]
+  return result.stdout
+
+
+@_PRINTED
+def test_prints_every_rule_and_the_certificate_without_tensorflow(printed):
   from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy import planner  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy import privacy_groups as pg  # pylint: disable=g-import-not-at-top
-  result = _plan(tmp_path, *SMALL)
-  assert result.returncode == 0, result.stderr[-2000:]
-  lines = result.stdout.splitlines()
+  lines = printed.splitlines()
   levels = [pg.PrivacyGroup('private_eps1', 1.0, 1e-3),
             pg.PrivacyGroup('private_eps8', 8.0, 1e-3)]
   choices = pg.assign_opt_out(list(range(300)), levels, 0.1, 0)
@@ -41,7 +54,7 @@ def test_prints_every_rule_and_the_certificate_without_tensorflow(tmp_path):
   for rule in rules:
     released, private = rule.divisors
     heading = [l for l in lines if l.startswith(f'{rule.algorithm} (')]
-    assert len(heading) == 1, result.stdout
+    assert len(heading) == 1, printed
     assert f': S/{released:.1f}' in heading[0]
     note = f"(private groups' mean S/{private:.1f})"
     assert (note in heading[0]) == (released != private), heading[0]
@@ -69,7 +82,8 @@ def test_bad_input_is_one_line_naming_the_flag(tmp_path, flags, flag):
   assert line.startswith('plan.py: error: ') and flag in line, line
 
 
-def test_prints_the_frontier_and_its_default_point(tmp_path):
+@_PRINTED
+def test_prints_the_frontier_and_its_default_point(printed):
   """Every t of the grid with the library's S/F and bound, and the least
   bound marked as the default."""
   from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
@@ -82,9 +96,7 @@ def test_prints_the_frontier_and_its_default_point(tmp_path):
   curves = frontier.Frontier(plans.plan_individualized_sampling(
       choices, accounting.PoissonSampling(0.1), 20,
       plans.ClipSettings(learning_rate=0.0)))
-  result = _plan(tmp_path, *SMALL, '--certificate_tolerance=0')
-  assert result.returncode == 0, result.stderr[-2000:]
-  lines = result.stdout.splitlines()
+  lines = printed.splitlines()
   start = lines.index(next(l for l in lines
                            if l.startswith('bias/noise frontier')))
   rows = lines[start + 2:start + 2 + len(frontier.TILTS)]
