@@ -37,6 +37,9 @@ ROOT = repository.ROOT
 FLAGS = ['--presets=digits', '--rounds=2', '--eval_every=1',
          '--algorithms=dp_fedavg,fedhdp', '--r=0.5']
 CONFIGS = ('dp_fedavg', 'fedhdp_r0.5')
+# The tests that read the module's run (`first`, `second`): one xdist worker
+# runs it.
+_FIRST = pytest.mark.xdist_group('test_reproduce_first')
 
 
 def _run(*flags):
@@ -86,6 +89,7 @@ def _markdown_rows(text):
           for line in text.splitlines() if line.startswith('| ')]
 
 
+@_FIRST
 def test_table_has_the_papers_layout_and_variance_scale(first):
   out, result = first
   with open(os.path.join(out, 'digits', 'results.md')) as f:
@@ -118,6 +122,7 @@ def test_table_has_the_papers_layout_and_variance_scale(first):
   assert '2 rounds, 5 clients per round' in text  # the overrides took effect
 
 
+@_FIRST
 def test_every_configuration_ran_the_requested_rounds(first):
   out, _ = first
   for config in CONFIGS:
@@ -126,6 +131,7 @@ def test_every_configuration_ran_the_requested_rounds(first):
     assert [r['round'] for r in _rounds(out, config)] == ['1', '2']
 
 
+@_FIRST
 def test_plots_are_written(first):
   out, _ = first
   for name in ('accuracy_vs_rounds', 'epsilon_vs_rounds', 'accuracy_vs_r'):
@@ -142,6 +148,7 @@ def _scalars(run_dir):
   return values
 
 
+@_FIRST
 def test_tensorboard_events_hold_each_rounds_row(first):
   out, _ = first
   for config in CONFIGS:
@@ -159,6 +166,7 @@ def test_tensorboard_events_hold_each_rounds_row(first):
   assert ('epsilon_private_eps3.6', 2) in _scalars(_block(out, 'fedhdp_r0.5'))
 
 
+@_FIRST
 def test_rerun_skips_finished_configurations_only(second):
   out, result, kept = second
   assert 'digits/lambda0.05/dp_fedavg: finished earlier, skipped' in (
@@ -175,6 +183,7 @@ def test_rerun_skips_finished_configurations_only(second):
     assert len(list(csv.reader(f))) == 3
 
 
+@_FIRST
 def test_a_configuration_another_process_holds_is_left_to_it(second):
   """Two invocations of one command share the work: a configuration whose
   folder another live process holds is skipped, not trained twice nor an

@@ -28,7 +28,11 @@ ROUNDS = 24
 EPSILON, DELTA = 3.6, 1e-4
 
 
-@pytest.fixture(scope='module', params=[0, 8], ids=['per_client', 'cohorts'])
+# The tests of one cohort size read its one run: one xdist worker runs them.
+@pytest.fixture(scope='module', params=[
+    pytest.param(size, id=name,
+                 marks=pytest.mark.xdist_group(f'test_empty_rounds_{name}'))
+    for size, name in ((0, 'per_client'), (8, 'cohorts'))])
 def run(request, tmp_path_factory):
   task = digits.load(clients_per_digit=2, seed=0)  # 20 clients
   choices = trusted_setting.client_choices(

@@ -22,6 +22,8 @@ LEVELS = [pg.PrivacyGroup('eps1', 1.0, 1e-4),
 ROUNDS, Q, Z_B, D, H = 200, 0.05, 5.0, 7850, 1.0
 SAMPLING = accounting.PoissonSampling(Q)
 CLIP = plans.ClipSettings(count_stddev=Z_B)
+# The tests that read the module's `curves`: one xdist worker plans them.
+_CURVES = pytest.mark.xdist_group('test_frontier_curves')
 
 
 @pytest.fixture(scope='module')
@@ -39,6 +41,7 @@ def curves(individualized):
   return frontier.Frontier(individualized)
 
 
+@_CURVES
 def test_full_tilt_is_individualized_sampling(curves, individualized):
   plan = curves.plan(1.0, H, D)
   np.testing.assert_allclose(plan.group_rates, individualized.group_rates,
@@ -57,6 +60,7 @@ def test_full_tilt_is_individualized_sampling(curves, individualized):
                              individualized.noise_multipliers, rtol=5e-3)
 
 
+@_CURVES
 def test_no_tilt_counts_every_client_alike(curves, choices):
   plan = curves.plan(0.0, H, D)
   counted = np.array(plan.group_scales) * np.array(plan.group_rates)
@@ -71,6 +75,7 @@ def test_no_tilt_counts_every_client_alike(curves, choices):
   assert plan.group_rates[2] < curves.base_rates[2]
 
 
+@_CURVES
 @pytest.mark.parametrize('tilt', [0.0, 0.3, 0.75, 1.0])
 def test_every_group_within_its_target_by_dp_accounting(curves, tilt):
   plan = curves.plan(tilt, H, D)
@@ -92,6 +97,7 @@ def test_every_group_within_its_target_by_dp_accounting(curves, tilt):
   assert max(tight) == pytest.approx(1.0, rel=1e-3)
 
 
+@_CURVES
 def test_divisor_and_bound_are_the_closed_forms(curves, choices):
   plan = curves.plan(0.5, H, D)
   sizes = choices.group_sizes()
@@ -119,6 +125,7 @@ def q_star_weights(curves, tilt):
   return [q**tilt for q in curves.base_rates]
 
 
+@_CURVES
 def test_frontier_runs_from_unbiased_to_least_noise(curves):
   points = curves.points(H, D)
   assert [p.tilt for p in points] == list(frontier.TILTS)

@@ -19,6 +19,8 @@ LEVELS = [pg.PrivacyGroup('eps1', 1.0, 1e-4),
           pg.PrivacyGroup('eps3.6', 3.6, 1e-4),
           pg.PrivacyGroup('eps10', 10.0, 1e-4)]
 ROUNDS, Q, Z_B = 500, 0.05, 5.0
+# The tests that read the module's `plan`: one xdist worker plans it.
+_PLAN = pytest.mark.xdist_group('test_individualized_sampling_plan')
 
 
 def dp_accounting_epsilon(z, z_b, q, rounds, delta):
@@ -41,6 +43,7 @@ def plan():
       plans.ClipSettings(count_stddev=Z_B))
 
 
+@_PLAN
 def test_each_group_spends_its_target_at_its_rate_by_dp_accounting(plan):
   groups = plan.assignment.groups
   z = plan.noise_multipliers[0]
@@ -60,6 +63,7 @@ def test_each_group_spends_its_target_at_its_rate_by_dp_accounting(plan):
   assert math.isinf(plan.ledger.epsilon(3, ROUNDS))
 
 
+@_PLAN
 def test_the_private_clients_per_round_are_the_one_rate_plans(plan):
   sizes = plan.assignment.group_sizes()
   private = sum(q * n for q, n in zip(plan.group_rates[:3], sizes[:3]))
@@ -70,6 +74,7 @@ def test_the_private_clients_per_round_are_the_one_rate_plans(plan):
                                                           rel=1e-6)
 
 
+@_PLAN
 def test_z_lies_between_the_one_rate_plans_extremes(plan):
   """At one rate the strictest group needs the most noise and the loosest
   the least; the shared z lies between."""

@@ -16,6 +16,8 @@ LEVELS = [pg.PrivacyGroup('eps1', 1.0, 1e-3),
           pg.PrivacyGroup('eps3', 3.0, 1e-3),
           pg.PrivacyGroup('eps8', 8.0, 1e-3)]
 D, H = 500, 2.0  # the model's parameters, the heterogeneity
+# The tests that read the module's `rules`: one xdist worker plans them.
+_RULES = pytest.mark.xdist_group('test_planner_rules')
 
 
 @pytest.fixture(scope='module')
@@ -31,6 +33,7 @@ def _counts(plan):
   return np.array(plan.rates()) * plan.assignment.group_sizes()
 
 
+@_RULES
 def test_fedhdp_noise_is_the_weighted_sum_of_its_draws(rules):
   for name, own_ratios in (('fedhdp --r=1', lambda z, n: 1.0),
                            ('fedhdp', lambda z, n: 1.0 if z == 0 else
@@ -49,6 +52,7 @@ def test_fedhdp_noise_is_the_weighted_sum_of_its_draws(rules):
   assert rules['fedhdp'].divisors[0] > rules['fedhdp --r=1'].divisors[0]
 
 
+@_RULES
 def test_individualized_sampling_is_one_draw_on_the_private_sum(rules):
   plan = rules['individualized_sampling'].plan
   z = max(plan.noise_multipliers)
@@ -61,6 +65,7 @@ def test_individualized_sampling_is_one_draw_on_the_private_sum(rules):
       (merged / (share * z), merged / z), rel=1e-12)
 
 
+@_RULES
 def test_dp_fedavg_is_everyone_at_the_strictest(rules):
   plan = rules['dp_fedavg'].plan
   (z,) = plan.noise_multipliers

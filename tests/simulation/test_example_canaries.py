@@ -101,7 +101,11 @@ def mu_of(epsilon):
   return optimize.brentq(lambda mu: gdp(mu) - epsilon, 1e-9, 50, xtol=1e-12)
 
 
-@pytest.fixture(scope='module', params=SETTINGS)
+# The tests of one setting read its one run (`audited`): one xdist worker
+# runs them.
+@pytest.fixture(scope='module', params=[
+    pytest.param(s, marks=pytest.mark.xdist_group(f'test_example_canaries_{s}'))
+    for s in SETTINGS])
 def audited(request, task):
   return request.param, *_run(task, request.param)
 
