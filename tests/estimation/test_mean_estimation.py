@@ -20,7 +20,11 @@ LAMBDAS = [0.0, 0.3, 1.0, 3.0, 10.0]
 TRIALS = 4000
 
 
-@pytest.fixture(scope='module', params=sorted(SETTINGS))
+# The tests of one setting read its one measurement: one xdist worker runs
+# them.
+@pytest.fixture(scope='module', params=[
+    pytest.param(name, marks=pytest.mark.xdist_group(
+        f'test_mean_estimation_{name}')) for name in sorted(SETTINGS)])
 def measured(request):
   setting = SETTINGS[request.param]
   star = setting.optimal_lambda

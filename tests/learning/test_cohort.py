@@ -20,6 +20,8 @@ from tff_hdp.aggregators import HeterogeneousDPFactory
 pytestmark = pytest.mark.tf
 
 EYE = np.eye(2, dtype=np.float32)
+# The tests that read the module's `processes`: one xdist worker builds them.
+_PROCESSES = pytest.mark.xdist_group('test_cohort_processes')
 
 
 @pytest.fixture(scope='module')
@@ -92,6 +94,7 @@ def _assert_same_round(o1, o2, w1, w2):
     assert c1['train'][key] == pytest.approx(c2['train'][key], rel=1e-5)
 
 
+@_PROCESSES
 def test_cohort_rounds_equal_per_client_rounds(task, processes):
   per_client, cohorts = processes
   s1, s2 = per_client.initialize(), cohorts.initialize()
@@ -111,6 +114,7 @@ def test_cohort_rounds_equal_per_client_rounds(task, processes):
       o2.metrics['aggregator']['group_client_counts'], [4.0, 3.0])
 
 
+@_PROCESSES
 def test_non_finite_client_is_zeroed_and_counted(task, processes):
   per_client, cohorts = processes
   arrays, groups = _clients(task, 5, poison=3)
