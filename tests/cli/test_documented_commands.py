@@ -81,7 +81,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 
 
 def _shell_blocks(text):
-  return re.findall(r'^```sh\n(.*?)^```', text, re.S | re.M)
+  return re.findall(r'^```(?:sh|bash)\n(.*?)^```', text, re.S | re.M)
 
 
 def _expand(block):
