@@ -75,6 +75,10 @@ def check_only(main, usage, groups=None, validate=None, **options):
   real_run(lambda argv: None, usage, groups, validate,
            **dict(options, needs_tensorflow=False))
 entry.run = check_only
+from absl import app, flags
+def parse_only(main, argv=None, **unused):  # a benchmark on absl's app.run
+  flags.FLAGS(sys.argv)
+app.run = parse_only
 sys.argv = {argv!r}
 runpy.run_path(sys.argv[0], run_name='__main__')
 '''
