@@ -156,6 +156,38 @@ def test_every_aggregation_of_the_clients_is_a_secure_sum(factory, rows):
                                        'federated_weighted_mean')]
 
 
+def test_a_group_without_members_sends_no_slot():
+  """The opt-out group with no member (group 1 of 2): one secure sum of
+  the updates fewer (the private slot's and the counts' remain), and at
+  small noise the same output as with its slot; a group with noise cannot
+  be declared empty."""
+  values = [np.array([1, 0, 0], np.float32), np.array([0, 0.6, 0.8],
+                                                      np.float32)]
+  weights = [np.array([1, 0], np.float32)] * 2
+  value_type = tff.TensorType(np.float32, [3])
+
+  def build(empty):
+    return DistributedGroupDPFactory(
+        [1e-4, 0.0], [1.0, 1.0], [2.0, None], 1.0, 16, 2,
+        groups_without_members=empty).create(value_type, WEIGHT)
+
+  def secure_sums(process):
+    uris = []
+    tree_analysis.visit_postorder(
+        process.next.to_building_block(),
+        lambda b: uris.append(b.uri) if isinstance(
+            b, building_blocks.Intrinsic) else None)
+    return uris.count('federated_secure_sum_bitwidth')
+
+  slotless, full = build((1,)), build(())
+  assert secure_sums(slotless) < secure_sums(full)
+  for process in (slotless, full):
+    out = process.next(process.initialize(), values, weights)
+    np.testing.assert_allclose(out.result, [0.5, 0.3, 0.4], atol=2e-3)
+  with pytest.raises(ValueError, match='group 0 has noise but no member'):
+    build((0,))
+
+
 def test_a_non_finite_update_adds_zeros_and_its_noise_share():
   """A NaN update is not summed (its slot is zeros, as the trusted rule
   excludes it); the group's sum stays finite and is the finite member's."""

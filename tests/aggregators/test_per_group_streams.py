@@ -146,6 +146,40 @@ def test_cohorts_release_what_separate_clients_release(stream):
                                [3, 2])
 
 
+def test_a_group_without_members_has_no_stream_and_no_weight():
+  """Three groups, the last (r 5, realized count) with no stream: the
+  output is the first two's combination, as with a stream for it that no
+  client reaches, and a stray member of it (a row it should not have) is
+  left out rather than weighed against an empty sum."""
+  values = [np.array([1, 0, 0], np.float32), np.array([0, 3, 4], np.float32),
+            np.array([0, 0, 0.5], np.float32)]
+  rows = ([1, 0, 0], [1, 0, 0], [0, 1, 0])
+  weight = tff.TensorType(np.float32, [3])
+
+  def run(third, rows):
+    factory = PerGroupStreamsFactory(
+        [_clipped_sum(1.0), _clipped_sum(1.0), third], [3.0, 1.0, 5.0],
+        [2.0, None, None], [0.0, 0.0, 0.0], 1.0)
+    process = factory.create(VALUE, weight)
+    out = process.next(process.initialize(), values,
+                       [np.array(r, np.float32) for r in rows])
+    return factory, out
+
+  slotless, out = run(None, rows)
+  assert slotless.slots == (0, 1)
+  _, with_stream = run(_clipped_sum(1.0), rows)
+  w = np.array([3 * 2, 1 * 1]) / 7.0
+  want = w[0] * np.array([1, 0.6, 0.8]) / 2 + w[1] * np.array([0, 0, 0.5])
+  np.testing.assert_allclose(out.result, want, atol=1e-6)
+  np.testing.assert_allclose(with_stream.result, want, atol=1e-6)
+  np.testing.assert_allclose(out.measurements['group_weights'],
+                             [*w, 0], rtol=1e-6)
+  _, stray = run(None, ([1, 0, 0], [1, 0, 0], [0, 0, 1]))
+  np.testing.assert_allclose(stray.result, np.array([1, 0.6, 0.8]) / 2,
+                             atol=1e-6)
+  np.testing.assert_allclose(stray.measurements['group_weights'], [1, 0, 0])
+
+
 def test_bad_settings_are_refused():
   with pytest.raises(ValueError, match='one each per privacy group'):
     PerGroupStreamsFactory([_clipped_sum(1.0)], [1.0, 1.0], [1.0], [0.0], 1.0)
@@ -154,6 +188,8 @@ def test_bad_settings_are_refused():
                            [0.0], 1.0)
   with pytest.raises(ValueError, match='ratio'):
     PerGroupStreamsFactory([_clipped_sum(1.0)], [-1.0], [1.0], [0.0], 1.0)
+  with pytest.raises(ValueError, match='no group has a stream'):
+    PerGroupStreamsFactory([None], [1.0], [None], [0.0], 1.0)
   factory = PerGroupStreamsFactory([_clipped_sum(1.0)], [1.0], [1.0], [0.0],
                                    1.0)
   with pytest.raises(TypeError, match='one-hot privacy-group vector'):

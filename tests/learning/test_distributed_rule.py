@@ -115,3 +115,11 @@ def test_in_cohorts_the_rule_is_the_cohort_twin_at_the_same_noise():
   assert type(cohorts.factory) is CohortDistributedGroupDPFactory
   assert cohorts.noise == per_device.noise
   assert cohorts.factory.noise(DIM) == per_device.factory.noise(DIM)
+
+
+def test_the_group_nobody_is_in_sends_no_slot():
+  """None opted out: the devices send the two levels' slots only, and the
+  run says so."""
+  _, built = _build((16, 16), 'dgauss')
+  assert built.factory.slots == (0, 1)
+  assert 'devices sends 2 slots' in built.notes[0]

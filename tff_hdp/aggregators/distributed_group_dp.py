@@ -14,7 +14,9 @@ count D_j, weights r_j n_j).
 Every client sends a slot per group (its update in its own group's, zeros
 elsewhere) and adds a noise share to every private group's slot: K shares
 per sum, K the clients per round, l slots of traffic and (private groups)
-noise shares per client. The groups' counts (a group without guarantee
+noise shares per client. A group without guarantee that has no member in
+the population (`groups_without_members`: the opt-out group when nobody
+opts out) has no slot. The groups' counts (a group without guarantee
 divides by its realized one) go through a secure sum too, so the server
 learns the noisy group sums and how many clients each group has in the
 round, not which group a client is in. (The variant in which the server
@@ -65,7 +67,8 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
                expected_group_sizes: Sequence[float | None],
                clip: float, bits: int | Sequence[int],
                clients_per_round: int, mechanism: str = 'dgauss',
-               release_unprotected_counts: bool = False) -> None:
+               release_unprotected_counts: bool = False,
+               groups_without_members: Sequence[int] = ()) -> None:
     """Args:
       noise_multipliers: z_j per group (0: a group without guarantee, summed
         securely without noise).
@@ -77,6 +80,8 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
       clients_per_round: K, the clients adding noise shares to each sum.
       mechanism: the noise, 'dgauss' (discrete Gaussian) or 'skellam'.
       release_unprotected_counts: as `PerGroupStreamsFactory`'s.
+      groups_without_members: groups without guarantee (z 0) with no member
+        in the population: no slot, weight 0.
 
     Raises:
       ValueError: inconsistent settings, or TFF's checks of bits, clients
@@ -93,8 +98,14 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
         tff_distributed_dp.sum_factory(mechanism, z, clients_per_round, b,
                                        clip) if z > 0 else None
         for z, b in zip(noise_multipliers, bits)]
-    streams = [self._plain_stream(clip, clients_per_round) if f is None
-               else self._private_stream(f) for f in self._distributed]
+    for j in groups_without_members:
+      if noise_multipliers[j] > 0:
+        raise ValueError(f'group {j} has noise but no member: leave it out of '
+                         'the groups.')
+    streams = [None if j in groups_without_members
+               else self._plain_stream(clip, clients_per_round) if f is None
+               else self._private_stream(f)
+               for j, f in enumerate(self._distributed)]
     super().__init__(streams, ratios, expected_group_sizes,
                      [z * clip for z in noise_multipliers], clip,
                      release_unprotected_counts)

@@ -11,6 +11,9 @@ and adds the group's noise (`BltSumFactory`, or TFF's
 the group's expected count D_j (public), or by its realized count for a
 group without guarantee. The means are combined with w_j = r_j n_j /
 sum_k r_k n_k, n_j the same count as D_j, as `HeterogeneousDPFactory` does.
+A group with no member in the population (the opt-out group when nobody
+opts out) may have no stream (its factory None): no client sends it a slot,
+and its weight is 0 whatever a round's count says.
 
 A client's weight is its float32 one-hot group vector; a row that is not
 one-hot (or a zero row, e.g. after a non-finite update) sends zeros to every
@@ -50,8 +53,11 @@ def _validate(group_factories, ratios, expected_group_sizes,
         f'{l} group factories, {len(ratios)} ratios, '
         f'{len(expected_group_sizes)} expected group sizes and '
         f'{len(noise_stddevs)} noise stds: one each per privacy group.')
+  if all(f is None for f in group_factories):
+    raise ValueError('every group factory is None: no group has a stream.')
   for j, f in enumerate(group_factories):
-    if not isinstance(f, tff.aggregators.UnweightedAggregationFactory):
+    if f is not None and not isinstance(
+        f, tff.aggregators.UnweightedAggregationFactory):
       raise TypeError(f'group {j}: the factory must be a tff.aggregators.'
                       'UnweightedAggregationFactory, got '
                       f'{type(f).__name__}.')
@@ -78,14 +84,15 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
 
   def __init__(self,
                group_factories: Sequence[
-                   tff.aggregators.UnweightedAggregationFactory],
+                   tff.aggregators.UnweightedAggregationFactory | None],
                ratios: Sequence[float],
                expected_group_sizes: Sequence[float | None],
                noise_stddevs: Sequence[float],
                clip: float,
                release_unprotected_counts: bool = False) -> None:
     """Args:
-      group_factories: group j's clipped, noised sum.
+      group_factories: group j's clipped, noised sum; None for a group
+        with no member in the population (no stream; weight 0).
       ratios: r_j per group.
       expected_group_sizes: D_j per group, or None for the realized count
         (a group without guarantee).
@@ -102,6 +109,7 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
     if not clip > 0:
       raise ValueError(f'clip must be > 0, got {clip}.')
     self._factories = list(group_factories)
+    self._slots = [j for j, f in enumerate(self._factories) if f is not None]
     self._r = np.asarray(ratios, np.float32)
     self._fixed = np.array([d is not None for d in expected_group_sizes])
     self._d = np.array([0.0 if d is None else d for d in expected_group_sizes],
@@ -125,6 +133,12 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
     (`tff_hdp.learning.correlated_noise.check_applied_noise`)."""
     return tuple(f.noise_strategy(rounds) if hasattr(f, 'noise_strategy')
                  else None for f in self._factories)
+
+  @property
+  def slots(self) -> tuple[int, ...]:
+    """The groups with a stream, each a slot every client sends a round
+    (a group with no member has none)."""
+    return tuple(self._slots)
 
   def _member(self, value, one_hot, j):
     """What client `value` sends to group `j`'s stream: its update if it is
@@ -164,11 +178,13 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
         return self._member(value, one_hot, j)
       return member
 
-    members = [member_of(j) for j in range(l)]
+    slots = self._slots
+    members = [member_of(j) for j in slots]
     member_type = members[0].type_signature.result
     template = tff.types.structure_from_tensor_type_tree(lambda t: None,
                                                          member_type)
-    streams = [f.create(member_type) for f in self._factories]
+    streams = [self._factories[j].create(member_type) for j in slots]
+    has_slot = np.isin(np.arange(l), slots)
 
     @tff.tensorflow.computation(weight_type)
     def group_row(one_hot):
@@ -181,13 +197,14 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
     def combine(sums, counts):
       denominators = tf.where(tf.constant(self._fixed), tf.constant(self._d),
                               counts)
-      weights = tf.constant(self._r) * denominators
+      weights = tf.constant(self._r * has_slot) * denominators
       weights = tf.math.divide_no_nan(weights, tf.reduce_sum(weights))
       leaves = [tf.nest.flatten(s) for s in sums]
       combined = [
-          tf.add_n([weights[j] * tf.math.divide_no_nan(leaves[j][i],
+          tf.add_n([weights[j] * tf.math.divide_no_nan(leaves[k][i],
                                                        denominators[j])
-                    for j in range(l)]) for i in range(len(leaves[0]))]
+                    for k, j in enumerate(slots)])
+          for i in range(len(leaves[0]))]
       measurements = collections.OrderedDict(
           clip_norm=tf.constant(self._clip, tf.float32),
           group_client_counts=heterogeneous_dp.withhold(
@@ -205,9 +222,9 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
                                tff.FederatedType(value_type, tff.CLIENTS),
                                tff.FederatedType(weight_type, tff.CLIENTS))
     def next_fn(state, value, weight):
-      outputs = [s.next(state[j], tff.federated_map(members[j],
+      outputs = [s.next(state[k], tff.federated_map(members[k],
                                                      (value, weight)))
-                 for j, s in enumerate(streams)]
+                 for k, s in enumerate(streams)]
       counts = self._sum_counts(tff.federated_map(group_row, weight))
       result, measurements = tff.federated_map(
           combine, (tff.federated_zip([o.result for o in outputs]), counts))

@@ -88,6 +88,14 @@ def _fedhdp_noise_aware_factory(context: TrustedContext) -> GroupFactory:
   return _fedhdp_factory(context, _noise_aware_ratios(context))
 
 
+def _groups_without_members(assignment) -> tuple[int, ...]:
+  """The groups without guarantee that no client is in (the opt-out group
+  when nobody opts out): they get no stream, so no slot a client sends."""
+  return tuple(j for j, (group, size) in enumerate(
+      zip(assignment.groups, assignment.group_sizes()))
+               if not group.is_private and size == 0)
+
+
 def _streams_factory(context: TrustedContext) -> GroupFactory:
   """`PerGroupStreamsFactory`: each private group's stream adds the
   correlated noise its plan accounts (`correlated_noise.correlated_stream`:
@@ -104,11 +112,13 @@ def _streams_factory(context: TrustedContext) -> GroupFactory:
     plan = dataclasses.replace(
         plan, assignment=with_ratios(plan.assignment, ratios))
   clip = context.clip.initial_norm
+  empty = _groups_without_members(plan.assignment)
   factories = []
   for j, (group, z) in enumerate(zip(plan.assignment.groups,
                                      plan.noise_multipliers)):
     seed = int(np.random.default_rng([context.seed, j, 0x57]).integers(2**62))
     factories.append(
+        None if j in empty else
         correlated_noise.correlated_stream(plan, z, clip, seed,
                                            context.cohorts)
         if group.is_private else
@@ -265,10 +275,12 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
   bits = [next(private) if g.is_private else None
           for g in plan.assignment.groups]
   named = {'dgauss': 'discrete Gaussian', 'skellam': 'Skellam'}[mechanism]
+  empty = _groups_without_members(plan.assignment)
   notes = [f'distributed {named} noise: every one of a round\'s '
            f'{device.clients_per_round} devices sends '
-           f'{plan.assignment.num_groups} slots (its clipped update in its '
-           'group\'s, zeros elsewhere) and a noise share in each private '
+           f'{plan.assignment.num_groups - len(empty)} slots (its clipped '
+           'update in its group\'s, zeros elsewhere; none for a group '
+           'without members) and a noise share in each private '
            'slot; the server learns the noisy group sums and the groups\' '
            'counts, not which device is in which group. Each epsilon '
            'assumes every device of a round adds its share.']
@@ -299,7 +311,7 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
       plan.noise_multipliers, [g.ratio for g in plan.assignment.groups],
       plan.expected_group_sizes, clip, bits,
       device.clients_per_round, mechanism,
-      context.release_unprotected_counts)
+      context.release_unprotected_counts, empty)
   return GroupFactory(factory, GroupNoise(plan.noise_multipliers, None,
                                           tuple(accounted)), ratios=ratios,
                       notes=tuple(notes))
