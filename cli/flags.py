@@ -270,8 +270,8 @@ EVAL_EVERY = absl_flags.DEFINE_integer('eval_every', 10, 'Evaluate every k round
 CHECKPOINT_EVERY = absl_flags.DEFINE_integer(
     'checkpoint_every', 10, 'Save the run state every k rounds (0: never); '
     're-running the same command resumes from the last checkpoint. A rule '
-    'whose noise cannot be redone (fedhdp_ddp: TFF\'s own) saves every round '
-    'unless 0.')
+    'whose noise cannot be redone (fedhdp_ddp: TFF\'s own) saves every round, '
+    'before releasing it, unless 0.')
 WORKERS = absl_flags.DEFINE_list(
     'workers', None, 'host:port of TFF workers (started with run_worker.py) '
     'to run each round on, the clients cut into one contiguous slice per '

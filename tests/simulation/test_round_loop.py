@@ -130,7 +130,7 @@ class _SavedProgram(_Program):
 
 
 def _run_saved(tmp_path, rounds, clock, monkeypatch, checkpoint_every=1,
-               repeats_rounds=True):
+               repeats_rounds=True, release_managers=()):
   monkeypatch.setattr(round_loop.time, 'time', clock)
   program = _SavedProgram(rounds, clock)
   program.repeats_rounds = repeats_rounds
@@ -138,7 +138,8 @@ def _run_saved(tmp_path, rounds, clock, monkeypatch, checkpoint_every=1,
                                            {'run': 1})
   result = round_loop.run_rounds(program, output_dir=str(tmp_path),
                                  progress=False, checkpoint=checkpoint,
-                                 checkpoint_every=checkpoint_every)
+                                 checkpoint_every=checkpoint_every,
+                                 release_managers=release_managers)
   return program, result
 
 
@@ -171,6 +172,45 @@ def test_a_run_whose_noise_cannot_be_repeated_saves_every_round(
                      r'\(round 4\) with noise this run cannot repeat'):
     _run_saved(tmp_path / 'unseeded', 6, _Clock(), monkeypatch,
                checkpoint_every=10, repeats_rounds=False)
+
+
+def test_a_round_saved_but_not_released_is_released_on_resume(
+    tmp_path, monkeypatch):
+  """Such a run saves a round, with its row, before releasing it. Killed in
+  between (here right after round 3's save), its resume releases round 3's
+  kept row once and goes on: rounds.csv and the release manager end as an
+  uninterrupted run's."""
+  _run_saved(tmp_path / 'whole', 5, _Clock(), monkeypatch,
+             checkpoint_every=10, repeats_rounds=False)
+  real = checkpointing.RunCheckpoint.record_seconds
+
+  def killed_after_3(self, round_num, seconds):
+    real(self, round_num, seconds)
+    if round_num == 3:
+      raise KeyboardInterrupt
+
+  monkeypatch.setattr(checkpointing.RunCheckpoint, 'record_seconds',
+                      killed_after_3)
+  first = _Manager()
+  with pytest.raises(KeyboardInterrupt):
+    _run_saved(tmp_path / 'killed', 5, _Clock(), monkeypatch,
+               checkpoint_every=10, repeats_rounds=False,
+               release_managers=[first])
+  assert sorted(first.released) == [1, 2]
+  monkeypatch.setattr(checkpointing.RunCheckpoint, 'record_seconds', real)
+  second = _Manager()
+  program, result = _run_saved(tmp_path / 'killed', 5, _Clock(), monkeypatch,
+                               checkpoint_every=10, repeats_rounds=False,
+                               release_managers=[second])
+  assert [r['round'] for r in result.rows] == [4, 5]
+  assert sorted(second.released) == [3, 4, 5]
+  assert second.released[3] == {'x': 1.0}
+  np.testing.assert_array_equal(program.state['w'], [5.0, 5.0])
+  for name in ('whole', 'killed'):
+    with open(tmp_path / name / 'rounds.csv', newline='') as f:
+      assert f.read().splitlines() == [
+          'round,x,acc_g', '1,0.333333,', '2,0.666667,', '3,1,',
+          '4,1.33333,', '5,1.66667,55'], name
 
 
 def test_seconds_count_every_process_of_a_resumed_run(tmp_path, monkeypatch):

@@ -45,6 +45,7 @@ class CheckpointError(RuntimeError):
 _KEY_FILE = 'run_key.json'
 _SECRET_FILE = 'dp_secret_seed'
 _SECONDS_FILE = 'seconds.json'
+_PENDING_ROW_FILE = 'pending_row.json'
 _PREFIX = 'round_'  # of each saved round's folder
 
 
@@ -304,6 +305,25 @@ class RunCheckpoint:
     table = {k: v for k, v in read_json_dict(path).items() if k in kept}
     table[str(round_num)] = seconds
     _write_private(path, json.dumps(table, indent=0, sort_keys=True))
+
+  def record_pending_row(self, round_num: int, cells: dict,
+                         numbers: dict) -> None:
+    """Keeps round `round_num`'s released row (its rounds.csv `cells` and
+    its release managers' `numbers`) before its state is saved, for a run
+    whose rounds cannot be redone: a resume that finds the state saved and
+    the row not yet released releases this one (`pending_row`)."""
+    _write_private(os.path.join(self._directory, _PENDING_ROW_FILE),
+                   json.dumps({'round': round_num, 'cells': cells,
+                               'numbers': numbers}))
+
+  def pending_row(self, round_num: int) -> tuple[dict, dict] | None:
+    """(cells, numbers) of round `round_num` as `record_pending_row` kept
+    them, or None if the file holds another round's (a kill between
+    recording and saving: that round is redone, never released)."""
+    kept = read_json_dict(os.path.join(self._directory, _PENDING_ROW_FILE))
+    if kept.get('round') != round_num:
+      return None
+    return kept['cells'], kept['numbers']
 
   def personal_path(self, round_num: int) -> str:
     """Where the clients' personal models of round `round_num` are kept."""

@@ -127,9 +127,10 @@ def run_rounds(program: RoundProgram,
     eval_every: evaluate after every this many rounds and after the last.
     progress: show a progress bar.
     checkpoint: resume from it and save to it every `checkpoint_every` rounds
-      and after the last, or every round if the program does not repeat
-      rounds (a kill past its last save would end the run for good); None:
-      no checkpoints.
+      and after the last; if the program does not repeat rounds, every
+      round before it is released, with its row, which a resume releases if
+      the last process did not (a round released past its last save would
+      end the run for good); None: no checkpoints.
     checkpoint_every: see `checkpoint`; 0 saves no round (the checkpoint
       still keeps the run's key and secret).
     release_managers: each gets every round's released numbers, keyed by the
@@ -149,6 +150,12 @@ def run_rounds(program: RoundProgram,
   done = program.restore(checkpoint) if checkpoint is not None else 0
   released = run_files.csv_rounds(os.path.join(output_dir, 'rounds.csv')
                                   ) if output_dir else 0
+  # A program that cannot redo a round saves each round, and keeps its row,
+  # before releasing it: a kill then never leaves a released round unsaved.
+  saves_first = (checkpoint is not None and checkpoint_every > 0 and
+                 not program.repeats_rounds)
+  pending = (checkpoint.pending_row(done) if saves_first and output_dir and
+             done and released == done - 1 else None)
   if not program.repeats_rounds and released > done:
     raise checkpointing.CheckpointError(
         f'{output_dir} released rounds {done + 1}-{released} past its last '
@@ -159,22 +166,41 @@ def run_rounds(program: RoundProgram,
   if done:
     tqdm.tqdm.write(f'{program.label}: resuming from round {done} '
                     f'({checkpoint.directory})')
+  kept = done - 1 if pending else done
   for manager in release_managers:
     if isinstance(manager, run_files.TensorBoardRounds):
-      manager.keep_through(done)
+      manager.keep_through(kept)
   csv_file = writer = None
   if output_dir:
     os.makedirs(output_dir, exist_ok=True)
     csv_path = os.path.join(output_dir, 'rounds.csv')
-    csv_file, writer = run_files.open_csv(csv_path, program.columns, done)
+    csv_file, writer = run_files.open_csv(csv_path, program.columns, kept)
+
+  def release(round_num, cells, numbers):
+    if writer:
+      with checkpointing.writing(csv_path):
+        writer.writerow(cells)
+        csv_file.flush()
+    for manager in release_managers:
+      asyncio.run(manager.release(numbers, key=round_num))
+    if on_round is not None:
+      on_round(round_num, program.weights())
+
   rows = []
   metrics = None
   earlier = checkpoint.seconds_through(done) if checkpoint and done else 0.0
   start = time.time()
+
+  def save(round_num):
+    program.save(checkpoint, round_num)
+    checkpoint.record_seconds(round_num, earlier + time.time() - start)
+
   bar = tqdm.tqdm(range(done + 1, program.rounds + 1), initial=done,
                   total=program.rounds, desc=program.label, unit='round',
                   disable=not progress, dynamic_ncols=True)
   try:
+    if pending:  # saved, not yet released when the last process stopped
+      release(done, *pending)
     for round_num in bar:
       if program.ledger is not None:
         exceeded = program.ledger.first_exceeded(round_num)
@@ -191,21 +217,18 @@ def run_rounds(program: RoundProgram,
         row.update(metrics)
         bar.set_postfix(program.postfix(metrics))
       rows.append(row)
-      if writer:
-        with checkpointing.writing(csv_path):
-          writer.writerow({k: run_files.csv_cell(row.get(k))
-                           for k in program.columns})
-          csv_file.flush()
-      for manager in release_managers:
-        asyncio.run(manager.release(
-            run_files.releasable(row, program.columns), key=round_num))
-      if on_round is not None:
-        on_round(round_num, program.weights())
-      if checkpoint_every > 0 and checkpoint is not None and (
-          round_num % checkpoint_every == 0 or round_num == program.rounds
-          or not program.repeats_rounds):
-        program.save(checkpoint, round_num)
-        checkpoint.record_seconds(round_num, earlier + time.time() - start)
+      cells = {k: run_files.csv_cell(row.get(k)) for k in program.columns}
+      numbers = run_files.releasable(row, program.columns)
+      due = checkpoint is not None and checkpoint_every > 0 and (
+          saves_first or round_num % checkpoint_every == 0 or
+          round_num == program.rounds)
+      if saves_first:
+        checkpoint.record_pending_row(
+            round_num, {k: str(v) for k, v in cells.items()}, numbers)
+        save(round_num)
+      release(round_num, cells, numbers)
+      if due and not saves_first:
+        save(round_num)
   finally:
     if csv_file:
       with checkpointing.writing(csv_path):
