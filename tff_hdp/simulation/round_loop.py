@@ -219,15 +219,14 @@ def run_rounds(program: RoundProgram,
       rows.append(row)
       cells = {k: run_files.csv_cell(row.get(k)) for k in program.columns}
       numbers = run_files.releasable(row, program.columns)
-      due = checkpoint is not None and checkpoint_every > 0 and (
-          saves_first or round_num % checkpoint_every == 0 or
-          round_num == program.rounds)
       if saves_first:
         checkpoint.record_pending_row(
             round_num, {k: str(v) for k, v in cells.items()}, numbers)
         save(round_num)
       release(round_num, cells, numbers)
-      if due and not saves_first:
+      if (checkpoint is not None and checkpoint_every > 0 and
+          not saves_first and (round_num % checkpoint_every == 0 or
+                               round_num == program.rounds)):
         save(round_num)
   finally:
     if csv_file:
