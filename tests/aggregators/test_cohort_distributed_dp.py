@@ -57,14 +57,18 @@ def _scale(factory):
   return float(state[0]['inner_agg']['scale_factor'])
 
 
-def test_a_cohort_sum_is_the_clipped_rows_sum_and_tffs_per_device_sum():
+@pytest.mark.parametrize('rounding', ['conditional', 'unconditional'])
+def test_a_cohort_sum_is_the_clipped_rows_sum_and_tffs_per_device_sum(
+    rounding):
   """No noise, 20 bits, 6 devices in cohorts of 4 and 2 (one sending
-  zeros), clip 1: the sum is the plain sum of the rows clipped to 1, and
-  TFF's per-device process's on the same devices, up to rounding: each
-  device's integers are off by less than one step 1/s per coordinate, so
-  the sum by less than K sqrt(d) / s in L2 (the rotation keeps norms)."""
+  zeros), clip 1, either rounding: the sum is the plain sum of the rows
+  clipped to 1, and TFF's per-device process's on the same devices, up to
+  rounding: each device's integers are off by less than one step 1/s per
+  coordinate, so the sum by less than K sqrt(d) / s in L2 (the rotation
+  keeps norms)."""
   n, clip = 6, 1.0
-  factory = tff_distributed_dp.sum_factory('dgauss', 0.0, n, 20, clip)
+  factory = tff_distributed_dp.sum_factory('dgauss', 0.0, n, 20, clip,
+                                           rounding)
   # The last as a device outside the group sends.
   devices = _devices(n - 1, seed=0) + [[np.zeros(s, np.float32)
                                         for s in SHAPES]]

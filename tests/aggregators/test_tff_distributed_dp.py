@@ -40,7 +40,7 @@ def test_built_noise_is_the_dp_querys(mechanism):
   Skellam's L1 bound ceil(Delta min(sqrt(d), Delta)) (none for the
   discrete Gaussian)."""
   built = tff_distributed_dp.built_noise(tff_distributed_dp.sum_factory(
-      mechanism, 1.0, 20, 16, 0.5), 1001)
+      mechanism, 1.0, 20, 16, 0.5, 'unconditional'), 1001)
   assert built.dim == 1002
   scale = built.local_stddev * math.sqrt(20) / 0.5
   assert built.l2_sensitivity == pytest.approx(
@@ -52,23 +52,52 @@ def test_built_noise_is_the_dp_querys(mechanism):
     assert built.l1_sensitivity is None
 
 
-def test_an_unknown_mechanism_is_refused():
+@pytest.mark.parametrize('bits,dim', [(16, 1001), (12, 20_001),
+                                      (10, 20_001)])
+def test_conditional_roundings_bound_is_kairouz_liu_steinkes(bits, dim):
+  """The default, conditional rounding at beta = exp(-0.5): z = 1, 20
+  clients, clip 0.5, step g = 1 / s at TFF's scale s, d the padded
+  dimension: the L2 bound is min(S + sqrt(d) g, sqrt(S^2 + d g^2 / 4 +
+  sqrt(2 log(1 / beta)) g (S + sqrt(d) g / 2))) (Kairouz et al., Theorem
+  1 / Section 4), with TFF's 1e-5 leeway. Where rounding is coarse (10
+  and 12 bits, 20,002 parameters) its inflation of the clip is under a
+  fifth of the unconditional bound's, S + sqrt(d) g, at the same scale."""
+  built = tff_distributed_dp.built_noise(tff_distributed_dp.sum_factory(
+      'dgauss', 1.0, 20, bits, 0.5), dim)
+  scale = built.local_stddev * math.sqrt(20) / 0.5
+  g, d, clip = 1 / scale, built.dim, 0.5
+  linear = clip + math.sqrt(d) * g
+  squared = (clip**2 + d * g**2 / 4 +
+             math.sqrt(2 * 0.5) * g * (clip + math.sqrt(d) * g / 2))
+  assert built.l2_sensitivity == pytest.approx(
+      (min(linear, math.sqrt(squared)) + 1e-5) * scale, rel=1e-5)
+  if bits < 16:
+    assert built.l2_sensitivity / scale - clip < (linear - clip) / 5
+
+
+def test_an_unknown_mechanism_or_rounding_is_refused():
+  with pytest.raises(ValueError, match="'conditional', 'unconditional'"):
+    tff_distributed_dp.sum_factory('dgauss', 1.0, 20, 16, 0.5, 'floor')
   with pytest.raises(ValueError, match="'dgauss', 'skellam'"):
     tff_distributed_dp.sum_factory('laplace', 1.0, 20, 16, 0.5)
 
 
+@pytest.mark.parametrize('rounding', ['conditional', 'unconditional'])
 @pytest.mark.parametrize('mechanism', ['dgauss', 'skellam'])
 @pytest.mark.parametrize('z,bits,clients,dim', [
     (1.0, 16, 20, 1001), (0.3, 12, 20, 650), (5.0, 20, 3, 7),
     (2.0, 8, 20, 100_000)])
-def test_noise_at_is_what_the_build_holds(mechanism, z, bits, clients, dim):
+def test_noise_at_is_what_the_build_holds(mechanism, z, bits, clients, dim,
+                                          rounding):
   """The arithmetic a search probes gives, to the bit, what TFF's built
   process holds: at a large and a small scale, TFF's scale cap (3
-  clients, 20 bits), and a scale below 1 (8 bits, 100,000 parameters)."""
+  clients, 20 bits), and a scale below 1 (8 bits, 100,000 parameters),
+  with either rounding."""
   assert tff_distributed_dp.noise_at(
-      mechanism, z, clients, bits, 0.1, dim) == tff_distributed_dp.built_noise(
-          tff_distributed_dp.sum_factory(mechanism, z, clients, bits, 0.1),
-          dim)
+      mechanism, z, clients, bits, 0.1, dim,
+      rounding) == tff_distributed_dp.built_noise(
+          tff_distributed_dp.sum_factory(mechanism, z, clients, bits, 0.1,
+                                         rounding), dim)
 
 
 class _ShownSum(tff.aggregators.UnweightedAggregationFactory):

@@ -76,6 +76,8 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
                             '--epsilons=1,3'], '16,18'),
     ('ddp_mechanism', _DEVICE + ['--algorithms=fedhdp_ddp', '--clip_lr=0'],
      'skellam'),
+    ('ddp_rounding', _DEVICE + ['--algorithms=fedhdp_ddp', '--clip_lr=0'],
+     'unconditional'),
     ('local_epochs', [], '2'),
     ('cohort_size', [], '4'),
     ('canaries', [], '3'),

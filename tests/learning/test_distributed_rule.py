@@ -29,12 +29,13 @@ RECORD = algorithms.REGISTRY['fedhdp_ddp']
 CLIP_SETTINGS = plans.ClipSettings(initial_norm=CLIP, learning_rate=0.0)
 
 
-def _options(bits, mechanism):
-  return {'ddp_bits': bits, 'ddp_mechanism': mechanism, 'r': None,
-          'level_ratios': None, 'heterogeneity': None}
+def _options(bits, mechanism, rounding='conditional'):
+  return {'ddp_bits': bits, 'ddp_mechanism': mechanism,
+          'ddp_rounding': rounding, 'r': None, 'level_ratios': None,
+          'heterogeneity': None}
 
 
-def _plan(bits, mechanism):
+def _plan(bits, mechanism, rounding='conditional'):
   """fedhdp_ddp's plan for 200 devices, 20 a round, each at most 2 rounds:
   100 in each level, none opted out."""
   assignment = pg.GroupAssignment(
@@ -43,7 +44,7 @@ def _plan(bits, mechanism):
   device = min_separation.DeviceParticipation(200, PER_ROUND, 1, 2)
   return RECORD.plan_privacy(assignment, device, ROUNDS, CLIP_SETTINGS,
                              'expected', allow_large_delta=False,
-                             options=_options(bits, mechanism),
+                             options=_options(bits, mechanism, rounding),
                              num_parameters=DIM)
 
 
@@ -55,10 +56,12 @@ def _build(bits, mechanism, cohorts=False):
 
 
 def _skellam_epsilon(z, bits, delta):
-  """Agarwal et al.'s Theorem 3.5 at TFF's own build for z: 20 shares of
-  its local std, its L1 and L2 bounds, 2 participations composed."""
+  """Agarwal et al.'s Theorem 3.5 at TFF's own build for z (conditional
+  rounding at TFF's recommended beta exp(-0.5)): 20 shares of its local
+  std, its L1 and L2 bounds, 2 participations composed."""
   factory = distributed_dp.DistributedDpSumFactory(
-      z, PER_ROUND, bits, CLIP, mechanism='distributed_skellam')
+      z, PER_ROUND, bits, CLIP, beta=math.exp(-0.5),
+      mechanism='distributed_skellam')
   state = factory.create(tff.TensorType(np.float32, [DIM])).initialize()
   query = state[0]['inner_agg']['inner_agg_process'].query_state
   l1, l2 = float(query.l1_norm_bound), float(query.l2_norm_bound)
@@ -123,3 +126,16 @@ def test_the_group_nobody_is_in_sends_no_slot():
   _, built = _build((16, 16), 'dgauss')
   assert built.factory.slots == (0, 1)
   assert 'devices sends 2 slots' in built.notes[0]
+
+
+def test_conditional_rounding_needs_less_noise_than_tffs_default():
+  """The same target at 16 bits and 100 parameters: TFF's unconditional
+  rounding (beta 0) inflates eps 1's sensitivity by sqrt(d) rounding
+  steps and needs a larger multiplier than the conditional default; the
+  run names its rounding."""
+  conditional = _plan((16, 16), 'dgauss')
+  unconditional = _plan((16, 16), 'dgauss', 'unconditional')
+  assert (unconditional.noise_multipliers[0] >
+          conditional.noise_multipliers[0])
+  _, built = _build((16, 16), 'dgauss')
+  assert 'Conditional rounding to integers.' in built.notes[0]

@@ -38,12 +38,14 @@ def run(tmp_path_factory):
 
 def _tff_state(z):
   """Scaled inflated L2 bound and scaled local std from the state of
-  TFF's own factory, built here for the model's size."""
+  TFF's own factory, built here for the model's size, at the run's
+  conditional rounding (TFF's recommended beta, exp(-0.5))."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.aggregators import distributed_dp  # pylint: disable=g-import-not-at-top
   factory = distributed_dp.DistributedDpSumFactory(
-      z, PER_ROUND, BITS, CLIP, mechanism='distributed_dgauss')
+      z, PER_ROUND, BITS, CLIP, beta=math.exp(-0.5),
+      mechanism='distributed_dgauss')
   state = factory.create(tff.TensorType(np.float32, [DIM])).initialize()
   query = state[0]['inner_agg']['inner_agg_process'].query_state
   return float(query.l2_norm_bound), float(query.local_stddev)

@@ -3,7 +3,8 @@
 Clients do not trust the server with their updates: group j's sum goes
 through TFF's `DistributedDpSumFactory` (`distributed_dgauss` or
 `distributed_skellam`: every client clips, rotates, scales and rounds its
-update to integers, adds its share of discrete Gaussian or Skellam noise,
+update to integers (conditionally by default: see `tff_distributed_dp.
+ROUNDING`), adds its share of discrete Gaussian or Skellam noise,
 std z_j S / sqrt(K) before scaling, and the shares meet in
 `SecureSumFactory`'s modular sum of the group's b_j bits), so the server sees
 only the noisy group sums. A group without guarantee is clipped and summed
@@ -68,7 +69,8 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
                clip: float, bits: int | Sequence[int],
                clients_per_round: int, mechanism: str = 'dgauss',
                release_unprotected_counts: bool = False,
-               groups_without_members: Sequence[int] = ()) -> None:
+               groups_without_members: Sequence[int] = (),
+               rounding: str = 'conditional') -> None:
     """Args:
       noise_multipliers: z_j per group (0: a group without guarantee, summed
         securely without noise).
@@ -82,6 +84,8 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
       release_unprotected_counts: as `PerGroupStreamsFactory`'s.
       groups_without_members: groups without guarantee (z 0) with no member
         in the population: no slot, weight 0.
+      rounding: TFF's rounding to integers, 'conditional' or
+        'unconditional' (`tff_distributed_dp.ROUNDING`).
 
     Raises:
       ValueError: inconsistent settings, or TFF's checks of bits, clients
@@ -96,7 +100,7 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
                        'groups.')
     self._distributed = [
         tff_distributed_dp.sum_factory(mechanism, z, clients_per_round, b,
-                                       clip) if z > 0 else None
+                                       clip, rounding) if z > 0 else None
         for z, b in zip(noise_multipliers, bits)]
     for j in groups_without_members:
       if noise_multipliers[j] > 0:

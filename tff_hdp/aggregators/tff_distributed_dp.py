@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -46,14 +47,23 @@ from tff_hdp.privacy import distributed_noise
 
 # The command line's names of TFF's mechanisms.
 MECHANISMS = {'dgauss': 'distributed_dgauss', 'skellam': 'distributed_skellam'}
+# The command line's names of TFF's rounding, as its beta: conditional
+# randomized rounding (a device rounds again until its integers' norm is
+# within the bound beta sets; Kairouz, Liu, Steinke 2021, Section 4, at
+# their and TFF's recommended beta = exp(-0.5)), whose rounding error adds
+# to the clip in quadrature, or unconditional (beta 0, TFF's default), whose
+# bound adds sqrt(d) / scale to the clip: at 16 bits and a noisy group's
+# small scale, the difference between a usable noise multiplier and none.
+ROUNDING = {'conditional': math.exp(-0.5), 'unconditional': 0.0}
 
 
 def sum_factory(mechanism: str, noise_multiplier: float,
-                clients_per_round: int, bits: int, clip: float
+                clients_per_round: int, bits: int, clip: float,
+                rounding: str = 'conditional'
                 ) -> tff.aggregators.UnweightedAggregationFactory:
   """TFF's distributed-DP sum (`mechanism` 'dgauss' or 'skellam') at a
   fixed clip, its modular wrap as likely as `distributed_noise`'s bit
-  check assumes.
+  check assumes, its rounding `rounding` (a key of `ROUNDING`).
 
   Raises:
     ValueError: TFF's own checks, e.g. `bits` too few for the clients.
@@ -61,11 +71,16 @@ def sum_factory(mechanism: str, noise_multiplier: float,
   if mechanism not in MECHANISMS:
     raise ValueError(f'mechanism must be one of {sorted(MECHANISMS)}, got '
                      f'{mechanism!r}.')
-  return distributed_dp.DistributedDpSumFactory(
-      noise_multiplier=noise_multiplier,
-      expected_clients_per_round=int(clients_per_round), bits=int(bits),
-      l2_clip=clip, modclip_prob=distributed_noise.MODCLIP_PROB,
-      mechanism=MECHANISMS[mechanism])
+  if rounding not in ROUNDING:
+    raise ValueError(f'rounding must be one of {sorted(ROUNDING)}, got '
+                     f'{rounding!r}.')
+  with warnings.catch_warnings():  # TFF's, that beta > 0 was chosen
+    warnings.filterwarnings('ignore', message='The selected beta')
+    return distributed_dp.DistributedDpSumFactory(
+        noise_multiplier=noise_multiplier,
+        expected_clients_per_round=int(clients_per_round), bits=int(bits),
+        l2_clip=clip, modclip_prob=distributed_noise.MODCLIP_PROB,
+        beta=ROUNDING[rounding], mechanism=MECHANISMS[mechanism])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +111,8 @@ def built_noise(factory: distributed_dp.DistributedDpSumFactory,
 
 
 def noise_at(mechanism: str, noise_multiplier: float, clients_per_round: int,
-             bits: int, clip: float, dim: int) -> BuiltNoise:
+             bits: int, clip: float, dim: int,
+             rounding: str = 'conditional') -> BuiltNoise:
   """What `built_noise` reads from `sum_factory(...)`'s build for `dim`
   parameters, by the arithmetic of TFF's `_build_aggregation_factory` and
   its own helpers (its DFT padding, heuristic scale, capped at its
@@ -111,7 +127,8 @@ def noise_at(mechanism: str, noise_multiplier: float, clients_per_round: int,
               distributed_dp.MAX_SCALE_FACTOR)
   # pylint: enable=protected-access
   inflated = discretization.inflated_l2_norm_bound(
-      l2_norm_bound=clip, gamma=1.0 / scale, beta=0.0, dim=padded).numpy()
+      l2_norm_bound=clip, gamma=1.0 / scale, beta=ROUNDING[rounding],
+      dim=padded).numpy()
   l2 = (inflated + 1e-5) * scale
   l1 = (math.ceil(l2 * min(math.sqrt(padded), l2))
         if mechanism == 'skellam' else None)
@@ -160,16 +177,15 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
   sends one vector into TFF's modular secure sum; the server decodes as
   TFF does (modular clip, descaling, inverse rotation). So the server
   receives the sum K separate TFF clients would give, with K noise
-  shares. Only TFF's defaults are supported: the DFT, beta 0, a fixed
-  clip.
+  shares. Only the DFT rotation (TFF's default) and a fixed clip are
+  supported; the rounding is the factory's (`ROUNDING`).
   """
 
   def __init__(self, factory: distributed_dp.DistributedDpSumFactory) -> None:
     # pylint: disable=protected-access
-    if (factory._rotation_type != 'dft' or factory._beta != 0
-        or factory._auto_l2_clip):
+    if factory._rotation_type != 'dft' or factory._auto_l2_clip:
       raise ValueError('cohorts run TFF\'s distributed-DP sum with the DFT '
-                       'rotation, beta 0 and a fixed clip only.')
+                       'rotation and a fixed clip only.')
     # pylint: enable=protected-access
     self._factory = factory
 
@@ -190,6 +206,7 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
     scale = float(discrete['scale_factor'])
     query = _QUERIES[f._mechanism](**dp_state.query_state._asdict())
     dim, padded, clip = f._client_dim, f._padded_dim, float(f._l2_clip)
+    beta = float(f._beta)
     low, high = -(2**(f._bits - 1)), 2**(f._bits - 1)
     # TFF's secure aggregation: its two modular clips around SecAgg.
     secure_sum = modular_clipping.ModularClippingSumFactory(
@@ -205,7 +222,7 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
 
       def integers(x):
         x, _ = robust._clip_by_global_l2_norm(_rotate(x, seed), clip)
-        return discretization._discretize_struct(x, scale, True, 0.0, clip)
+        return discretization._discretize_struct(x, scale, True, beta, clip)
 
       def device(row):
         x = rotation._flatten_and_pad_zeros_even(concat._concat_impl(row))

@@ -139,8 +139,8 @@ POISSON_ONLY = ('it samples each privacy group at its own Poisson rate: '
 def _distributed_accounting(options: Mapping[str, Any], bits: int,
                             clip: float, device, dim: int,
                             from_build: bool = False):
-  """z -> the accounting of TFF's distributed-DP sum (--ddp_mechanism) at
-  `bits` bits and noise multiplier z for a model of `dim` parameters, at
+  """z -> the accounting of TFF's distributed-DP sum (--ddp_mechanism,
+  --ddp_rounding) at `bits` bits and noise multiplier z for a model of `dim` parameters, at
   `device`'s participation: from TFF's build (`from_build`, seconds) or its
   arithmetic (`tff_distributed_dp.noise_at`, the same numbers in
   milliseconds, for a search)."""
@@ -148,15 +148,15 @@ def _distributed_accounting(options: Mapping[str, Any], bits: int,
   from tff_hdp.aggregators import tff_distributed_dp
   from tff_hdp.privacy import distributed_noise
   # pylint: enable=g-import-not-at-top
-  mechanism = options['ddp_mechanism']
+  mechanism, rounding = options['ddp_mechanism'], options['ddp_rounding']
 
   def accounting(z: float) -> distributed_noise.DistributedShares:
     if from_build:
       built = tff_distributed_dp.built_noise(tff_distributed_dp.sum_factory(
-          mechanism, z, device.clients_per_round, bits, clip), dim)
+          mechanism, z, device.clients_per_round, bits, clip, rounding), dim)
     else:
       built = tff_distributed_dp.noise_at(
-          mechanism, z, device.clients_per_round, bits, clip, dim)
+          mechanism, z, device.clients_per_round, bits, clip, dim, rounding)
     common = dict(noise_multiplier=z, sensitivity=built.l2_sensitivity,
                   local_stddev=built.local_stddev, dim=built.dim)
     participation = (device.population, device.clients_per_round,
@@ -274,6 +274,7 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
   private = iter(context.options['ddp_bits'])
   bits = [next(private) if g.is_private else None
           for g in plan.assignment.groups]
+  rounding = context.options['ddp_rounding']
   named = {'dgauss': 'discrete Gaussian', 'skellam': 'Skellam'}[mechanism]
   empty = _groups_without_members(plan.assignment)
   notes = [f'distributed {named} noise: every one of a round\'s '
@@ -282,7 +283,8 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
            'update in its group\'s, zeros elsewhere; none for a group '
            'without members) and a noise share in each private '
            'slot; the server learns the noisy group sums and the groups\' '
-           'counts, not which device is in which group. Each epsilon '
+           'counts, not which device is in which group. '
+           f'{rounding.capitalize()} rounding to integers. Each epsilon '
            'assumes every device of a round adds its share.']
   accounted = []
   for group, z, b in zip(plan.assignment.groups, plan.noise_multipliers,
@@ -311,7 +313,7 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
       plan.noise_multipliers, [g.ratio for g in plan.assignment.groups],
       plan.expected_group_sizes, clip, bits,
       device.clients_per_round, mechanism,
-      context.release_unprotected_counts, empty)
+      context.release_unprotected_counts, empty, rounding)
   return GroupFactory(factory, GroupNoise(plan.noise_multipliers, None,
                                           tuple(accounted)), ratios=ratios,
                       notes=tuple(notes))
@@ -575,6 +577,14 @@ DDP_MECHANISM = Option(
     '(distributed Skellam, Agarwal, Kairouz, Liu 2021), each accounted by '
     'its own RDP bound.', kind=str, default='dgauss',
     choices=('dgauss', 'skellam'))
+DDP_ROUNDING = Option(
+    'ddp_rounding', 'fedhdp_ddp: how a device rounds its scaled update to '
+    'integers, conditional (it rounds again until the norm is within '
+    'Kairouz, Liu and Steinke\'s bound at beta = exp(-0.5), so rounding '
+    'adds to the clip in quadrature) or unconditional (TFF\'s default, '
+    'beta 0: the sensitivity grows by sqrt(d) rounding steps, and at 16 '
+    'bits a strict level needs several times the noise).', kind=str,
+    default='conditional', choices=('conditional', 'unconditional'))
 
 # The built-in trusted-server rules, in the order --help lists them.
 RECORDS: tuple[Algorithm, ...] = (
@@ -596,7 +606,8 @@ RECORDS: tuple[Algorithm, ...] = (
     Algorithm('fedhdp_ddp', TRUSTED,
               'FedHDP with per-group distributed discrete noise',
               _distributed_factory,
-              (RATIO, LEVEL_RATIOS, HETEROGENEITY, DDP_BITS, DDP_MECHANISM),
+              (RATIO, LEVEL_RATIOS, HETEROGENEITY, DDP_BITS, DDP_MECHANISM,
+               DDP_ROUNDING),
               _STREAM_MEASUREMENTS, cohorts=True, groups=_with_ratio,
               sweep='r', fixed_clip=True, privacy_plan=_distributed_plan),
     Algorithm('blt_shared', TRUSTED,
