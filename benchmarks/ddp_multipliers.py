@@ -60,7 +60,9 @@ def _multiplier(record, level, device, clip, **kwargs):
       plan = record.plan_privacy(assignment, device, _ROUNDS.value, clip,
                                  'expected', allow_large_delta=False,
                                  **kwargs)
-  except ValueError:
+  except ValueError as error:  # only the plan's refusal of the level
+    if 'meets its target' not in str(error):
+      raise
     return None
   return plan.noise_multipliers[0]
 

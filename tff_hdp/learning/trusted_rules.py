@@ -140,10 +140,10 @@ def _distributed_accounting(options: Mapping[str, Any], bits: int,
                             clip: float, device, dim: int,
                             from_build: bool = False):
   """z -> the accounting of TFF's distributed-DP sum (--ddp_mechanism,
-  --ddp_rounding) at `bits` bits and noise multiplier z for a model of `dim` parameters, at
-  `device`'s participation: from TFF's build (`from_build`, seconds) or its
-  arithmetic (`tff_distributed_dp.noise_at`, the same numbers in
-  milliseconds, for a search)."""
+  --ddp_rounding) at `bits` bits and noise multiplier z for a model of
+  `dim` parameters, at `device`'s participation: from TFF's build
+  (`from_build`, seconds) or its arithmetic (`tff_distributed_dp.
+  noise_at`, the same numbers in milliseconds, for a search)."""
   # pylint: disable=g-import-not-at-top
   from tff_hdp.aggregators import tff_distributed_dp
   from tff_hdp.privacy import distributed_noise
