@@ -850,6 +850,10 @@ def _check_device_algorithms() -> None:
                                 [g.name for g in private_levels()])
   except ValueError as e:
     raise InputError(str(e)) from None
+  check(absl_flags.FLAGS['ddp_slots'].value != 'own_group' or
+        COHORT_SIZE.value > 1, '--ddp_slots=own_group runs in cohorts only '
+        '(TFF\'s per-device distributed-DP sum adds every client\'s noise '
+        'share to every sum): give --cohort_size of 2 or more.')
 
 
 def _check_values(current: str) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+from tff_hdp.aggregators import distributed_group_dp
 from tff_hdp.aggregators import tff_distributed_dp
 from tff_hdp.aggregators.distributed_group_dp import (
     CohortDistributedGroupDPFactory, DistributedGroupDPFactory)
@@ -149,3 +150,91 @@ def test_every_device_adds_its_share_whatever_the_cohorts(mechanism):
     draws.append(_flat(out.result))
   # 6000 draws: the sample std is within 3% of the truth with room to spare.
   assert np.std(np.concatenate(draws)) == pytest.approx(z * clip, rel=0.05)
+
+
+def test_own_group_sums_are_every_groups_without_noise():
+  """Groups 0 and 1 private at z = 1e-4 (expected counts 3 and 2), group 2
+  without guarantee, 20 bits; 7 devices in cohorts of 4 and 3, one with a
+  NaN update: one slot per device (`slots='own_group'`) gives the
+  combined mean and the counts of a slot per group, up to rounding and
+  the tiny noise."""
+  n, clip = 7, 1.0
+  devices = _devices(n, seed=2)
+  devices[4][1][0] = np.nan
+  groups = [np.eye(3, dtype=np.float32)[g] for g in (0, 1, 0, 2, 0, 1, 2)]
+  args = ([1e-4, 1e-4, 0.0], [2.0, 1.0, 1.0], [3.0, 2.0, None], clip, 20, n)
+  outputs = []
+  for slots in ('every_group', 'own_group'):
+    process = CohortDistributedGroupDPFactory(
+        *args, release_unprotected_counts=True, slots=slots).create(
+            STACKED_TYPE, tff.TensorType(np.float32, [None, 3]))
+    outputs.append(process.next(process.initialize(),
+                                _cohorts(devices, [4, 3]),
+                                _cohorts(groups, [4, 3])))
+  every, own = outputs
+  for out in outputs:
+    np.testing.assert_array_equal(out.measurements['group_client_counts'],
+                                  [3, 2, 2])
+  scale = _scale(tff_distributed_dp.sum_factory('dgauss', 1e-4, n, 20, clip))
+  # Rounding of 7 devices' integers and up to 7 shares of TFF's least
+  # discrete Gaussian (std 1 in the integer domain), in L2.
+  tolerance = (n + 5 * math.sqrt(n)) * math.sqrt(PADDED) / scale
+  assert np.linalg.norm(_flat(own.result) - _flat(every.result)) < (
+      2 * tolerance)
+  assert np.linalg.norm(_flat(every.result)) > 30 * tolerance
+
+
+def _own_group_sum(updates, groups, z, clip, mechanism='dgauss'):
+  """Group 0's sum (r = (1, 0), D_0 = 1) of two private groups at z, 16
+  bits, 6 devices in cohorts of 4 and 2, one slot per device: a
+  process and the inputs of one round."""
+  process = CohortDistributedGroupDPFactory(
+      [z, z], [1.0, 0.0], [1.0, 1.0], clip, 16, 6, mechanism,
+      slots='own_group').create(
+          [tff.TensorType(np.float32, [None, updates.shape[1]])],
+          tff.TensorType(np.float32, [None, 2]))
+  one_hot = np.eye(2, dtype=np.float32)[groups]
+  return process, ([[updates[:4]], [updates[4:]]], [one_hot[:4],
+                                                    one_hot[4:]])
+
+
+@pytest.mark.parametrize('mechanism,members', [('dgauss', 2),
+                                               ('skellam', 4)])
+def test_own_group_members_alone_add_the_groups_noise(mechanism, members):
+  """Zero updates, z = 0.8, clip 0.5, 6 devices of which `members` are in
+  group 0: its sum is its noise alone, `members` shares of std
+  z S / sqrt(members), std z S (descaled) over 3 rounds of 2000
+  coordinates, as TFF's K shares give. If the other devices added shares
+  too, the std would be z S sqrt(6 / members)."""
+  z, clip, dim = 0.8, 0.5, 2000
+  groups = [0] * members + [1] * (6 - members)
+  process, inputs = _own_group_sum(np.zeros((6, dim), np.float32), groups,
+                                   z, clip, mechanism)
+  state, draws = process.initialize(), []
+  for _ in range(3):
+    out = process.next(state, *inputs)
+    state = out.state
+    draws.append(_flat(out.result))
+  assert np.std(np.concatenate(draws)) == pytest.approx(z * clip, rel=0.05)
+
+
+def test_own_group_reveals_nothing_of_a_group_below_its_threshold():
+  """One device of group 0 in the round (fewer than `MIN_MEMBERS`), its
+  update far from zero: the round's sum of group 0 is exactly zero, its
+  update and noise withheld."""
+  assert distributed_group_dp.MIN_MEMBERS == 2
+  updates = np.full((6, 50), 0.3, np.float32)
+  process, inputs = _own_group_sum(updates, [0, 1, 1, 1, 1, 1], 0.8, 0.5)
+  out = process.next(process.initialize(), *inputs)
+  np.testing.assert_array_equal(_flat(out.result), np.zeros(50))
+
+
+def test_one_slot_needs_cohorts():
+  """TFF's per-device factory adds every client's share to every sum:
+  `slots='own_group'` is refused there, naming what runs it."""
+  with pytest.raises(ValueError, match='only cohorts send one slot'):
+    DistributedGroupDPFactory([1.0], [1.0], [1.0], 1.0, 16, 6,
+                              slots='own_group')
+  with pytest.raises(ValueError, match="got 'one'"):
+    CohortDistributedGroupDPFactory([1.0], [1.0], [1.0], 1.0, 16, 6,
+                                    slots='one')

@@ -78,6 +78,8 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
      'skellam'),
     ('ddp_rounding', _DEVICE + ['--algorithms=fedhdp_ddp', '--clip_lr=0'],
      'unconditional'),
+    ('ddp_slots', _DEVICE + ['--algorithms=fedhdp_ddp', '--clip_lr=0',
+                             '--cohort_size=4'], 'own_group'),
     ('local_epochs', [], '2'),
     ('cohort_size', [], '4'),
     ('canaries', [], '3'),

@@ -13,6 +13,7 @@ import tensorflow_federated as tff
 # The test reads TFF's build itself, apart from the adapter the rule uses.
 from tensorflow_federated.python.aggregators import distributed_dp
 
+from tff_hdp.aggregators import distributed_group_dp
 from tff_hdp.aggregators.distributed_group_dp import (
     CohortDistributedGroupDPFactory, DistributedGroupDPFactory)
 from tff_hdp.learning import algorithms
@@ -29,13 +30,13 @@ RECORD = algorithms.REGISTRY['fedhdp_ddp']
 CLIP_SETTINGS = plans.ClipSettings(initial_norm=CLIP, learning_rate=0.0)
 
 
-def _options(bits, mechanism, rounding='conditional'):
+def _options(bits, mechanism, rounding='conditional', slots='every_group'):
   return {'ddp_bits': bits, 'ddp_mechanism': mechanism,
-          'ddp_rounding': rounding, 'r': None, 'level_ratios': None,
-          'heterogeneity': None}
+          'ddp_rounding': rounding, 'ddp_slots': slots, 'r': None,
+          'level_ratios': None, 'heterogeneity': None}
 
 
-def _plan(bits, mechanism, rounding='conditional'):
+def _plan(bits, mechanism, rounding='conditional', slots='every_group'):
   """fedhdp_ddp's plan for 200 devices, 20 a round, each at most 2 rounds:
   100 in each level, none opted out."""
   assignment = pg.GroupAssignment(
@@ -44,15 +45,17 @@ def _plan(bits, mechanism, rounding='conditional'):
   device = min_separation.DeviceParticipation(200, PER_ROUND, 1, 2)
   return RECORD.plan_privacy(assignment, device, ROUNDS, CLIP_SETTINGS,
                              'expected', allow_large_delta=False,
-                             options=_options(bits, mechanism, rounding),
+                             options=_options(bits, mechanism, rounding,
+                                              slots),
                              num_parameters=DIM)
 
 
-def _build(bits, mechanism, cohorts=False):
+def _build(bits, mechanism, cohorts=False, slots='every_group'):
   """(plan, GroupFactory) of fedhdp_ddp, as a run builds them."""
-  plan = _plan(bits, mechanism)
+  plan = _plan(bits, mechanism, slots=slots)
   return plan, RECORD.build_factory(algorithms.TrustedContext(
-      plan, CLIP_SETTINGS, 0, cohorts, _options(bits, mechanism), DIM))
+      plan, CLIP_SETTINGS, 0, cohorts,
+      _options(bits, mechanism, slots=slots), DIM))
 
 
 def _skellam_epsilon(z, bits, delta):
@@ -139,3 +142,22 @@ def test_conditional_rounding_needs_less_noise_than_tffs_default():
           conditional.noise_multipliers[0])
   _, built = _build((16, 16), 'dgauss')
   assert 'Conditional rounding to integers.' in built.notes[0]
+
+
+def test_one_slot_plans_the_same_noise_and_says_what_the_server_learns():
+  """--ddp_slots=own_group in cohorts: the same multipliers (every member
+  finishing, its members' shares are bounded by the round's), accounted
+  for a group's members, and the run says the server learns the groups
+  and the threshold below which a group's sum is withheld."""
+  every = _plan((16, 16), 'dgauss')
+  own, built = _build((16, 16), 'dgauss', cohorts=True, slots='own_group')
+  assert own.noise_multipliers == every.noise_multipliers
+  assert all(n.members_only for n in built.noise.participations[:2])
+  note = built.notes[0]
+  assert 'devices sends 1 slot' in note
+  assert 'the server learns which device is in which group' in note
+  least = distributed_group_dp.MIN_MEMBERS
+  assert f'fewer than {least} devices in a round' in note
+  [help_text] = [o.help for o in RECORD.options if o.name == 'ddp_slots']
+  assert f'fewer than {least} devices in a round' in help_text
+  assert 'if only 90% of a group\'s devices finish' in built.notes[1]

@@ -83,6 +83,37 @@ def test_dropouts_leave_fewer_shares_and_a_larger_epsilon():
   assert got > noise.epsilon_spent(1.0, None, 20, 1e-6)
 
 
+def _proposition_14(orders, delta_l2, sigma, shares, dim):
+  """Kairouz et al.'s bound for `shares` discrete Gaussians of std
+  `sigma`, written out."""
+  tau = 10 * sum(math.exp(-2 * math.pi**2 * sigma**2 * k / (k + 1))
+                 for k in range(1, shares))
+  d_scale = delta_l2 / (math.sqrt(shares) * sigma)
+  a = np.asarray(orders, float)
+  return np.minimum(a * d_scale**2 / 2 + tau * dim,
+                    a * (d_scale + math.sqrt(dim) * tau)**2 / 2)
+
+
+@pytest.mark.parametrize('finishing', [1.0, 0.9, 0.5])
+def test_a_groups_members_alone_are_bounded_by_the_rounds_shares(finishing):
+  """One slot per device (`members_only`): c <= n members add shares of
+  sigma sqrt(n / c) (n = 20, sigma = 0.6: tau matters), and at least
+  ceil(f c) of them finish. Each such sum's Proposition 14, written out,
+  is within the bound the run prints for f at every order; with every
+  member finishing the bound is the n shares' own."""
+  build = dict(BUILD, sensitivity=1.0, local_stddev=0.6, dim=16)
+  noise = dn.DistributedDiscreteGaussian(**build, members_only=True)
+  printed = noise.round_rdp(finishing)
+  for c in range(1, 21):
+    sigma = 0.6 * math.sqrt(20 / c)
+    for shares in range(math.ceil(finishing * c - 1e-9), c + 1):
+      got = _proposition_14(dn.ORDERS, 1.0, sigma, shares, 16)
+      assert np.all(got <= printed * (1 + 1e-12)), (c, shares)
+  if finishing == 1.0:
+    np.testing.assert_allclose(
+        printed, _proposition_14(dn.ORDERS, 1.0, 0.6, 20, 16), rtol=1e-12)
+
+
 def test_calibration_meets_the_target_and_no_less_noise_does():
   noise = dn.DistributedDiscreteGaussian(**BUILD)
   z = noise.calibrate(3.0, 1e-6, 20)

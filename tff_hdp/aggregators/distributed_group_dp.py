@@ -20,12 +20,19 @@ the population (`groups_without_members`: the opt-out group when nobody
 opts out) has no slot. The groups' counts (a group without guarantee
 divides by its realized one) go through a secure sum too, so the server
 learns the noisy group sums and how many clients each group has in the
-round, not which group a client is in. (The variant in which the server
-learns the groups would send one slot and one share per client, its
-group's sum over that group's clients only; TFF runs every aggregation
-over all of a round's clients, so it is not built here.) In simulation
-TFF's secure sums run as the plain sums of the modular integers; the
-cryptography is TFF's executor's business, not this module's.
+round, not which group a client is in. In simulation TFF's secure sums
+run as the plain sums of the modular integers; the cryptography is TFF's
+executor's business, not this module's.
+
+With `slots='own_group'` (cohorts only) the server learns each device's
+group instead: a private group's sum is over its members only, each
+member adding one noise share of std z_j S / sqrt(c_j), c_j the group's
+count in the round (which the server learns and announces), so the sum
+carries the same noise as K shares would, with one slot and one share of
+traffic per device. A round with fewer than `min_members` of a group's
+members reveals nothing of that group (`tff_distributed_dp.
+CohortDpSumFactory`'s threshold). TFF's per-device factory adds every
+client's share to every sum, so the per-device path has no such variant.
 
 `CohortDistributedGroupDPFactory` is the same for cohorts (`tff_hdp.
 learning.cohort`): a TFF client holds K devices' stacked updates, and
@@ -58,10 +65,19 @@ from tff_hdp.aggregators import tff_distributed_dp
 from tff_hdp.privacy import min_separation
 
 
+# What a device sends: a slot per group, or its own group's only.
+SLOTS = ('every_group', 'own_group')
+# The fewest of a group's members whose sum the own-group variant reveals.
+MIN_MEMBERS = 2
+
+
 class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
   """Per-group distributed DP sums combined with weights r_j (see the
   module docstring); the client weight is the float32[l] one-hot group
   vector."""
+
+  # The slots this factory's clients can send.
+  _SLOTS = SLOTS[:1]
 
   def __init__(self, noise_multipliers: Sequence[float],
                ratios: Sequence[float],
@@ -70,7 +86,8 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
                clients_per_round: int, mechanism: str = 'dgauss',
                release_unprotected_counts: bool = False,
                groups_without_members: Sequence[int] = (),
-               rounding: str = 'conditional') -> None:
+               rounding: str = 'conditional',
+               slots: str = 'every_group') -> None:
     """Args:
       noise_multipliers: z_j per group (0: a group without guarantee, summed
         securely without noise).
@@ -86,6 +103,9 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
         in the population: no slot, weight 0.
       rounding: TFF's rounding to integers, 'conditional' or
         'unconditional' (`tff_distributed_dp.ROUNDING`).
+      slots: `SLOTS`: 'every_group' (a slot per group; the server does not
+        learn a device's group) or 'own_group' (cohorts only: one slot;
+        the server learns the groups).
 
     Raises:
       ValueError: inconsistent settings, or TFF's checks of bits, clients
@@ -93,6 +113,12 @@ class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):
     """
     if not clip > 0:
       raise ValueError(f'clip must be > 0, got {clip}.')
+    if slots not in self._SLOTS:
+      raise ValueError(f'slots must be one of {self._SLOTS}, got {slots!r}' +
+                       ('' if slots not in SLOTS else ': TFF\'s per-device '
+                        'factory adds every client\'s noise share to every '
+                        'sum, so only cohorts send one slot') + '.')
+    self._own_group = slots == 'own_group'
     if isinstance(bits, int):
       bits = [bits] * len(noise_multipliers)
     if len(bits) != len(noise_multipliers):
@@ -195,9 +221,11 @@ class CohortDistributedGroupDPFactory(DistributedGroupDPFactory):
   K S."""
 
   _ROWS = (None,)
+  _SLOTS = SLOTS
 
   def _private_stream(self, factory):
-    return tff_distributed_dp.CohortDpSumFactory(factory)
+    return tff_distributed_dp.CohortDpSumFactory(factory, self._own_group,
+                                                 MIN_MEMBERS)
 
   def _plain_stream(self, clip: float, clients_per_round: int):
     return _CohortSecureSum(clip * clients_per_round)
@@ -205,8 +233,10 @@ class CohortDistributedGroupDPFactory(DistributedGroupDPFactory):
   def _member(self, value, one_hot, j):
     rows = heterogeneous_dp.valid_group_rows(one_hot)[:, j] > 0
     clipped, _ = clipping.clip_rows(tf.nest.flatten(value), self._clip)
-    return tf.nest.pack_sequence_as(
+    member = tf.nest.pack_sequence_as(
         value, [clipping.zero_rows(x, rows) for x in clipped])
+    # One slot: the private group's stream learns its members.
+    return (member, rows) if self._own_group and self._noised[j] else member
 
   def _counts(self, one_hot):
     return tf.reduce_sum(heterogeneous_dp.valid_group_rows(one_hot), axis=0)

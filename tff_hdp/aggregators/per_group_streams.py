@@ -180,10 +180,10 @@ class PerGroupStreamsFactory(tff.aggregators.WeightedAggregationFactory):
 
     slots = self._slots
     members = [member_of(j) for j in slots]
-    member_type = members[0].type_signature.result
-    template = tff.types.structure_from_tensor_type_tree(lambda t: None,
-                                                         member_type)
-    streams = [self._factories[j].create(member_type) for j in slots]
+    streams = [self._factories[j].create(m.type_signature.result)
+               for j, m in zip(slots, members)]
+    template = tff.types.structure_from_tensor_type_tree(
+        lambda t: None, streams[0].next.type_signature.result.result.member)
     has_slot = np.isin(np.arange(l), slots)
 
     @tff.tensorflow.computation(weight_type)

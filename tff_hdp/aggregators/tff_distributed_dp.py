@@ -179,15 +179,29 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
   receives the sum K separate TFF clients would give, with K noise
   shares. Only the DFT rotation (TFF's default) and a fixed clip are
   supported; the rounding is the factory's (`ROUNDING`).
+
+  `members_only`: the value is (the stacked rows, a bool[K] mask of the
+  devices in the sum) and only the masked devices add a noise share, each
+  of std sigma / sqrt(c), sigma the std of the K shares' sum that TFF's
+  build holds and c the round's count of masked devices, which the server
+  learns (a plain sum) and announces: the sum's noise is TFF's whatever c
+  is. A round with fewer than `min_members` masked devices sends zeros
+  (the secure sum's threshold: no sum of fewer is revealed). The noise's
+  accounting at K shares bounds it (`tff_hdp.privacy.distributed_noise`).
   """
 
-  def __init__(self, factory: distributed_dp.DistributedDpSumFactory) -> None:
+  def __init__(self, factory: distributed_dp.DistributedDpSumFactory,
+               members_only: bool = False, min_members: int = 2) -> None:
     # pylint: disable=protected-access
     if factory._rotation_type != 'dft' or factory._auto_l2_clip:
       raise ValueError('cohorts run TFF\'s distributed-DP sum with the DFT '
                        'rotation and a fixed clip only.')
     # pylint: enable=protected-access
+    if not min_members >= 1:
+      raise ValueError(f'min_members must be >= 1, got {min_members}.')
     self._factory = factory
+    self._members_only = bool(members_only)
+    self._min_members = int(min_members)
 
   @property
   def factory(self) -> distributed_dp.DistributedDpSumFactory:
@@ -197,7 +211,8 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
   def create(self, value_type) -> tff.templates.AggregationProcess:
     # pylint: disable=protected-access
     f = self._factory
-    row_type = stacking.row_type(value_type)
+    rows_type = value_type[0] if self._members_only else value_type
+    row_type = stacking.row_type(rows_type)
     row_specs = tff.types.structure_from_tensor_type_tree(
         lambda t: tf.TensorSpec(t.shape, t.dtype), row_type)
     # TFF's build for one device: its scale and DP query, as it computed
@@ -216,30 +231,62 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
                     tff.TensorType(np.int32, [padded]))
     seed_type = rotation.SEED_TFF_TYPE
 
-    @tff.tensorflow.computation(value_type, seed_type)
-    def encode(rows, seed):
+    # The std of the sum of the K shares TFF's build adds.
+    total_stddev = float(dp_state.query_state.local_stddev) * math.sqrt(
+        f._num_clients)
+    count_type = tff.TensorType(np.float32)
+
+    @tff.tensorflow.computation(value_type, seed_type, count_type)
+    def encode(value, seed, count):
       params = query.derive_sample_params(query.initial_global_state())
+      if self._members_only:
+        rows, members = value
+        members = tf.logical_and(members, count >= self._min_members)
+        params = params._replace(local_stddev=total_stddev / tf.sqrt(
+            tf.maximum(count, 1.0)))
+      else:
+        rows = value
+        members = tf.ones([tf.shape(tf.nest.flatten(rows)[0])[0]], tf.bool)
 
       def integers(x):
         x, _ = robust._clip_by_global_l2_norm(_rotate(x, seed), clip)
         return discretization._discretize_struct(x, scale, True, beta, clip)
 
-      def device(row):
+      def device(args):
+        row, member = args
         x = rotation._flatten_and_pad_zeros_even(concat._concat_impl(row))
         # Zeros (a device outside the group) stay zeros through rotation,
         # clip and rounding, which TF's slow FFT need not show.
         x = tf.cond(tf.reduce_any(tf.not_equal(x, 0.0)), lambda: integers(x),
                     lambda: tf.zeros([padded], tf.int32))
-        x = query.preprocess_record(params, x)
+        x = tf.cond(member, lambda: query.preprocess_record(params, x),
+                    lambda: tf.zeros([padded], tf.int32))
         return modular_clipping.modular_clip_by_value(x, low, high)
 
       # One row at a time: TFF's rounding seeds itself from the clock.
-      shares = tf.map_fn(device, rows, parallel_iterations=1,
+      shares = tf.map_fn(device, (rows, members), parallel_iterations=1,
                          fn_output_signature=tf.TensorSpec([padded],
                                                            tf.int32))
       total = tf.reduce_sum(tf.cast(shares, tf.int64), axis=0)
       return tf.cast(modular_clipping.modular_clip_by_value(total, low, high),
                      tf.int32)
+
+    if self._members_only:
+      @tff.tensorflow.computation(value_type)
+      def count_members(value):
+        return tf.reduce_sum(tf.cast(value[1], tf.float32))
+
+      def count_of(value):  # the round's masked devices, which the server
+        # learns and announces
+        return tff.federated_sum(tff.federated_map(count_members, value))
+    else:
+      @tff.tensorflow.computation()
+      def no_count():
+        return tf.constant(0.0)
+
+      def count_of(value):  # unused by `encode`
+        del value
+        return tff.federated_eval(no_count, tff.SERVER)
 
     @tff.tensorflow.computation(tff.TensorType(np.int32, [padded]), seed_type)
     def decode(total, seed):
@@ -264,7 +311,8 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
     def next_fn(state, value):
       inner, seed = state
       summed = secure_sum.next(inner, tff.federated_map(
-          encode, (value, tff.federated_broadcast(seed))))
+          encode, (value, tff.federated_broadcast(seed),
+                   tff.federated_broadcast(count_of(value)))))
       return tff.templates.MeasuredProcessOutput(
           tff.federated_zip((summed.state,
                              tff.federated_map(next_seed, seed))),

@@ -149,6 +149,7 @@ def _distributed_accounting(options: Mapping[str, Any], bits: int,
   from tff_hdp.privacy import distributed_noise
   # pylint: enable=g-import-not-at-top
   mechanism, rounding = options['ddp_mechanism'], options['ddp_rounding']
+  members_only = options['ddp_slots'] == 'own_group'
 
   def accounting(z: float) -> distributed_noise.DistributedShares:
     if from_build:
@@ -158,7 +159,8 @@ def _distributed_accounting(options: Mapping[str, Any], bits: int,
       built = tff_distributed_dp.noise_at(
           mechanism, z, device.clients_per_round, bits, clip, dim, rounding)
     common = dict(noise_multiplier=z, sensitivity=built.l2_sensitivity,
-                  local_stddev=built.local_stddev, dim=built.dim)
+                  local_stddev=built.local_stddev, dim=built.dim,
+                  members_only=members_only)
     participation = (device.population, device.clients_per_round,
                      device.min_separation, device.max_participations,
                      device.noise)
@@ -274,18 +276,29 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
   private = iter(context.options['ddp_bits'])
   bits = [next(private) if g.is_private else None
           for g in plan.assignment.groups]
-  rounding = context.options['ddp_rounding']
+  rounding, slots = context.options['ddp_rounding'], context.options[
+      'ddp_slots']
   named = {'dgauss': 'discrete Gaussian', 'skellam': 'Skellam'}[mechanism]
   empty = _groups_without_members(plan.assignment)
+  if slots == 'own_group':
+    sent = ('1 slot (its clipped update) and, in a private group, a noise '
+            'share of std z S / sqrt(c), c its group\'s devices in the '
+            'round; the server learns which device is in which group, and '
+            'nothing of a private group with fewer than '
+            f'{distributed_group_dp.MIN_MEMBERS} devices in a round. Each '
+            'epsilon assumes every device of a group adds its share')
+    finish = 'of a group\'s devices'
+  else:
+    sent = (f'{plan.assignment.num_groups - len(empty)} slots (its clipped '
+            'update in its group\'s, zeros elsewhere; none for a group '
+            'without members) and a noise share in each private slot; the '
+            'server learns the noisy group sums and the groups\' counts, '
+            'not which device is in which group. Each epsilon assumes every '
+            'device of a round adds its share')
+    finish = 'of a round\'s devices'
   notes = [f'distributed {named} noise: every one of a round\'s '
-           f'{device.clients_per_round} devices sends '
-           f'{plan.assignment.num_groups - len(empty)} slots (its clipped '
-           'update in its group\'s, zeros elsewhere; none for a group '
-           'without members) and a noise share in each private '
-           'slot; the server learns the noisy group sums and the groups\' '
-           'counts, not which device is in which group. '
-           f'{rounding.capitalize()} rounding to integers. Each epsilon '
-           'assumes every device of a round adds its share.']
+           f'{device.clients_per_round} devices sends {sent}. '
+           f'{rounding.capitalize()} rounding to integers.']
   accounted = []
   for group, z, b in zip(plan.assignment.groups, plan.noise_multipliers,
                          bits):
@@ -300,7 +313,7 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
              for f in (1.0, 0.9, 0.5)]
       notes.append(
           f'{group.name}: {b} bits, noise multiplier {z:.4g}, eps '
-          f'{eps[0]:.3g}; if only 90% of a round\'s devices finish, '
+          f'{eps[0]:.3g}; if only 90% {finish} finish, '
           f'{eps[1]:.3g}; if half, {eps[2]:.3g}')
     accounted.append(noise)
   ratios = _noise_aware_ratios(context)
@@ -313,7 +326,7 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
       plan.noise_multipliers, [g.ratio for g in plan.assignment.groups],
       plan.expected_group_sizes, clip, bits,
       device.clients_per_round, mechanism,
-      context.release_unprotected_counts, empty, rounding)
+      context.release_unprotected_counts, empty, rounding, slots)
   return GroupFactory(factory, GroupNoise(plan.noise_multipliers, None,
                                           tuple(accounted)), ratios=ratios,
                       notes=tuple(notes))
@@ -585,6 +598,14 @@ DDP_ROUNDING = Option(
     'beta 0: the sensitivity grows by sqrt(d) rounding steps, and at 16 '
     'bits a strict level needs several times the noise).', kind=str,
     default='conditional', choices=('conditional', 'unconditional'))
+DDP_SLOTS = Option(
+    'ddp_slots', 'fedhdp_ddp: what a device sends, every_group (a slot per '
+    'group, its update in its own group\'s and zeros elsewhere, and a '
+    'noise share in every private slot: the server does not learn a '
+    'device\'s group) or own_group (with --cohort_size only: one slot and '
+    'one noise share, the server learns each device\'s group, and a group '
+    'with fewer than 2 devices in a round reveals nothing that round).',
+    kind=str, default='every_group', choices=('every_group', 'own_group'))
 
 # The built-in trusted-server rules, in the order --help lists them.
 RECORDS: tuple[Algorithm, ...] = (
@@ -607,7 +628,7 @@ RECORDS: tuple[Algorithm, ...] = (
               'FedHDP with per-group distributed discrete noise',
               _distributed_factory,
               (RATIO, LEVEL_RATIOS, HETEROGENEITY, DDP_BITS, DDP_MECHANISM,
-               DDP_ROUNDING),
+               DDP_ROUNDING, DDP_SLOTS),
               _STREAM_MEASUREMENTS, cohorts=True, groups=_with_ratio,
               sweep='r', fixed_clip=True, privacy_plan=_distributed_plan),
     Algorithm('blt_shared', TRUSTED,

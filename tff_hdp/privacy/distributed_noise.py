@@ -39,6 +39,13 @@ numbers. The bound assumes every one of a round's n clients adds its
 share: a round in which only a fraction f of them finish carries f n
 shares, and its epsilon is `epsilon_spent(..., finishing=f)`'s.
 
+Where only a group's c members add shares (`members_only`: each of std
+sigma sqrt(n / c), so that their sum's variance is the n shares'), the
+sum of any c <= n such shares is bounded by the n shares' bound: D is the
+same, and tau only shrinks with fewer, larger shares. If at least a
+fraction f of the c finish, the sum's variance is at least f n sigma^2,
+and its bound is the one at D / sqrt(f) with the n shares' tau.
+
 The bits of the modular sum: TFF refuses a bit width b unless 2^b >= n
 and 2^(2b) >= n k^2, k the standard deviations of the sum its modulus
 holds (k = 3.89 for a wrap probability of `MODCLIP_PROB`); `min_bits`
@@ -118,6 +125,8 @@ class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
   `clients_per_round` devices. A device's epsilon is its participations'
   RDP added up (fresh noise each round), at `finishing` = 1 unless told;
   each mechanism's subclass says one participation's RDP (`_shares_rdp`).
+  `members_only`: the shares come from a group's members only (see the
+  module docstring), and `finishing` is the share of them that finish.
   """
 
   # The ledger's word on this epsilon: RDP converted (not the exact curve).
@@ -127,6 +136,7 @@ class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
   sensitivity: float = 0.0
   local_stddev: float = 0.0
   dim: int = 0
+  members_only: bool = False
 
   def __post_init__(self):
     super().__post_init__()
@@ -141,9 +151,10 @@ class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
                        f'{self.dim}.')
 
   @abc.abstractmethod
-  def _shares_rdp(self, shares: int) -> np.ndarray:
-    """One participation's RDP at `ORDERS` when `shares` devices add
-    theirs."""
+  def _shares_rdp(self, shares: float, tau_shares: int) -> np.ndarray:
+    """One participation's RDP at `ORDERS` when the sum's variance is
+    `shares` local variances, bounding a sum of up to `tau_shares`
+    shares."""
 
   def at(self, noise_multiplier: float) -> DistributedShares:
     """The same build at another noise multiplier, its local std scaled
@@ -156,11 +167,15 @@ class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
 
   def round_rdp(self, finishing: float = 1.0) -> np.ndarray:
     """One participation's RDP at `ORDERS` when a `finishing` share of the
-    round's devices add their noise share."""
+    round's devices (of a group's members, `members_only`) add their
+    noise share."""
     if not 0 < finishing <= 1:
       raise ValueError(f'finishing share must be in (0, 1], got {finishing}.')
-    return self._shares_rdp(
-        max(1, math.floor(finishing * self.clients_per_round + 1e-9)))
+    n = self.clients_per_round
+    if self.members_only:
+      return self._shares_rdp(finishing * n, n)
+    shares = max(1, math.floor(finishing * n + 1e-9))
+    return self._shares_rdp(shares, shares)
 
   def epsilon_spent(self, noise_multiplier: float,
                     clip_count_stddev: float | None, rounds: int,
@@ -210,9 +225,9 @@ class DistributedDiscreteGaussian(DistributedShares):
       raise ValueError('Theorem 1 holds for shares of std >= 1/2 (integer '
                        f'domain), got {self.local_stddev}.')
 
-  def _shares_rdp(self, shares: int) -> np.ndarray:
+  def _shares_rdp(self, shares: float, tau_shares: int) -> np.ndarray:
     scale = self.sensitivity / (math.sqrt(shares) * self.local_stddev)
-    return sum_rdp(ORDERS, scale, sum_tau(self.local_stddev, shares),
+    return sum_rdp(ORDERS, scale, sum_tau(self.local_stddev, tau_shares),
                    self.dim)
 
 
@@ -229,6 +244,7 @@ class DistributedSkellam(DistributedShares):
       raise ValueError('Skellam\'s bound needs the L1 sensitivity (> 0), got '
                        f'{self.l1_sensitivity}.')
 
-  def _shares_rdp(self, shares: int) -> np.ndarray:
+  def _shares_rdp(self, shares: float, tau_shares: int) -> np.ndarray:
+    del tau_shares  # a sum of Skellams is a Skellam
     return skellam_rdp(ORDERS, self.sensitivity, self.l1_sensitivity,
                        shares * self.local_stddev**2)
