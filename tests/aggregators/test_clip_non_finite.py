@@ -321,8 +321,10 @@ def test_local_dp_sgd_update_ignores_a_nan_pixel():
   keep = np.arange(6) != 2
   for u, c in zip(update(poisoned, y), update(x[keep], y[keep])):
     assert np.all(np.isfinite(u.numpy()))
+    # The two sums add the same float32 terms in other batches (entries
+    # near 0.05): a few ulps apart, never 1e-6.
     np.testing.assert_allclose(u.numpy() * 6, c.numpy() * 5, rtol=1e-5,
-                               atol=1e-7)
+                               atol=1e-6)
 
 
 def _full_batch_plan(num_examples):
