@@ -184,18 +184,19 @@ def test_own_group_sums_are_every_groups_without_noise():
   assert np.linalg.norm(_flat(every.result)) > 30 * tolerance
 
 
-def _own_group_sum(updates, groups, z, clip, mechanism='dgauss'):
+def _own_group_process(dim, z, clip, mechanism):
   """Group 0's sum (r = (1, 0), D_0 = 1) of two private groups at z, 16
-  bits, 6 devices in cohorts of 4 and 2, one slot per device: a
-  process and the inputs of one round."""
-  process = CohortDistributedGroupDPFactory(
+  bits, 6 devices a round, one slot per device."""
+  return CohortDistributedGroupDPFactory(
       [z, z], [1.0, 0.0], [1.0, 1.0], clip, 16, 6, mechanism,
-      slots='own_group').create(
-          [tff.TensorType(np.float32, [None, updates.shape[1]])],
-          tff.TensorType(np.float32, [None, 2]))
+      slots='own_group').create([tff.TensorType(np.float32, [None, dim])],
+                                tff.TensorType(np.float32, [None, 2]))
+
+
+def _own_group_round(updates, groups):
+  """One round's inputs: the 6 devices in cohorts of 4 and 2."""
   one_hot = np.eye(2, dtype=np.float32)[groups]
-  return process, ([[updates[:4]], [updates[4:]]], [one_hot[:4],
-                                                    one_hot[4:]])
+  return [[updates[:4]], [updates[4:]]], [one_hot[:4], one_hot[4:]]
 
 
 @pytest.mark.parametrize('mechanism,members', [('dgauss', 2),
@@ -205,28 +206,23 @@ def test_own_group_members_alone_add_the_groups_noise(mechanism, members):
   group 0: its sum is its noise alone, `members` shares of std
   z S / sqrt(members), std z S (descaled) over 3 rounds of 2000
   coordinates, as TFF's K shares give. If the other devices added shares
-  too, the std would be z S sqrt(6 / members)."""
+  too, the std would be z S sqrt(6 / members). Then a round with one
+  device of group 0 (fewer than `MIN_MEMBERS`), its update far from
+  zero: group 0's sum is exactly zero, its update and noise withheld."""
   z, clip, dim = 0.8, 0.5, 2000
-  groups = [0] * members + [1] * (6 - members)
-  process, inputs = _own_group_sum(np.zeros((6, dim), np.float32), groups,
-                                   z, clip, mechanism)
+  process = _own_group_process(dim, z, clip, mechanism)
+  inputs = _own_group_round(np.zeros((6, dim), np.float32),
+                            [0] * members + [1] * (6 - members))
   state, draws = process.initialize(), []
   for _ in range(3):
     out = process.next(state, *inputs)
     state = out.state
     draws.append(_flat(out.result))
   assert np.std(np.concatenate(draws)) == pytest.approx(z * clip, rel=0.05)
-
-
-def test_own_group_reveals_nothing_of_a_group_below_its_threshold():
-  """One device of group 0 in the round (fewer than `MIN_MEMBERS`), its
-  update far from zero: the round's sum of group 0 is exactly zero, its
-  update and noise withheld."""
   assert distributed_group_dp.MIN_MEMBERS == 2
-  updates = np.full((6, 50), 0.3, np.float32)
-  process, inputs = _own_group_sum(updates, [0, 1, 1, 1, 1, 1], 0.8, 0.5)
-  out = process.next(process.initialize(), *inputs)
-  np.testing.assert_array_equal(_flat(out.result), np.zeros(50))
+  alone = process.next(state, *_own_group_round(
+      np.full((6, dim), 0.3, np.float32), [0, 1, 1, 1, 1, 1]))
+  np.testing.assert_array_equal(_flat(alone.result), np.zeros(dim))
 
 
 def test_one_slot_needs_cohorts():
