@@ -29,7 +29,9 @@ group instead: a private group's sum is over its members only, each
 member adding one noise share of std z_j S / sqrt(c_j), c_j the group's
 count in the round (which the server learns and announces), so the sum
 carries the same noise as K shares would, with one slot and one share of
-traffic per device. A round with fewer than `min_members` of a group's
+traffic per device (a group without guarantee, summed without noise,
+is then a sum over its members too: the other devices' zeros add
+nothing). A round with fewer than `MIN_MEMBERS` of a private group's
 members reveals nothing of that group (`tff_distributed_dp.
 CohortDpSumFactory`'s threshold). TFF's per-device factory adds every
 client's share to every sum, so the per-device path has no such variant.
