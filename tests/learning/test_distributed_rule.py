@@ -161,3 +161,27 @@ def test_one_slot_plans_the_same_noise_and_says_what_the_server_learns():
   [help_text] = [o.help for o in RECORD.options if o.name == 'ddp_slots']
   assert f'fewer than {least} devices in a round' in help_text
   assert 'if only 90% of a group\'s devices finish' in built.notes[1]
+
+
+def test_one_slot_refuses_a_level_expecting_too_few_devices():
+  """20 devices a round, one in 20 at eps 1: it expects 1 device a round,
+  fewer than `MIN_MEMBERS`, so most rounds would withhold its sum; the
+  plan refuses it naming --ddp_slots and the level (a slot per group
+  plans it)."""
+  assignment = pg.GroupAssignment(
+      LEVELS + (pg.PrivacyGroup('nonprivate'),),
+      {i: 0 if i % 20 == 0 else 1 for i in range(200)})
+  device = min_separation.DeviceParticipation(200, PER_ROUND, 1, 2)
+
+  def plan(slots):
+    return RECORD.plan_privacy(assignment, device, ROUNDS, CLIP_SETTINGS,
+                               'expected', allow_large_delta=False,
+                               options=_options((16, 16), 'dgauss',
+                                                slots=slots),
+                               num_parameters=DIM)
+
+  assert plan('every_group').expected_group_sizes[0] == pytest.approx(1.0)
+  with pytest.raises(ValueError, match=(
+      r"^--ddp_slots=own_group: privacy level 'eps1' expects 1 devices a "
+      r'round, .* with 2 or more')):
+    plan('own_group')

@@ -224,6 +224,8 @@ def _distributed_plan(assignment, sampling, rounds, clip,
   that no noise makes enough are refused before anything is written."""
   plan = _INDEPENDENT_DEVICE_PLAN(assignment, sampling, rounds, clip,
                                   denominator, allow_large_delta)
+  if options['ddp_slots'] == 'own_group':
+    _check_own_group_sizes(plan)
   bits = iter(options['ddp_bits'])
   multipliers = []
   for group, z in zip(plan.assignment.groups, plan.noise_multipliers):
@@ -233,6 +235,22 @@ def _distributed_plan(assignment, sampling, rounds, clip,
           options, b, clip.initial_norm, plan.sampling, num_parameters), b)
     multipliers.append(z)
   return dataclasses.replace(plan, noise_multipliers=tuple(multipliers))
+
+
+def _check_own_group_sizes(plan: plans.PrivacyPlan) -> None:
+  """ValueError naming --ddp_slots=own_group and the level unless each
+  private group expects at least `MIN_MEMBERS` devices a round: below it,
+  most rounds would withhold the group's sum."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.aggregators.distributed_group_dp import MIN_MEMBERS
+  for group, expected in zip(plan.assignment.groups,
+                             plan.expected_group_sizes):
+    if group.is_private and expected < MIN_MEMBERS:
+      raise ValueError(
+          f'--ddp_slots=own_group: privacy level {group.name!r} expects '
+          f'{expected:.3g} devices a round, and its sum is revealed only in '
+          f'a round with {MIN_MEMBERS} or more; raise --clients_per_round, '
+          'or send a slot per group (--ddp_slots=every_group).')
 
 
 _distributed_plan.device_only = True
