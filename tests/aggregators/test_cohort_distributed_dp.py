@@ -152,36 +152,38 @@ def test_every_device_adds_its_share_whatever_the_cohorts(mechanism):
   assert np.std(np.concatenate(draws)) == pytest.approx(z * clip, rel=0.05)
 
 
-def test_own_group_sums_are_every_groups_without_noise():
+def test_own_group_sums_are_the_clipped_members_sums_without_noise():
   """Groups 0 and 1 private at z = 1e-4 (expected counts 3 and 2), group 2
-  without guarantee, 20 bits; 7 devices in cohorts of 4 and 3, one with a
-  NaN update: one slot per device (`slots='own_group'`) gives the
-  combined mean and the counts of a slot per group, up to rounding and
-  the tiny noise."""
+  without guarantee, 20 bits, r = (2, 1, 1); 7 devices in cohorts of 4
+  and 3, one with a NaN update: one slot per device (`slots='own_group'`)
+  gives the combined mean of the clipped members' sums, as a slot per
+  group does (`test_the_group_factories_agree_and_count_the_realized_
+  groups`), up to rounding and the tiny noise, and the same counts."""
   n, clip = 7, 1.0
   devices = _devices(n, seed=2)
   devices[4][1][0] = np.nan
+  members = ((0, 2, 4), (1, 5), (3, 6))
   groups = [np.eye(3, dtype=np.float32)[g] for g in (0, 1, 0, 2, 0, 1, 2)]
-  args = ([1e-4, 1e-4, 0.0], [2.0, 1.0, 1.0], [3.0, 2.0, None], clip, 20, n)
-  outputs = []
-  for slots in ('every_group', 'own_group'):
-    process = CohortDistributedGroupDPFactory(
-        *args, release_unprotected_counts=True, slots=slots).create(
-            STACKED_TYPE, tff.TensorType(np.float32, [None, 3]))
-    outputs.append(process.next(process.initialize(),
-                                _cohorts(devices, [4, 3]),
-                                _cohorts(groups, [4, 3])))
-  every, own = outputs
-  for out in outputs:
-    np.testing.assert_array_equal(out.measurements['group_client_counts'],
-                                  [3, 2, 2])
+  process = CohortDistributedGroupDPFactory(
+      [1e-4, 1e-4, 0.0], [2.0, 1.0, 1.0], [3.0, 2.0, None], clip, 20, n,
+      release_unprotected_counts=True, slots='own_group').create(
+          STACKED_TYPE, tff.TensorType(np.float32, [None, 3]))
+  own = process.next(process.initialize(), _cohorts(devices, [4, 3]),
+                     _cohorts(groups, [4, 3]))
+  np.testing.assert_array_equal(own.measurements['group_client_counts'],
+                                [3, 2, 2])
+  w = np.array([6.0, 2.0, 2.0]) / 10
+  by_hand = sum(
+      w[j] * np.sum([np.nan_to_num(_clipped(devices[i], clip))
+                     if np.all(np.isfinite(_flat(devices[i])))
+                     else np.zeros(DIM) for i in rows], axis=0) / len(rows)
+      for j, rows in enumerate(members))
   scale = _scale(tff_distributed_dp.sum_factory('dgauss', 1e-4, n, 20, clip))
   # Rounding of 7 devices' integers and up to 7 shares of TFF's least
   # discrete Gaussian (std 1 in the integer domain), in L2.
   tolerance = (n + 5 * math.sqrt(n)) * math.sqrt(PADDED) / scale
-  assert np.linalg.norm(_flat(own.result) - _flat(every.result)) < (
-      2 * tolerance)
-  assert np.linalg.norm(_flat(every.result)) > 30 * tolerance
+  assert np.linalg.norm(_flat(own.result) - by_hand) < tolerance
+  assert np.linalg.norm(by_hand) > 30 * tolerance
 
 
 def _own_group_process(dim, z, clip, mechanism):
