@@ -234,10 +234,7 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
     # The std of the sum of the K shares TFF's build adds.
     total_stddev = float(dp_state.query_state.local_stddev) * math.sqrt(
         f._num_clients)
-    count_type = tff.TensorType(np.float32)
-
-    @tff.tensorflow.computation(value_type, seed_type, count_type)
-    def encode(value, seed, count):
+    def encode_fn(value, seed, count):
       params = query.derive_sample_params(query.initial_global_state())
       if self._members_only:
         rows, members = value
@@ -272,21 +269,25 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
                      tf.int32)
 
     if self._members_only:
+      encode = tff.tensorflow.computation(
+          encode_fn, value_type, seed_type, tff.TensorType(np.float32))
+
       @tff.tensorflow.computation(value_type)
       def count_members(value):
         return tf.reduce_sum(tf.cast(value[1], tf.float32))
 
-      def count_of(value):  # the round's masked devices, which the server
-        # learns and announces
-        return tff.federated_sum(tff.federated_map(count_members, value))
+      def client_inputs(value, seed):  # with the round's masked devices,
+        # which the server learns and announces
+        count = tff.federated_sum(tff.federated_map(count_members, value))
+        return (value, tff.federated_broadcast(seed),
+                tff.federated_broadcast(count))
     else:
-      @tff.tensorflow.computation()
-      def no_count():
-        return tf.constant(0.0)
+      encode = tff.tensorflow.computation(
+          lambda value, seed: encode_fn(value, seed, None), value_type,
+          seed_type)
 
-      def count_of(value):  # unused by `encode`
-        del value
-        return tff.federated_eval(no_count, tff.SERVER)
+      def client_inputs(value, seed):
+        return value, tff.federated_broadcast(seed)
 
     @tff.tensorflow.computation(tff.TensorType(np.int32, [padded]), seed_type)
     def decode(total, seed):
@@ -311,8 +312,7 @@ class CohortDpSumFactory(tff.aggregators.UnweightedAggregationFactory):
     def next_fn(state, value):
       inner, seed = state
       summed = secure_sum.next(inner, tff.federated_map(
-          encode, (value, tff.federated_broadcast(seed),
-                   tff.federated_broadcast(count_of(value)))))
+          encode, client_inputs(value, seed)))
       return tff.templates.MeasuredProcessOutput(
           tff.federated_zip((summed.state,
                              tff.federated_map(next_seed, seed))),
