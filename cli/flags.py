@@ -194,6 +194,13 @@ COHORT_SIZE = absl_flags.DEFINE_integer(
     '(benchmarks/silo_round_speed.py). 64 suits small models; a cohort holds '
     'about ten model-sized tensors per client, so for a large model the '
     'trusted setting lowers it to fit 2 GiB and says so.')
+SIMULATE_DROPOUT = absl_flags.DEFINE_float(
+    'simulate_dropout', 0.0, 'Trusted server, --sampling=device: each of a '
+    'round\'s devices fails to send its update (and its noise share) with '
+    'this probability, drawn from --seed. The epsilons printed are those '
+    'the rounds gave: above the targets for a rule whose noise the devices '
+    'add (fedhdp_ddp), whose plan assumes every device finishes; announced '
+    'in the output. 0: every device finishes.')
 CLIENT_LR = absl_flags.DEFINE_float('client_lr', 0.1, 'Client SGD learning rate.')
 SERVER_LR = absl_flags.DEFINE_float('server_lr', 1.0, 'Server SGD learning rate.')
 SERVER_MOMENTUM = absl_flags.DEFINE_float(
@@ -367,6 +374,7 @@ APPLIES: dict[str, tuple[str, ...]] = {
         'clients_per_round',
         'sampling', 'min_separation', 'max_participations',
         'local_epochs', 'server_lr', 'server_momentum', 'clip_norm',
+        'simulate_dropout',
         'target_quantile', 'clip_lr', 'clip_count_stddev', 'denominator',
         'ditto_lambda_p', 'ditto_lambda_np', 'ditto_level_lambdas',
         'ditto_noise_aware_lambdas', 'ditto_local_share', 'ditto_lr',
@@ -725,6 +733,18 @@ def _check_participation() -> None:
             f'participation); drop it or pass --sampling=device.')
 
 
+def _check_dropout() -> None:
+  """--simulate_dropout: in [0, 1), with devices that take part in rounds
+  of exactly --clients_per_round (whose counts the accounting reads), and
+  without canaries (which would drop out as members do)."""
+  _in(SIMULATE_DROPOUT, 0, 1, high_open=True)
+  if SIMULATE_DROPOUT.value:
+    check(SAMPLING.value == 'device', '--simulate_dropout drops devices from '
+          'rounds of --clients_per_round: pass --sampling=device.')
+    check(not CANARIES.value, '--simulate_dropout with --canaries: an audit '
+          'run\'s canaries take part as planned; drop one.')
+
+
 def _check_levels_file() -> None:
   """--privacy_levels_file replaces the random levels, and its levels are
   the flags' (its clients are checked against the task's once loaded)."""
@@ -899,6 +919,7 @@ def _check_values(current: str) -> None:
   if current == TRUSTED:
     _in(CLIENTS_PER_ROUND, 1)
     _check_participation()
+    _check_dropout()
     _check_accountant()
     _check_device_algorithms()
     _check_levels_file()

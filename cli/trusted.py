@@ -47,6 +47,7 @@ def learning_setup(task):
       checkpoint_every=flags.CHECKPOINT_EVERY.value,
       ditto=ditto,
       cohort_size=_cohort_size(task),
+      simulate_dropout=flags.SIMULATE_DROPOUT.value,
       canaries=flags.CANARIES.value,
       release_unprotected_stats=flags.RELEASE_UNPROTECTED.value,
       unsafe_seeded_dp_randomness=flags.UNSAFE_SEEDED.value,

@@ -81,6 +81,7 @@ TRUSTED_CHANGES = SHARED_CHANGES + [
     ('ddp_slots', _DEVICE + ['--algorithms=fedhdp_ddp', '--clip_lr=0',
                              '--cohort_size=4'], 'own_group'),
     ('local_epochs', [], '2'),
+    ('simulate_dropout', _DEVICE, '0.1'),
     ('cohort_size', [], '4'),
     ('canaries', [], '3'),
     ('server_lr', [], '0.5'),

@@ -83,6 +83,72 @@ def test_dropouts_leave_fewer_shares_and_a_larger_epsilon():
   assert got > noise.epsilon_spent(1.0, None, 20, 1e-6)
 
 
+def _gaussian_rounds_epsilon(multipliers, delta):
+  """dp_accounting's RDP for one Gaussian of each multiplier, composed."""
+  accountant = rdp.RdpAccountant(orders=dn.ORDERS)
+  for z in multipliers:
+    accountant.compose(dp_accounting.GaussianDpEvent(z))
+  return accountant.get_epsilon(delta)
+
+
+def _patterns(rounds, separation, most):
+  """Every set of rounds a device may take part in (`MinSeparation`)."""
+  def grow(pattern):
+    yield pattern
+    if len(pattern) < most:
+      start = pattern[-1] + separation if pattern else 0
+      for t in range(start, rounds):
+        yield from grow(pattern + (t,))
+  return list(grow(()))
+
+
+@pytest.mark.parametrize('worst,tight', [((0, 5, 10, 15), True),
+                                         ((3, 4, 5, 6), False)])
+def test_a_run_with_dropouts_bounds_every_devices_rounds(worst, tight):
+  """Rounds that 20, 17 or 12 of the 20 devices finished (tau ~ 0, so
+  round t is the Gaussian at multiplier sqrt(c_t) sigma / Delta): the
+  printed epsilon is at least every participation pattern's own, composed
+  by dp_accounting round by round over all 20 rounds' patterns (4
+  participations, 5 apart), and equals the worst one's where the 4 rounds
+  with fewest shares fit a pattern."""
+  finished = [20] * 20
+  for t, c in zip(worst, (12, 12, 17, 17)):
+    finished[t] = c
+  noise = dn.DistributedDiscreteGaussian(**BUILD).given(finished)
+  printed = noise.epsilon_spent(1.0, None, 20, 1e-6)
+  ratio = BUILD['local_stddev'] / BUILD['sensitivity']
+  worst_pattern = max(
+      _gaussian_rounds_epsilon([math.sqrt(finished[t]) * ratio
+                                for t in pattern], 1e-6)
+      for pattern in _patterns(20, 5, 4) if pattern)
+  assert printed >= worst_pattern * (1 - 1e-9)
+  if tight:
+    assert printed == pytest.approx(worst_pattern, rel=1e-9)
+  else:  # 3, 4, 5, 6 are not 5 apart: the bound is above every pattern
+    assert printed > worst_pattern * 1.01
+  assert printed > noise.at(1.0).given([20] * 20).epsilon_spent(
+      1.0, None, 20, 1e-6)
+
+
+def test_rounds_every_device_finished_are_the_plans():
+  noise = dn.DistributedDiscreteGaussian(**BUILD)
+  assert noise.given([20] * 20).epsilon_spent(1.0, None, 20, 1e-6) == (
+      pytest.approx(noise.epsilon_spent(1.0, None, 20, 1e-6), rel=1e-12))
+  # A round nobody finished releases nothing of anyone.
+  some = [20] * 19 + [0]
+  assert noise.given(some).epsilon_spent(1.0, None, 20, 1e-6) == (
+      pytest.approx(noise.epsilon_spent(1.0, None, 20, 1e-6), rel=1e-12))
+  # One slot: members that drop before the count is announced leave the
+  # others' shares scaled to them, and the sums' noise whole.
+  own = dn.DistributedDiscreteGaussian(**BUILD, members_only=True)
+  assert own.given([10] * 20).epsilon_spent(1.0, None, 20, 1e-6) == (
+      own.epsilon_spent(1.0, None, 20, 1e-6))
+  with pytest.raises(ValueError, match='finished devices must be in'):
+    noise.given([21] * 20)
+  with pytest.raises(ValueError, match='2 rounds'):
+    noise.given([20, 20]).epsilon_spent(1.0, None, 3, 1e-6)
+
+
 def _proposition_14(orders, delta_l2, sigma, shares, dim):
   """Kairouz et al.'s bound for `shares` discrete Gaussians of std
   `sigma`, written out."""

@@ -37,7 +37,12 @@ TFF computes Delta, Delta_1, sigma and d for the factory it builds
 (`tff_hdp.aggregators.tff_distributed_dp`); this module takes them as
 numbers. The bound assumes every one of a round's n clients adds its
 share: a round in which only a fraction f of them finish carries f n
-shares, and its epsilon is `epsilon_spent(..., finishing=f)`'s.
+shares, and its epsilon is `epsilon_spent(..., finishing=f)`'s. A run
+whose rounds had `finished` devices each (`given`, a simulated dropout's)
+is accounted at those counts: a device's participations are at most P,
+so its RDP at each order is at most the sum of the P largest rounds'
+(the rounds with the fewest shares; a round nobody finished releases
+nothing of anyone).
 
 Where only a group's c members add shares (`members_only`: each of std
 sigma sqrt(n / c), so that their sum's variance is the n shares'), the
@@ -58,6 +63,7 @@ import abc
 import dataclasses
 import math
 import statistics
+from typing import Sequence
 
 from dp_accounting import rdp
 import numpy as np
@@ -127,6 +133,8 @@ class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
   each mechanism's subclass says one participation's RDP (`_shares_rdp`).
   `members_only`: the shares come from a group's members only (see the
   module docstring), and `finishing` is the share of them that finish.
+  `finished`: each round's count of devices that sent their update and
+  share (`given`); None: all of them.
   """
 
   # The ledger's word on this epsilon: RDP converted (not the exact curve).
@@ -137,9 +145,14 @@ class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
   local_stddev: float = 0.0
   dim: int = 0
   members_only: bool = False
+  finished: tuple[int, ...] | None = None
 
   def __post_init__(self):
     super().__post_init__()
+    if self.finished is not None and not all(
+        0 <= c <= self.clients_per_round for c in self.finished):
+      raise ValueError('each round\'s finished devices must be in [0, '
+                       f'{self.clients_per_round}], got {self.finished}.')
     if not isinstance(self.noise, min_separation.IndependentNoise):
       raise ValueError('distributed noise is fresh every round '
                        '(IndependentNoise).')
@@ -164,6 +177,13 @@ class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
         self, noise_multiplier=noise_multiplier,
         local_stddev=self.local_stddev * noise_multiplier /
         self.noise_multiplier)
+
+  def given(self, finished: Sequence[int]) -> DistributedShares:
+    """These shares in rounds that `finished[t]` of round t's devices
+    sent (devices dropped before the round's count was announced, in the
+    one-slot variant: its members' shares are scaled to the members that
+    send, so the sums' noise is whole)."""
+    return dataclasses.replace(self, finished=tuple(int(c) for c in finished))
 
   def round_rdp(self, finishing: float = 1.0) -> np.ndarray:
     """One participation's RDP at `ORDERS` when a `finishing` share of the
@@ -193,8 +213,28 @@ class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
     if rounds < 1:
       return 0.0
     participations = self.model(rounds).reachable_participations
-    return rdp.rdp_privacy_accountant.compute_epsilon(
-        ORDERS, participations * self.round_rdp(finishing), delta)[0]
+    if self.finished is None or self.members_only:
+      total = participations * self.round_rdp(finishing)
+    elif finishing != 1.0:
+      raise ValueError('rounds with their finished devices are accounted at '
+                       'those counts, not at a finishing share.')
+    else:
+      total = self._worst_rounds_rdp(rounds, participations)
+    return rdp.rdp_privacy_accountant.compute_epsilon(ORDERS, total, delta)[0]
+
+  def _worst_rounds_rdp(self, rounds: int, participations: int
+                        ) -> np.ndarray:
+    """At each order, the sum of the `participations` largest of the
+    first `rounds` rounds' RDP at their finished counts."""
+    counts = self.finished[:rounds]
+    if len(counts) < rounds:
+      raise ValueError(f'{len(counts)} rounds\' finished devices known, '
+                       f'{rounds} accounted.')
+    n = self.clients_per_round
+    at = {c: self.round_rdp(c / n) if c else np.zeros(len(ORDERS))
+          for c in set(counts)}
+    per_round = np.stack([at[c] for c in counts])
+    return -np.sort(-per_round, axis=0)[:participations].sum(axis=0)
 
   def calibrate(self, target_epsilon: float, delta: float, rounds: int,
                 clip_count_stddev: float | None = None) -> float:

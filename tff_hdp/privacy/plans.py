@@ -256,6 +256,20 @@ def with_noise(plan: PrivacyPlan, noise_multipliers: Sequence[float],
                                       clip_count_stddev))
 
 
+def with_finished(plan: PrivacyPlan, finished: Sequence[int]) -> PrivacyPlan:
+  """`plan` accounting rounds in which `finished[t]` of round t's devices
+  sent their update: a group whose noise the devices add (its sampling
+  has `given`: distributed noise) at the shares that came, a group whose
+  noise the server adds as planned (fewer devices add nothing to what any
+  one of them reveals)."""
+  budgets = [
+      dataclasses.replace(b, sampling=b.sampling.given(finished))
+      if b is not None and hasattr(b.sampling, 'given') else b
+      for b in plan.ledger.budgets]
+  return dataclasses.replace(plan, ledger=accounting.PrivacyLedger(
+      budgets, plan.sampling, plan.ledger.clip_count_stddev))
+
+
 @dataclasses.dataclass(frozen=True)
 class ClientPrivacy:
   """One client's DP-SGD parameters for a whole run, and what they cost.

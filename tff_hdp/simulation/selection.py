@@ -9,6 +9,9 @@ The example order follows the run's public `--seed`. Two derivations exist
 because the settings' published runs used them: sampled clients (the trusted
 setting) get one seed per position in the round, while settings where every
 client takes part every round (untrusted server, cross-silo) get one per round.
+
+A simulated dropout (`--simulate_dropout`) follows the public seed too: the
+server sees which devices fail to send, so which did is no secret.
 """
 
 from __future__ import annotations
@@ -48,3 +51,13 @@ def sampled_client_order_seed(seed: int, round_num: int, position: int) -> int:
 def every_client_order_seed(seed: int, round_num: int) -> int:
   """The data-order seed of round `round_num` when every client takes part."""
   return seed * 100003 + round_num
+
+
+def finishing(seed: int, round_num: int, devices: int,
+              dropout: float) -> np.ndarray:
+  """Which of round `round_num`'s `devices` devices (by position) send
+  their update, each failing to with probability `dropout`."""
+  if not 0 <= dropout < 1:
+    raise ValueError(f'dropout must be in [0, 1), got {dropout}.')
+  return np.random.default_rng([seed, round_num, 0xD0]).random(
+      devices) >= dropout

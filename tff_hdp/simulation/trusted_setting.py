@@ -110,6 +110,10 @@ class Settings(run_lifecycle.RunSettings):
   # > 1: simulate up to this many clients per TFF client (tff_hdp.learning.cohort),
   # the same rounds for a fraction of TFF's per-client overhead.
   cohort_size: int = 0
+  # > 0 (device participation): each round's devices fail to send with this
+  # probability (`selection.finishing`), and the epsilons printed are those
+  # the rounds gave (`plans.with_finished`).
+  simulate_dropout: float = 0.0
   # Voids part of the privacy promise; a run that sets it says so in its
   # header and summary (`privacy_warnings`), as for the seeded randomness
   # and a large delta.
@@ -126,7 +130,7 @@ class Settings(run_lifecycle.RunSettings):
 
 def privacy_warnings(settings: Settings) -> list[str]:
   """The lines a run with these settings announces (`release_policy`; an
-  audit run's canaries too)."""
+  audit run's canaries and a simulated dropout too)."""
   return release_policy.privacy_warnings(
       realized=settings.denominator == 'realized',
       unprotected=settings.release_unprotected_stats,
@@ -134,7 +138,16 @@ def privacy_warnings(settings: Settings) -> list[str]:
       large_delta=settings.allow_large_delta) + (
           [f'--canaries={settings.canaries}: ' +
            canary_audit.AUDIT_NOTICE.format(k=settings.canaries)]
-          if settings.canaries else [])
+          if settings.canaries else []) + (
+              [f'--simulate_dropout={settings.simulate_dropout:g}: '
+               + DROPOUT_NOTICE] if settings.simulate_dropout else [])
+
+
+DROPOUT_NOTICE = (
+    'each device of a round fails to send its update with that probability; '
+    'a rule whose devices add the noise (fedhdp_ddp, every slot per group) '
+    'prints the epsilons its rounds gave, above the targets its plan met '
+    'for rounds that every device finishes.')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +218,8 @@ def run_key(task: FederatedTask, config: Configuration,
   if settings.group_labels:  # rounds.csv gets a column per group
     key['group_labels'] = {g: sorted(labels) for g, labels in
                            settings.group_labels.items()}
-  for optional in ('cohort_size', 'canaries', 'options', 'group_labels'):
+  for optional in ('cohort_size', 'canaries', 'options', 'group_labels',
+                   'simulate_dropout'):
     if not key[optional]:
       key.pop(optional)  # keeps checkpoints of earlier versions valid
   key.update(task=task.name, batch_size=task.batch_size,
@@ -277,7 +291,8 @@ class TrustedRounds(round_loop.RoundProgram):
                release_unprotected: bool = False,
                audit: canary_audit.CanaryAudit | None = None,
                measurements: Sequence[release_policy.Measurement] = (),
-               group_labels: Mapping[str, frozenset[int]] | None = None):
+               group_labels: Mapping[str, frozenset[int]] | None = None,
+               dropout: float = 0.0):
     self.label = f'{task.name} rounds'
     self.rounds = plan.rounds
     self.ledger = plan.ledger
@@ -294,6 +309,18 @@ class TrustedRounds(round_loop.RoundProgram):
         [plan.assignment.group_of(c) for c in self._population]]
     self._schedule = _device_schedule(plan, self._population,
                                       sampling_seed)
+    self._dropout = dropout
+    # Each round's devices that send (rounds of exactly clients_per_round),
+    # public: the server sees who fails to.
+    self.finished = None if not dropout else [
+        int(selection.finishing(seed, t, plan.sampling.clients_per_round,
+                                dropout).sum())
+        for t in range(1, plan.rounds + 1)]
+    # The epsilons printed: the plan's, or, in a run whose devices drop
+    # out, those of the rounds as they ran (the budget guard, `ledger`,
+    # keeps the plan's: no server can know a round's dropouts before it).
+    self.given = plan if not dropout else plans.with_finished(
+        plan, self.finished)
     self._private_flags = {
         c: client_choices.groups[client_choices.group_of(c)].is_private
         for c in task.client_ids
@@ -349,6 +376,12 @@ class TrustedRounds(round_loop.RoundProgram):
       sampled = selection.sample_clients(self._population, plan.sampling,
                                          self._sampling_seed, round_num,
                                          self._client_rates)
+    if self._dropout:
+      sampled = [c for c, sent in zip(sampled, selection.finishing(
+          self._seed, round_num, len(sampled), self._dropout)) if sent]
+      if len(sampled) != self.finished[round_num - 1]:
+        raise ValueError(f'round {round_num}: {len(sampled)} devices sent, '
+                         f'{self.finished[round_num - 1]} accounted.')
     canaries = []
     if self._audit is not None:
       sampled, canaries = self._audit.split(sampled)
@@ -384,7 +417,7 @@ class TrustedRounds(round_loop.RoundProgram):
     row['num_non_finite_updates'] = int(work['num_non_finite_updates'])
     if plan.accounted:
       for j, g in enumerate(groups):
-        row[f'epsilon_{g.name}'] = plan.ledger.epsilon(j, round_num)
+        row[f'epsilon_{g.name}'] = self.given.ledger.epsilon(j, round_num)
     return row
 
   def postfix(self, metrics: dict) -> dict[str, str]:
@@ -511,15 +544,20 @@ def run_configuration(task: FederatedTask, config: Configuration,
         personalization=personalization,
         release_unprotected=settings.release_unprotected_stats, audit=audit,
         measurements=record.measurements,
-        group_labels=settings.group_labels)
+        group_labels=settings.group_labels,
+        dropout=settings.simulate_dropout)
     program.repeats_rounds = built.seeded
     round_loop.require_measurements(config.algorithm, process,
                                     program.measurements_read)
     return program
 
   def summarize(program: TrustedRounds, result) -> dict:
-    return _summary(task, config, settings, program.plan, assignment,
-                    audit, program, result)
+    summary = _summary(task, config, settings, program.given, assignment,
+                       audit, program, result)
+    if progress and settings.simulate_dropout:
+      for line in _dropout_lines(config.name, program):
+        print(line)
+    return summary
 
   summary, program = run_lifecycle.run(
       os.path.join(output_dir, config.name) if output_dir else None,
@@ -632,6 +670,21 @@ def _ditto_record(settings: Settings, program: TrustedRounds) -> dict | None:
   return out
 
 
+def _dropout_lines(name: str, program: TrustedRounds) -> list[str]:
+  """Each private group's epsilon as its rounds ran, where devices
+  dropping out raised it above the plan's."""
+  rounds, lines = program.rounds, []
+  for j, g in enumerate(program.plan.assignment.groups):
+    if g.is_private and program.plan.accounted:
+      planned = program.plan.ledger.epsilon(j, rounds)
+      given = program.given.ledger.epsilon(j, rounds)
+      if given > planned:
+        lines.append(f'{name}: {g.name} gave eps {given:.4g} as its devices '
+                     f'dropped out (--simulate_dropout), against '
+                     f'{planned:.4g} had every device finished.')
+  return lines
+
+
 def _summary(task, config, settings, plan, assignment, audit, program,
              result) -> dict:
   """A finished configuration's summary.json."""
@@ -653,6 +706,10 @@ def _summary(task, config, settings, plan, assignment, audit, program,
       'metric': task.metric,
       'ditto': _ditto_record(settings, program),
       'dropped_clients': task.dropped_clients,
+      **({'simulated_dropout': {
+          'probability': settings.simulate_dropout,
+          'devices_finished': program.finished}}
+         if settings.simulate_dropout else {}),
       'rounds': settings.rounds,
       'sampling': kind,
       'sampling_rate': settings.sampling.rate,
@@ -682,6 +739,10 @@ def _summary(task, config, settings, plan, assignment, audit, program,
                             else None),
           **({'epsilon_spent_rdp': plan.ledger.rdp_epsilon(j, plan.rounds)}
              if plan.accounted and plan.ledger.accountant(j) == 'pld'
+             else {}),
+          **({'epsilon_if_every_device_finished':
+              program.plan.ledger.epsilon(j, plan.rounds)}
+             if settings.simulate_dropout and budget and plan.accounted
              else {}),
           # The alarm reads the final model's scores: the all-rounds ones,
           # maxima over rounds, are not Gaussian-shaped.
