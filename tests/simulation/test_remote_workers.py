@@ -32,7 +32,6 @@ from tff_hdp.simulation import workers
 
 pytestmark = pytest.mark.tf
 
-LEARNING = ['trusted', 'trusted_ditto_cohorts', 'untrusted', 'cross_silo']
 MODEL_TOLERANCE = 1e-6
 
 
@@ -80,8 +79,14 @@ def _run(setting, addresses, output_dir, extra_flags=()):
   return pinned_runs.collect(output_dir)
 
 
-@pytest.mark.parametrize('count', [2, 3])
-@pytest.mark.parametrize('setting', [_param(s) for s in LEARNING])
+# Each setting on two or three workers (Ditto in cohorts, where every
+# worker is busy, on both): each worker count runs every kind of process.
+RUNS = [_param('trusted', 3), _param('trusted_ditto_cohorts', 2),
+        _param('trusted_ditto_cohorts', 3), _param('untrusted', 2),
+        _param('cross_silo', 3)]
+
+
+@pytest.mark.parametrize('setting,count', RUNS)
 def test_workers_give_the_local_results(setting, count, three_workers, pinned,
                                         tmp_path):
   out = str(tmp_path / 'out')
@@ -90,10 +95,7 @@ def test_workers_give_the_local_results(setting, count, three_workers, pinned,
   assert_local_results(f'{setting} on {count} workers', setting, got, pinned)
 
 
-@pytest.mark.parametrize('setting,count', [
-    _param('trusted', 3), _param('trusted_ditto_cohorts', 2),
-    _param('trusted_ditto_cohorts', 3), _param('untrusted', 2),
-    _param('cross_silo', 3)])
+@pytest.mark.parametrize('setting,count', RUNS)
 def test_workers_reading_the_clients_themselves_give_the_local_results(
     setting, count, three_workers, pinned, tmp_path):
   """Bit for bit the run with the examples sent (the one of
