@@ -39,9 +39,9 @@ numbers. The bound assumes every one of a round's n clients adds its
 share: a round in which only a fraction f of them finish carries f n
 shares, and its epsilon is `epsilon_spent(..., finishing=f)`'s. A run
 whose rounds had `finished` devices each (`given`, a simulated dropout's)
-is accounted at those counts: a device's participations are at most P,
-so its RDP at each order is at most the sum of the P largest rounds'
-(the rounds with the fewest shares; a round nobody finished releases
+is accounted at those counts: at each order, a device's RDP is at most
+the largest sum over the rounds its participation rule allows it (at
+most P rounds, `min_separation` apart; a round nobody finished releases
 nothing of anyone).
 
 Where only a group's c members add shares (`members_only`: each of std
@@ -219,22 +219,30 @@ class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
       raise ValueError('rounds with their finished devices are accounted at '
                        'those counts, not at a finishing share.')
     else:
-      total = self._worst_rounds_rdp(rounds, participations)
+      total = self._worst_rounds_rdp(self.model(rounds))
     return rdp.rdp_privacy_accountant.compute_epsilon(ORDERS, total, delta)[0]
 
-  def _worst_rounds_rdp(self, rounds: int, participations: int
+  def _worst_rounds_rdp(self, model: min_separation.MinSeparation
                         ) -> np.ndarray:
-    """At each order, the sum of the `participations` largest of the
-    first `rounds` rounds' RDP at their finished counts."""
-    counts = self.finished[:rounds]
-    if len(counts) < rounds:
+    """At each order, the largest sum of the rounds' RDP (at their
+    finished counts) over the rounds one device may take part in under
+    `model`: at most its reachable participations, `min_separation`
+    apart (a dynamic program over the rounds)."""
+    counts = self.finished[:model.rounds]
+    if len(counts) < model.rounds:
       raise ValueError(f'{len(counts)} rounds\' finished devices known, '
-                       f'{rounds} accounted.')
+                       f'{model.rounds} accounted.')
     n = self.clients_per_round
     at = {c: self.round_rdp(c / n) if c else np.zeros(len(ORDERS))
           for c in set(counts)}
-    per_round = np.stack([at[c] for c in counts])
-    return -np.sort(-per_round, axis=0)[:participations].sum(axis=0)
+    # best[t][j]: the largest sum over at most j of the first t rounds.
+    none = np.zeros((model.reachable_participations + 1, len(ORDERS)))
+    best = [none]
+    for t, c in enumerate(counts):
+      before = best[max(0, t - model.min_separation + 1)]
+      take = np.vstack([none[:1], before[:-1] + at[c]])
+      best.append(np.maximum(best[t], take))
+    return best[-1][-1]
 
   def calibrate(self, target_epsilon: float, delta: float, rounds: int,
                 clip_count_stddev: float | None = None) -> float:
