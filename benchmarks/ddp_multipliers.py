@@ -11,6 +11,13 @@ a level prints "refused", as the run is. FeO2 MNIST's setting
 (RESULTS.md §17):
 
   .venv/bin/python benchmarks/ddp_multipliers.py
+
+With --dropouts, what a run with `--simulate_dropout` at each of them
+prints for each level (at the first of --bits, conditional rounding, a
+slot per group), from the devices --seed drops (`selection.finishing`)
+and TFF's numbers for the level's multiplier, without training:
+
+  .venv/bin/python benchmarks/ddp_multipliers.py --bits=16 --dropouts=0.1,0.3
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tff_hdp.learning import algorithms  # noqa: E402
+from tff_hdp.privacy import distributed_noise  # noqa: E402
 from tff_hdp.privacy import min_separation  # noqa: E402
 from tff_hdp.privacy import plans  # noqa: E402
 from tff_hdp.privacy import privacy_groups  # noqa: E402
+from tff_hdp.simulation import selection  # noqa: E402
 
 _EPSILONS = flags.DEFINE_list('epsilons', ['1', '3.6', '10'],
                               'Each private level\'s epsilon.')
@@ -47,6 +56,10 @@ _BITS = flags.DEFINE_list('bits', ['12', '14', '16', '20'],
                           'Bit widths, each for every level.')
 _MECHANISM = flags.DEFINE_enum('ddp_mechanism', 'dgauss',
                                ['dgauss', 'skellam'], 'The discrete noise.')
+_DROPOUTS = flags.DEFINE_list('dropouts', [], 'Each device\'s chance of '
+                              'failing to send (--simulate_dropout).')
+_SEED = flags.DEFINE_integer('seed', 0, 'The run\'s --seed, which draws '
+                             'the dropouts.')
 
 
 def _multiplier(record, level, device, clip, **kwargs):
@@ -65,6 +78,48 @@ def _multiplier(record, level, device, clip, **kwargs):
       raise
     return None
   return plan.noise_multipliers[0]
+
+
+def _given(z, bits, device, dropout):
+  """The epsilon-accounting of TFF's discrete Gaussian shares at `z`
+  (`tff_distributed_dp.noise_at`'s numbers, a build's) in rounds with the
+  devices --seed leaves at `dropout`."""
+  # pylint: disable-next=g-import-not-at-top
+  from tff_hdp.aggregators import tff_distributed_dp
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore')
+    built = tff_distributed_dp.noise_at(
+        'dgauss', z, device.clients_per_round, bits, _CLIP.value,
+        _PARAMETERS.value)
+  shares = distributed_noise.DistributedDiscreteGaussian(
+      device.population, device.clients_per_round, device.min_separation,
+      device.max_participations, noise_multiplier=z,
+      sensitivity=built.l2_sensitivity, local_stddev=built.local_stddev,
+      dim=built.dim)
+  finished = [int(selection.finishing(_SEED.value, t,
+                                      device.clients_per_round,
+                                      dropout).sum())
+              for t in range(1, _ROUNDS.value + 1)]
+  return shares.given(finished), finished
+
+
+def _print_dropouts(record, levels, device, clip):
+  bits = int(_BITS.value[0])
+  options = {'ddp_bits': (bits,), 'ddp_mechanism': 'dgauss',
+             'ddp_rounding': 'conditional', 'ddp_slots': 'every_group',
+             'r': None, 'level_ratios': None, 'heterogeneity': None}
+  zs = [_multiplier(record, level, device, clip, options=options,
+                    num_parameters=_PARAMETERS.value) for level in levels]
+  print(f'\n{bits} bits, --seed={_SEED.value}: each level\'s printed '
+        'epsilon (target in parentheses) with --simulate_dropout')
+  for dropout in (float(d) for d in _DROPOUTS.value):
+    cells = []
+    for level, z in zip(levels, zs):
+      shares, finished = _given(z, bits, device, dropout)
+      eps = shares.epsilon_spent(z, None, _ROUNDS.value, level.delta)
+      cells.append(f'{eps:.4g} ({level.epsilon:g})')
+    print(f'  {dropout:g}: {min(finished)}-{max(finished)} devices a round; '
+          + ', '.join(cells), flush=True)
 
 
 def main(argv):
@@ -93,14 +148,16 @@ def main(argv):
   for bits in (int(b) for b in _BITS.value):
     for rounding in ('conditional', 'unconditional'):
       options = {'ddp_bits': (bits,), 'ddp_mechanism': _MECHANISM.value,
-                 'ddp_rounding': rounding, 'r': None, 'level_ratios': None,
-                 'heterogeneity': None}
+                 'ddp_rounding': rounding, 'ddp_slots': 'every_group',
+                 'r': None, 'level_ratios': None, 'heterogeneity': None}
       zs = [_multiplier(record, level, device, clip, options=options,
                         num_parameters=_PARAMETERS.value)
             for level in levels]
       print(f'| {bits} | {rounding} | ' + ' | '.join(
           'refused' if z is None else f'{z:.4g}' for z in zs) + ' |',
             flush=True)
+  if _DROPOUTS.value:
+    _print_dropouts(record, levels, device, clip)
 
 
 if __name__ == '__main__':
