@@ -309,6 +309,10 @@ class TrustedRounds(round_loop.RoundProgram):
         [plan.assignment.group_of(c) for c in self._population]]
     self._schedule = _device_schedule(plan, self._population,
                                       sampling_seed)
+    if dropout and self._schedule is None:
+      raise ValueError('a simulated dropout needs devices that take part in '
+                       'rounds of exactly clients_per_round (--sampling='
+                       'device).')
     self._dropout = dropout
     # Each round's devices that send (rounds of exactly clients_per_round),
     # public: the server sees who fails to.
