@@ -32,7 +32,7 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tff_hdp.learning import algorithms  # noqa: E402
-from tff_hdp.privacy import distributed_noise  # noqa: E402
+from tff_hdp.learning import trusted_rules  # noqa: E402
 from tff_hdp.privacy import min_separation  # noqa: E402
 from tff_hdp.privacy import plans  # noqa: E402
 from tff_hdp.privacy import privacy_groups  # noqa: E402
@@ -80,22 +80,14 @@ def _multiplier(record, level, device, clip, **kwargs):
   return plan.noise_multipliers[0]
 
 
-def _given(z, bits, device, dropout):
-  """The epsilon-accounting of TFF's discrete Gaussian shares at `z`
-  (`tff_distributed_dp.noise_at`'s numbers, a build's) in rounds with the
-  devices --seed leaves at `dropout`."""
-  # pylint: disable-next=g-import-not-at-top
-  from tff_hdp.aggregators import tff_distributed_dp
+def _given(options, z, bits, device, dropout):
+  """The rule's accounting of its noise at `z` (`trusted_rules.
+  distributed_accounting`, at TFF's numbers) in rounds with the devices
+  --seed leaves at `dropout`."""
   with warnings.catch_warnings():
     warnings.simplefilter('ignore')
-    built = tff_distributed_dp.noise_at(
-        'dgauss', z, device.clients_per_round, bits, _CLIP.value,
-        _PARAMETERS.value)
-  shares = distributed_noise.DistributedDiscreteGaussian(
-      device.population, device.clients_per_round, device.min_separation,
-      device.max_participations, noise_multiplier=z,
-      sensitivity=built.l2_sensitivity, local_stddev=built.local_stddev,
-      dim=built.dim)
+    shares = trusted_rules.distributed_accounting(
+        options, bits, _CLIP.value, device, _PARAMETERS.value)(z)
   finished = [int(selection.finishing(_SEED.value, t,
                                       device.clients_per_round,
                                       dropout).sum())
@@ -115,7 +107,7 @@ def _print_dropouts(record, levels, device, clip):
   for dropout in (float(d) for d in _DROPOUTS.value):
     cells = []
     for level, z in zip(levels, zs):
-      shares, finished = _given(z, bits, device, dropout)
+      shares, finished = _given(options, z, bits, device, dropout)
       eps = shares.epsilon_spent(z, None, _ROUNDS.value, level.delta)
       cells.append(f'{eps:.4g} ({level.epsilon:g})')
     print(f'  {dropout:g}: {min(finished)}-{max(finished)} devices a round; '

@@ -136,7 +136,7 @@ POISSON_ONLY = ('it samples each privacy group at its own Poisson rate: '
                 'run it with --sampling=poisson.')
 
 
-def _distributed_accounting(options: Mapping[str, Any], bits: int,
+def distributed_accounting(options: Mapping[str, Any], bits: int,
                             clip: float, device, dim: int,
                             from_build: bool = False):
   """z -> the accounting of TFF's distributed-DP sum (--ddp_mechanism,
@@ -231,7 +231,7 @@ def _distributed_plan(assignment, sampling, rounds, clip,
   for group, z in zip(plan.assignment.groups, plan.noise_multipliers):
     if group.is_private:
       b = next(bits)
-      z = _meeting_target(group, z, rounds, _distributed_accounting(
+      z = _meeting_target(group, z, rounds, distributed_accounting(
           options, b, clip.initial_norm, plan.sampling, num_parameters), b)
     multipliers.append(z)
   return dataclasses.replace(plan, noise_multipliers=tuple(multipliers))
@@ -324,7 +324,7 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
     if group.is_private:
       with warnings.catch_warnings():  # TFF's, of a small scale
         warnings.simplefilter('ignore')
-        noise = _distributed_accounting(context.options, b, clip, device,
+        noise = distributed_accounting(context.options, b, clip, device,
                                         context.num_parameters,
                                         from_build=True)(z)
       eps = [noise.epsilon_spent(z, None, plan.rounds, group.delta, f)

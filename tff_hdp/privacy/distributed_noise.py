@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import math
 import statistics
 from typing import Sequence
@@ -227,22 +228,28 @@ class DistributedShares(min_separation.DeviceParticipation, abc.ABC):
     """At each order, the largest sum of the rounds' RDP (at their
     finished counts) over the rounds one device may take part in under
     `model`: at most its reachable participations, `min_separation`
-    apart (a dynamic program over the rounds)."""
-    counts = self.finished[:model.rounds]
-    if len(counts) < model.rounds:
-      raise ValueError(f'{len(counts)} rounds\' finished devices known, '
-                       f'{model.rounds} accounted.')
+    apart."""
+    if len(self.finished) < model.rounds:
+      raise ValueError(f'{len(self.finished)} rounds\' finished devices '
+                       f'known, {model.rounds} accounted.')
+    return self._worst_prefix_rdp[model.rounds]
+
+  @functools.cached_property
+  def _worst_prefix_rdp(self) -> np.ndarray:
+    """Row t: `_worst_rounds_rdp` over the first t rounds, for every t,
+    from one dynamic program over the rounds (a run asks after each)."""
     n = self.clients_per_round
     at = {c: self.round_rdp(c / n) if c else np.zeros(len(ORDERS))
-          for c in set(counts)}
+          for c in set(self.finished)}
     # best[t][j]: the largest sum over at most j of the first t rounds.
-    none = np.zeros((model.reachable_participations + 1, len(ORDERS)))
-    best = [none]
-    for t, c in enumerate(counts):
-      before = best[max(0, t - model.min_separation + 1)]
+    none = np.zeros((self.max_participations + 1, len(ORDERS)))
+    best, rows = [none], [none[0]]
+    for t, c in enumerate(self.finished):
+      before = best[max(0, t - self.min_separation + 1)]
       take = np.vstack([none[:1], before[:-1] + at[c]])
       best.append(np.maximum(best[t], take))
-    return best[-1][-1]
+      rows.append(best[-1][self.model(t + 1).reachable_participations])
+    return np.stack(rows)
 
   def calibrate(self, target_epsilon: float, delta: float, rounds: int,
                 clip_count_stddev: float | None = None) -> float:
