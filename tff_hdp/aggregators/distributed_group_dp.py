@@ -65,12 +65,11 @@ from tff_hdp.aggregators import per_group_streams
 from tff_hdp.aggregators import stacking
 from tff_hdp.aggregators import tff_distributed_dp
 from tff_hdp.privacy import min_separation
+from tff_hdp.privacy.distributed_noise import MIN_MEMBERS
 
 
 # What a device sends: a slot per group, or its own group's only.
 SLOTS = ('every_group', 'own_group')
-# The fewest of a group's members whose sum the own-group variant reveals.
-MIN_MEMBERS = 2
 
 
 class DistributedGroupDPFactory(per_group_streams.PerGroupStreamsFactory):

@@ -23,6 +23,7 @@ from tff_hdp.learning.records import Option
 from tff_hdp.learning.records import TRUSTED
 from tff_hdp.learning.records import TrustedContext
 from tff_hdp.privacy import release_policy
+from tff_hdp.privacy.distributed_noise import MIN_MEMBERS
 from tff_hdp.privacy.release_policy import Measurement
 
 if TYPE_CHECKING:
@@ -241,8 +242,6 @@ def _check_own_group_sizes(plan: plans.PrivacyPlan) -> None:
   """ValueError naming --ddp_slots=own_group and the level unless each
   private group expects at least `MIN_MEMBERS` devices a round: below it,
   most rounds would withhold the group's sum."""
-  # pylint: disable-next=g-import-not-at-top
-  from tff_hdp.aggregators.distributed_group_dp import MIN_MEMBERS
   for group, expected in zip(plan.assignment.groups,
                              plan.expected_group_sizes):
     if group.is_private and expected < MIN_MEMBERS:
@@ -303,7 +302,7 @@ def _distributed_factory(context: TrustedContext) -> GroupFactory:
             'share of std z S / sqrt(c), c its group\'s devices in the '
             'round; the server learns which device is in which group, and '
             'nothing of a private group with fewer than '
-            f'{distributed_group_dp.MIN_MEMBERS} devices in a round. Each '
+            f'{MIN_MEMBERS} devices in a round. Each '
             'epsilon assumes every device of a group adds its share')
     finish = 'of a group\'s devices'
   else:
@@ -622,7 +621,8 @@ DDP_SLOTS = Option(
     'noise share in every private slot: the server does not learn a '
     'device\'s group) or own_group (with --cohort_size only: one slot and '
     'one noise share, the server learns each device\'s group, and a group '
-    'with fewer than 2 devices in a round reveals nothing that round).',
+    f'with fewer than {MIN_MEMBERS} devices in a round reveals nothing that '
+    'round).',
     kind=str, default='every_group', choices=('every_group', 'own_group'))
 
 # The built-in trusted-server rules, in the order --help lists them.

@@ -72,6 +72,11 @@ from scipy import optimize
 
 from tff_hdp.privacy import min_separation
 
+# The fewest of a private group's members whose sum the one-slot variant
+# reveals: a sum over one device is that device's own noisy update, which
+# secure aggregation is there to hide.
+MIN_MEMBERS = 2
+
 # The orders the RDP is converted at.
 ORDERS = tuple(range(2, 257))
 # The chance that a coordinate of a round's sum wraps around the modulus

@@ -313,13 +313,13 @@ class TrustedRounds(round_loop.RoundProgram):
       raise ValueError('a simulated dropout needs devices that take part in '
                        'rounds of exactly clients_per_round (--sampling='
                        'device).')
-    self._dropout = dropout
-    # Each round's devices that send (rounds of exactly clients_per_round),
-    # public: the server sees who fails to.
-    self.finished = None if not dropout else [
-        int(selection.finishing(seed, t, plan.sampling.clients_per_round,
-                                dropout).sum())
+    # Which of each round's devices send (rounds of exactly
+    # clients_per_round), public: the server sees who fails to.
+    self._sent = None if not dropout else [
+        selection.finishing(seed, t, plan.sampling.clients_per_round, dropout)
         for t in range(1, plan.rounds + 1)]
+    self.finished = None if not dropout else [
+        int(sent.sum()) for sent in self._sent]
     # The epsilons printed: the plan's, or, in a run whose devices drop
     # out, those of the rounds as they ran (the budget guard, `ledger`,
     # keeps the plan's: no server can know a round's dropouts before it).
@@ -380,12 +380,9 @@ class TrustedRounds(round_loop.RoundProgram):
       sampled = selection.sample_clients(self._population, plan.sampling,
                                          self._sampling_seed, round_num,
                                          self._client_rates)
-    if self._dropout:
-      sampled = [c for c, sent in zip(sampled, selection.finishing(
-          self._seed, round_num, len(sampled), self._dropout)) if sent]
-      if len(sampled) != self.finished[round_num - 1]:
-        raise ValueError(f'round {round_num}: {len(sampled)} devices sent, '
-                         f'{self.finished[round_num - 1]} accounted.')
+    if self._sent is not None:
+      sampled = [c for c, sent in zip(sampled, self._sent[round_num - 1])
+                 if sent]
     canaries = []
     if self._audit is not None:
       sampled, canaries = self._audit.split(sampled)
