@@ -9,7 +9,7 @@ searches over them, and composes n runs of an event as n times its cached
 curve, which is how dp_accounting's accountant composes them (tested equal
 to dp_accounting composing from scratch). Its searches for a noise
 multiplier or rate steer by the same RDP series summed with numpy
-(`sampled_gaussian_rdp`, some 5-30 times faster) and raise what they find
+(`sampled_gaussian_rdp`, ~4 times faster in all) and raise what they find
 until dp_accounting's own bound holds, so no target rests on that copy.
 
 Poisson sampling may be analysed with the privacy-loss distribution instead
