@@ -26,40 +26,17 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import accounting_bench  # noqa: E402
 from tff_hdp.cli import entry  # noqa: E402
+from tff_hdp.privacy import accounting  # noqa: E402
 
 _WORKLOADS = flags.DEFINE_list('workloads', ['plan', 'ledger', 'silos'],
                                'Which of plan, ledger, silos to time.')
 
 
-def _clear():
-  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
-  from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top
-  for cache in (plans.plan_client_privacy, plans.plan_privacy,
-                accounting.calibrate_noise_multiplier,
-                accounting.calibrate_sampling_rate,
-                accounting._pld_noise_at,  # pylint: disable=protected-access
-                accounting.pld_epsilon,
-                accounting._subsampled_gaussian_pld):  # pylint: disable=protected-access
-    if hasattr(cache, 'cache_clear'):
-      cache.cache_clear()
-
-
-def _thirds():
-  from tff_hdp.privacy import accounting  # pylint: disable=g-import-not-at-top
-  from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top
-  from tff_hdp.privacy import privacy_groups as pg  # pylint: disable=g-import-not-at-top
-  groups = [pg.PrivacyGroup(f'eps{e:g}', e, 1e-4) for e in (1.0, 3.6, 10.0)]
-  assignment = pg.assign_by_fractions(list(range(2000)), groups,
-                                      [1 / 3] * 3, seed=0)
-  sampling = accounting.PoissonSampling(0.05, accounting.PLD)
-  z_b, _ = plans.default_clip_count_stddev(groups, sampling, 500, 2000)
-  return assignment, sampling, plans.ClipSettings(count_stddev=z_b)
-
-
 def _plan():
   from tff_hdp.privacy import planner  # pylint: disable=g-import-not-at-top
-  assignment, sampling, clip = _thirds()
+  assignment, sampling, clip = accounting_bench.thirds(accounting.PLD)
   rules = planner.plan_rules(assignment, sampling, 500, clip, 7850)
   individualized = next(r.plan for r in rules
                         if r.algorithm == 'individualized_sampling')
@@ -69,7 +46,7 @@ def _plan():
 
 def _ledger():
   from tff_hdp.privacy import plans  # pylint: disable=g-import-not-at-top
-  assignment, sampling, clip = _thirds()
+  assignment, sampling, clip = accounting_bench.thirds(accounting.PLD)
   fed = plans.plan_privacy(assignment, sampling, 500, clip)
   last = [fed.ledger.epsilons(t) for t in range(1, 501)][-1]
   return 'eps at 500: ' + ', '.join(f'{e:.4f}' for e in last)
@@ -84,7 +61,7 @@ def _silos(path):
       clip_norm=1.0, accountant='pld')
   if not os.path.exists(path):
     cse.plan_silos(task, algorithm, settings, calibrations=path)
-    _clear()
+    accounting_bench.clear_caches()
   start = time.process_time()
   plans = cse.plan_silos(task, algorithm, settings, calibrations=path)
   spent = max(p.epsilon_after(200) for p in plans)
@@ -95,28 +72,19 @@ def main(argv):
   del argv
   from dp_accounting.pld import privacy_loss_distribution  # pylint: disable=g-import-not-at-top
   from tff_hdp.privacy import subsampled_gaussian_pld  # pylint: disable=g-import-not-at-top
-  grid = subsampled_gaussian_pld.from_gaussian_mechanism
 
   def theirs(z, q, d):
     return privacy_loss_distribution.from_gaussian_mechanism(
         z, sampling_prob=q, value_discretization_interval=d)
 
   folder = tempfile.mkdtemp()
-  print(f'{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} '
-        'at the start; CPU seconds')
-  for name in _WORKLOADS.value:
-    for label, builder in (('dp_accounting', theirs), ('grid', grid)):
-      subsampled_gaussian_pld.from_gaussian_mechanism = builder
-      _clear()
-      start = time.process_time()
-      if name == 'silos':
-        what, seconds = _silos(os.path.join(folder, 'calibrations.json'))
-      else:
-        what = {'plan': _plan, 'ledger': _ledger}[name]()
-        seconds = time.process_time() - start
-      print(f'{name:7s} {label:14s} {seconds:8.2f} s   ({what})', flush=True)
-  subsampled_gaussian_pld.from_gaussian_mechanism = grid
-
+  accounting_bench.back_to_back(
+      subsampled_gaussian_pld, 'from_gaussian_mechanism',
+      (('dp_accounting', theirs),
+       ('grid', subsampled_gaussian_pld.from_gaussian_mechanism)),
+      {'plan': _plan, 'ledger': _ledger,
+       'silos': lambda: _silos(os.path.join(folder, 'calibrations.json'))},
+      _WORKLOADS.value)
 
 if __name__ == '__main__':
   entry.run(main, __doc__, needs_tensorflow=False)
