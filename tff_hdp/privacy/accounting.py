@@ -704,7 +704,9 @@ def best_order(event: dp_accounting.DpEvent,
   """The order of `_ORDERS` whose bound on `event` is least among its
   neighbours, by a pattern search from `start` with `strides` (the last 1),
   over the orders that can meet `target` (`_meets_before_kl`): the
-  accountant's own choice when epsilon is unimodal in the order."""
+  accountant's own choice when epsilon is unimodal in the order. The
+  bounds compared are `_search_rdp`'s: an order only says where to look,
+  and its callers check their answer with dp_accounting's bound there."""
   bounds = {}
 
   def bound(i):
