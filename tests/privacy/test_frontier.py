@@ -146,6 +146,23 @@ def test_with_equal_groups_and_much_spread_the_unbiased_end_wins():
   assert curves.default_tilt(1e6, 1) == 0.0
 
 
+def test_one_level_is_one_plan_whose_default_is_the_exact_end():
+  """Every client at one level: every t weighs them alike, so the default
+  is t = 1, individualized sampling's exact rate and z, whatever the
+  curves' interpolation makes of the other t."""
+  choices = pg.assign_opt_out(list(range(600)), LEVELS[2:], 0.0, seed=0)
+  individualized = plans.plan_individualized_sampling(choices, SAMPLING,
+                                                      ROUNDS, CLIP)
+  for spread in (1e-9, 1.0, 1e6):
+    plan = frontier.plan_frontier(choices, SAMPLING, ROUNDS, CLIP, None,
+                                  spread, D)
+    assert plan.tilt == 1.0
+    np.testing.assert_allclose(plan.group_rates, individualized.group_rates,
+                               rtol=1e-12)
+    np.testing.assert_allclose(plan.noise_multipliers,
+                               individualized.noise_multipliers, rtol=1e-12)
+
+
 def test_default_tilt_is_the_least_worst_bound(choices):
   plan = frontier.plan_frontier(choices, SAMPLING, ROUNDS, CLIP, None, H, D)
   best = min(p.worst_bound for p in plan.frontier)

@@ -286,7 +286,11 @@ class Frontier:
 
   def default_tilt(self, heterogeneity: float, num_parameters: int) -> float:
     """The t of `TILTS` with the least worst-group bound (the larger t on
-    a tie)."""
+    a tie). Where every group with clients has one rate (a single level),
+    every t weighs the clients alike and is the same plan: t = 1, whose
+    rates are exact rather than read from the curves."""
+    if len({q for q, n in zip(self.base_rates, self.sizes) if n > 0}) == 1:
+      return 1.0
     found = self.points(heterogeneity, num_parameters)
     return min(found, key=lambda p: (p.worst_bound, -p.tilt)).tilt
 
