@@ -3,10 +3,10 @@ what a plain connection found, instead of a silent wait of --worker_timeout.
 """
 
 import os
+import socket
 import subprocess
 import sys
 
-import portpicker
 import pytest
 
 from tests import repository
@@ -18,11 +18,16 @@ RUN = [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
 
 
 def test_a_closed_port_is_named_with_the_reason_before_the_wait(tmp_path):
-  address = f'127.0.0.1:{portpicker.pick_unused_port()}'
-  result = subprocess.run(
-      RUN + [f'--workers={address}', '--worker_timeout=6',
-             f'--output_dir={tmp_path / "out"}'],
-      capture_output=True, text=True, timeout=300)
+  # A port bound and never listened on refuses connections, and no other
+  # process (another test's local TFF worker) can take it meanwhile, as
+  # one merely picked free could be.
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
+    closed.bind(('127.0.0.1', 0))
+    address = f'127.0.0.1:{closed.getsockname()[1]}'
+    result = subprocess.run(
+        RUN + [f'--workers={address}', '--worker_timeout=6',
+               f'--output_dir={tmp_path / "out"}'],
+        capture_output=True, text=True, timeout=300)
   assert result.returncode == 3, result.stderr
   assert 'Traceback' not in result.stderr
   assert result.stderr.strip().splitlines() == [
