@@ -11,6 +11,7 @@ import csv
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -141,6 +142,16 @@ _HOLD = ('import sys, time\n'
          'with folder_lock.exclusive(sys.argv[1]):\n'
          '  print("held", flush=True)\n'
          '  time.sleep(600)\n')
+
+
+@contextlib.contextmanager
+def closed_address(host: str = '127.0.0.1'):
+  """host:port of a socket bound and never listened on: connections are
+  refused, and no other process (another test's TFF worker) can take the
+  port while the block runs, as one merely picked free could be."""
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
+    closed.bind((host, 0))
+    yield f'{host}:{closed.getsockname()[1]}'
 
 
 def hold_folder(folder: str) -> subprocess.Popen:

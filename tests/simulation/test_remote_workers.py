@@ -18,7 +18,6 @@ none, ends with `os._exit` and runs in a process of its own.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -231,11 +230,7 @@ def test_a_lost_worker_ends_the_run_with_one_line_and_it_resumes(tmp_path):
 
 
 def test_a_worker_that_is_not_there_is_named_at_once(tmp_path):
-  # Bound, never listening: refused, and no other test's worker can take
-  # the port meanwhile.
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
-    closed.bind((workers.LOOPBACK, 0))
-    address = f'{workers.LOOPBACK}:{closed.getsockname()[1]}'
+  with repository.closed_address(workers.LOOPBACK) as address:
     result = subprocess.run(
         [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
          *_LOST_FLAGS, f'--workers={address}',

@@ -3,7 +3,6 @@ what a plain connection found, instead of a silent wait of --worker_timeout.
 """
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -18,12 +17,7 @@ RUN = [sys.executable, os.path.join(repository.ROOT, 'run_experiment.py'),
 
 
 def test_a_closed_port_is_named_with_the_reason_before_the_wait(tmp_path):
-  # A port bound and never listened on refuses connections, and no other
-  # process (another test's local TFF worker) can take it meanwhile, as
-  # one merely picked free could be.
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
-    closed.bind(('127.0.0.1', 0))
-    address = f'127.0.0.1:{closed.getsockname()[1]}'
+  with repository.closed_address() as address:
     result = subprocess.run(
         RUN + [f'--workers={address}', '--worker_timeout=6',
                f'--output_dir={tmp_path / "out"}'],
